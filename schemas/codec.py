@@ -1,0 +1,152 @@
+"""Avro encoding of turn records, with the writer schema named in every record.
+
+Wire format: Avro single-object encoding (Avro spec, "Single object encoding")::
+
+    0xC3 0x01 || CRC-64-AVRO fingerprint of the writer schema's parsing canonical form (8 bytes,
+    little-endian) || Avro binary body
+
+The schemas live in ``completed_turn.vN.avsc`` beside this module and are parsed once at import. A
+record is always written with the newest version; a record written with any known older version is
+read through Avro schema resolution into the newest shape. A record whose fingerprint is unknown
+raises ``UnknownSchemaError``.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from throughline.core.turn import TurnRecord
+from throughline.schemas.exceptions import RecordDecodeError, UnknownSchemaError
+
+MAGIC = b"\xc3\x01"
+HEADER_BYTES = 10
+SCHEMA_VERSIONS = (1, 2)
+CURRENT_VERSION = SCHEMA_VERSIONS[-1]
+
+
+def _strip_logical_types(node: Any) -> Any:
+    # Timestamps stay integer microseconds inside throughline (exact, and cheaper than datetimes);
+    # logical types do not change the binary encoding, so stripping them keeps the bytes identical.
+    if isinstance(node, dict):
+        return {k: _strip_logical_types(v) for k, v in node.items() if k != "logicalType"}
+    if isinstance(node, list):
+        return [_strip_logical_types(v) for v in node]
+    return node
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    """One known writer schema."""
+
+    version: int
+    source: dict[str, Any]
+    parsed: Any
+    fingerprint: bytes
+
+
+def _load(version: int) -> SchemaVersion:
+    text = resources.files("throughline.schemas").joinpath(f"completed_turn.v{version}.avsc").read_text("utf-8")
+    source = json.loads(text)
+    canonical = to_parsing_canonical_form(fastavro.parse_schema(copy.deepcopy(source)))
+    parsed = fastavro.parse_schema(_strip_logical_types(source))
+    return SchemaVersion(version, source, parsed, bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO")))
+
+
+SCHEMAS: dict[int, SchemaVersion] = {v: _load(v) for v in SCHEMA_VERSIONS}
+_BY_FINGERPRINT: dict[bytes, SchemaVersion] = {s.fingerprint: s for s in SCHEMAS.values()}
+_CURRENT = SCHEMAS[CURRENT_VERSION]
+_CURRENT_HEADER = MAGIC + _CURRENT.fingerprint
+
+
+def turn_to_avro(record: TurnRecord) -> dict[str, Any]:
+    """The Avro datum (current schema) of a turn record."""
+    return {
+        "project": record.project,
+        "projectSha256": record.project_sha256,
+        "host": record.host,
+        "thread": record.thread,
+        "turnId": record.turn_id,
+        "seq": record.seq,
+        "completedAt": record.completed_at_micros,
+        "body": record.body,
+        "contentDigest": record.content_digest,
+        "producer": {
+            "name": record.producer_name,
+            "version": record.producer_version,
+            "producedAt": record.produced_at_micros,
+            "attributes": dict(record.attributes),
+        },
+    }
+
+
+def encode_turn(record: TurnRecord) -> bytes:
+    """Encode a turn record with the current schema, single-object framed."""
+    buf = io.BytesIO()
+    buf.write(_CURRENT_HEADER)
+    fastavro.schemaless_writer(buf, _CURRENT.parsed, turn_to_avro(record))
+    return buf.getvalue()
+
+
+def encode_datum(datum: dict[str, Any], version: int) -> bytes:
+    """Encode a raw datum with an explicit schema version (golden-bytes and evolution tests)."""
+    schema = SCHEMAS[version]
+    buf = io.BytesIO()
+    buf.write(MAGIC + schema.fingerprint)
+    fastavro.schemaless_writer(buf, schema.parsed, datum)
+    return buf.getvalue()
+
+
+def writer_version(data: bytes) -> int:
+    """The schema version a record was written with; raises for a bad header or unknown fingerprint."""
+    if len(data) < HEADER_BYTES or data[:2] != MAGIC:
+        raise RecordDecodeError("not an Avro single-object record (bad magic or too short)")
+    schema = _BY_FINGERPRINT.get(bytes(data[2:HEADER_BYTES]))
+    if schema is None:
+        raise UnknownSchemaError(f"unknown writer schema fingerprint {bytes(data[2:HEADER_BYTES]).hex()}")
+    return schema.version
+
+
+def decode_turn(data: bytes) -> TurnRecord:
+    """Decode one topic record into a ``TurnRecord`` (current shape, whatever version wrote it).
+
+    Raises ``UnknownSchemaError`` or ``RecordDecodeError``; never anything else for bad bytes.
+    """
+    version = writer_version(data)
+    writer = SCHEMAS[version]
+    buf = io.BytesIO(data)
+    buf.seek(HEADER_BYTES)
+    try:
+        if version == CURRENT_VERSION:
+            datum = fastavro.schemaless_reader(buf, writer.parsed, None)
+        else:
+            datum = fastavro.schemaless_reader(buf, writer.parsed, _CURRENT.parsed)
+    except Exception as exc:  # fastavro raises many types (EOFError, UnicodeDecodeError, ...)
+        raise RecordDecodeError(f"Avro body does not decode: {type(exc).__name__}: {exc}") from None
+    if buf.tell() != len(data):
+        raise RecordDecodeError(f"{len(data) - buf.tell()} trailing bytes after the Avro body")
+    if not isinstance(datum, dict):
+        raise RecordDecodeError("Avro body is not a record")
+    producer = datum["producer"]
+    return TurnRecord(
+        project=datum["project"],
+        project_sha256=datum["projectSha256"],
+        host=datum["host"],
+        thread=datum["thread"],
+        turn_id=datum["turnId"],
+        seq=datum["seq"],
+        completed_at_micros=datum["completedAt"],
+        body=datum["body"],
+        content_digest=datum["contentDigest"],
+        producer_name=producer["name"],
+        producer_version=producer["version"],
+        produced_at_micros=producer["producedAt"],
+        attributes=producer.get("attributes", {}),
+    )

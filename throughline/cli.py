@@ -1,0 +1,82 @@
+"""The ``throughline`` console script: one entry point, one subcommand per job (CONTRACT section 7).
+
+Each package registers its own subcommands (``register(subparsers)`` in its ``cli`` module); this module
+only builds the parser and turns errors into exit codes:
+
+- 0: the command did its job (a read answered ``projection_pending`` or ``resync_required`` did its job);
+- 2: a hard input error, with ``{"error": {"code", "message"}}`` as JSON on stderr;
+- 1: any other failure, reported the same way;
+- 130: interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from throughline.errors import InputError, ThroughlineError
+
+# Modules that contribute subcommands; each has ``register(subparsers) -> None``.
+_COMMAND_MODULES = (
+    "throughline.producers.cli",
+    "throughline.projector.cli",
+    "throughline.reader.cli",
+    "throughline.serve.cli",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors follow the contract: JSON on stderr, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        emit_error(InputError(f"{self.prog}: {message}", code="invalid_arguments"))
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser."""
+    parser = _Parser(
+        prog="throughline",
+        description="Completed agent turns on a Kafka log, projected into DuckDB, read by an auditing Observer.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):  # that part is not built yet
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def emit_error(error: ThroughlineError) -> None:
+    """Print an error as one JSON document on stderr."""
+    print(json.dumps(error.to_json(), ensure_ascii=False), file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except ThroughlineError as exc:
+        emit_error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}), file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

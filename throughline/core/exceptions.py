@@ -1,0 +1,41 @@
+"""Errors of the pure core (identity, chain, cursor, page token, page range)."""
+
+from __future__ import annotations
+
+from throughline.errors import InputError
+
+
+class InvalidProjectError(InputError):
+    """The project name is empty, too long or not representable."""
+
+    code = "invalid_project"
+
+
+class InvalidTurnError(InputError):
+    """A turn's fields break the rules (missing, wrong type, too large, bad time)."""
+
+    code = "invalid_turn"
+
+
+class BodyTooLargeError(InvalidTurnError):
+    """A turn's body is larger than the log accepts."""
+
+    code = "body_too_large"
+
+
+class InvalidLimitError(InputError):
+    """``limit`` is not an integer in 1..100."""
+
+    code = "invalid_limit"
+
+
+class InvalidCursorError(InputError):
+    """A cursor string is not a well-formed throughline cursor of a known shape."""
+
+    code = "invalid_cursor"
+
+
+class PageTokenError(InputError):
+    """A page token is refused; ``code`` says why."""
+
+    code = "invalid_page_token"

@@ -1,0 +1,165 @@
+"""The fold: how one turn record changes its source's chain (pure; no Kafka, no DuckDB).
+
+For a record of source S whose chain has length ``n`` and head digest ``d(n)``:
+
+1. The record is refused (``Reject``) when it is unsound: not canonical, a content digest that does
+   not match its content, or a project that does not match the partition key it was written under.
+2. A turn id S has already applied (live or since superseded) is a ``Duplicate`` when its content is
+   the same (a retried or re-ingested append is applied once) and a ``Reject`` when it differs.
+3. No seq, or ``seq == n + 1``: ``Append`` at ``n + 1``.
+4. ``seq <= n`` (a rollback): turns ``seq..n`` are superseded (kept for audit, never served) and the
+   record becomes turn ``seq``, chained onto ``d(seq - 1)``.
+5. ``seq > n + 1``: ``Reject`` (a gap).
+
+Every ``Append`` makes S its project's head source. ``ChainBook`` is the in-memory fold over whole
+histories; the DuckDB projection applies the same decisions in bulk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from throughline.core.chain import CHAIN_ORIGIN, next_chain_digest
+from throughline.core.turn import TurnRecord, verify_turn
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """A source's chain at one moment: its length and ``d(length)``."""
+
+    length: int = 0
+    chain_digest: bytes = CHAIN_ORIGIN
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """The record becomes turn ``seq``; turns ``seq..previous length`` are superseded when rewinding."""
+
+    seq: int
+    chain_digest: bytes
+    rewound_from: int | None  # previous length when this append rewinds the chain, else None
+
+    @property
+    def is_rewind(self) -> bool:
+        """True when the append replaced later turns."""
+        return self.rewound_from is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """The same turn was applied before; nothing changes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """The record cannot enter the chain; it is quarantined with ``reason``."""
+
+    reason: str
+
+
+Outcome = Append | Duplicate | Reject
+
+
+def record_problem(record: TurnRecord, partition_key: bytes | None) -> str | None:
+    """Why a decoded record is unsound on its own (before any chain is consulted), or ``None``."""
+    problem = verify_turn(record)
+    if problem is not None:
+        return problem
+    if partition_key is not None and partition_key != record.project_sha256:
+        return "record's project does not match its partition key"
+    return None
+
+
+def fold_turn(
+    head: ChainHead,
+    record: TurnRecord,
+    *,
+    applied_content: bytes | None,
+    digest_at: Callable[[int], bytes],
+) -> Outcome:
+    """Decide what ``record`` does to a chain whose current head is ``head``.
+
+    ``applied_content`` is the content digest this source already applied under the record's turn id
+    (``None`` if never); ``digest_at(k)`` returns ``d(k)`` of the live chain for ``0 <= k < length``
+    (only called when rewinding).
+    """
+    if applied_content is not None:
+        if applied_content == record.content_digest:
+            return Duplicate()
+        return Reject(f"turn id was already applied with other content (seq {record.seq})")
+    seq = record.seq
+    if seq is None or seq == head.length + 1:
+        return Append(head.length + 1, next_chain_digest(head.chain_digest, record.content_digest), None)
+    if seq > head.length + 1:
+        return Reject(f"seq {seq} leaves a gap after length {head.length}")
+    base = CHAIN_ORIGIN if seq == 1 else digest_at(seq - 1)
+    return Append(seq, next_chain_digest(base, record.content_digest), head.length)
+
+
+@dataclass(frozen=True, slots=True)
+class BookTurn:
+    """A turn in the in-memory book."""
+
+    seq: int
+    turn_id: str
+    content_digest: bytes
+    chain_digest: bytes
+    partition: int
+    offset: int
+    record: TurnRecord
+
+
+@dataclass
+class ChainBook:
+    """An in-memory fold over whole histories (the reference the DuckDB projection must agree with)."""
+
+    live: dict[bytes, list[BookTurn]] = field(default_factory=dict)
+    applied: dict[bytes, dict[str, bytes]] = field(default_factory=dict)
+    superseded: list[BookTurn] = field(default_factory=list)
+    heads: dict[bytes, bytes] = field(default_factory=dict)
+    quarantined: list[tuple[int, int, str]] = field(default_factory=list)
+    broken: set[bytes] = field(default_factory=set)
+
+    def head_of(self, source: bytes) -> ChainHead:
+        """The current head of a source's chain."""
+        turns = self.live.get(source)
+        if not turns:
+            return ChainHead()
+        return ChainHead(turns[-1].seq, turns[-1].chain_digest)
+
+    def apply(self, record: TurnRecord, partition: int, offset: int, partition_key: bytes | None = None) -> Outcome:
+        """Fold one record at log position (partition, offset)."""
+        problem = record_problem(record, partition_key)
+        if problem is not None:
+            self.quarantined.append((partition, offset, problem))
+            return Reject(problem)
+        source = record.source_sha256
+        turns = self.live.setdefault(source, [])
+        seen = self.applied.setdefault(source, {})
+        outcome = fold_turn(
+            self.head_of(source),
+            record,
+            applied_content=seen.get(record.turn_id),
+            digest_at=lambda k: turns[k - 1].chain_digest,
+        )
+        if isinstance(outcome, Reject):
+            self.quarantined.append((partition, offset, outcome.reason))
+            self.broken.add(source)
+        elif isinstance(outcome, Append):
+            if outcome.is_rewind:
+                self.superseded.extend(turns[outcome.seq - 1 :])
+                del turns[outcome.seq - 1 :]
+            turns.append(
+                BookTurn(
+                    outcome.seq, record.turn_id, record.content_digest, outcome.chain_digest, partition, offset, record
+                )
+            )
+            seen[record.turn_id] = record.content_digest
+            self.heads[record.project_sha256] = source
+        return outcome
+
+    def apply_all(self, records: Iterable[tuple[TurnRecord, int, int]]) -> None:
+        """Fold (record, partition, offset) triples in order."""
+        for record, partition, offset in records:
+            self.apply(record, partition, offset)

@@ -1,0 +1,155 @@
+"""Page tokens (schema ``throughline.observer_page.v1``): opaque, MAC'd, bound to one read series.
+
+Format::
+
+    "tlp1." + base64url(payload) + "." + base64url(HMAC-SHA-256(key, DOMAIN || payload))
+
+``payload`` is canonical JSON (sorted keys, no spaces) of exactly::
+
+    {"afterSha256": hex, "offset": int, "projectSha256": hex, "schema": "throughline.observer_page.v1",
+     "throughSha256": hex}
+
+- ``projectSha256``: SHA-256 of the canonical project; ``afterSha256`` / ``throughSha256``: SHA-256 of
+  the exact cursor strings the series uses (a null after cursor hashes ``NULL_AFTER``).
+- ``offset``: where the next page starts within the series' range, a safe integer >= 0.
+
+A token embeds no path, text, raw id or cursor text. It is never usable alone: ``open_page_token``
+re-hashes the project, after and through the caller sent and requires an exact match. Every refusal is a
+``PageTokenError`` (a hard input error) with a stable ``code``:
+
+========================  ==========================================================
+``page_token_oversize``   longer than 4 KiB
+``page_token_version``    a token of another schema version
+``page_token_malformed``  not a token of this shape at all
+``page_token_tampered``   the MAC does not verify (any changed byte, or another key)
+``page_token_mismatch``   bound to another project, after cursor or through cursor
+``page_token_offset``     an offset past the end of the series' range
+========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from throughline.core.encoding import b64url_decode, b64url_encode
+from throughline.core.exceptions import PageTokenError
+
+SCHEMA = "throughline.observer_page.v1"
+MAX_TOKEN_BYTES = 4096
+MAX_SAFE_INTEGER = 2**53 - 1
+NULL_AFTER = b"throughline.observer_page.v1:null-after-cursor"
+_DOMAIN = b"throughline.observer_page.v1\x00"
+_PREFIX = "tlp1."
+_SHAPE = re.compile(r"^tlp([0-9]{1,4})\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$")
+_HEX64 = r"^[0-9a-f]{64}$"
+
+
+class _Payload(BaseModel):
+    """The exact schema of a token's payload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    schema_: Literal["throughline.observer_page.v1"] = Field(alias="schema")
+    projectSha256: str = Field(pattern=_HEX64)
+    afterSha256: str = Field(pattern=_HEX64)
+    throughSha256: str = Field(pattern=_HEX64)
+    offset: int = Field(ge=0, le=MAX_SAFE_INTEGER)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesBinding:
+    """What a page token is bound to: one project, one exact after cursor, one exact through cursor."""
+
+    project_sha256: bytes
+    after_sha256: bytes
+    through_sha256: bytes
+
+    @classmethod
+    def of(cls, project_sha256: bytes, after_cursor: str | None, through_cursor: str) -> SeriesBinding:
+        """Hash the exact strings a caller sent."""
+        after = NULL_AFTER if after_cursor is None else after_cursor.encode("utf-8")
+        return cls(
+            project_sha256,
+            hashlib.sha256(after).digest(),
+            hashlib.sha256(through_cursor.encode("utf-8")).digest(),
+        )
+
+
+def _mac(key: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, _DOMAIN + payload, hashlib.sha256).digest()
+
+
+def issue_page_token(key: bytes, binding: SeriesBinding, offset: int) -> str:
+    """Issue the token of the page that starts at ``offset`` of the series ``binding`` names."""
+    if isinstance(offset, bool) or not 0 <= offset <= MAX_SAFE_INTEGER:
+        raise ValueError("offset must be a safe integer >= 0")
+    payload = json.dumps(
+        {
+            "afterSha256": binding.after_sha256.hex(),
+            "offset": offset,
+            "projectSha256": binding.project_sha256.hex(),
+            "schema": SCHEMA,
+            "throughSha256": binding.through_sha256.hex(),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode("ascii")
+    return _PREFIX + b64url_encode(payload) + "." + b64url_encode(_mac(key, payload))
+
+
+def open_page_token(key: bytes, token: object, binding: SeriesBinding) -> int:
+    """Verify ``token`` against ``binding`` and return its offset; raise ``PageTokenError`` otherwise.
+
+    The offset is not checked against the series' range here (the range is known only after the
+    cursors are resolved); ``check_offset_in_range`` does that.
+    """
+    if not isinstance(token, str):
+        raise PageTokenError("page token must be a string", code="page_token_malformed")
+    if len(token.encode("utf-8", "surrogatepass")) > MAX_TOKEN_BYTES:
+        raise PageTokenError(f"page token is larger than {MAX_TOKEN_BYTES} bytes", code="page_token_oversize")
+    m = _SHAPE.match(token)
+    if not m:
+        raise PageTokenError("page token is malformed", code="page_token_malformed")
+    if m.group(1) != "1":
+        raise PageTokenError(f"page token version {m.group(1)} is not {SCHEMA}", code="page_token_version")
+    payload = b64url_decode(m.group(2))
+    tag = b64url_decode(m.group(3))
+    if payload is None or tag is None or len(tag) != 32:
+        raise PageTokenError("page token is malformed", code="page_token_malformed")
+    if not hmac.compare_digest(tag, _mac(key, payload)):
+        raise PageTokenError("page token failed verification", code="page_token_tampered")
+    try:
+        raw = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        raise PageTokenError("page token payload is malformed", code="page_token_malformed") from None
+    if isinstance(raw, dict) and raw.get("schema") != SCHEMA and "schema" in raw:
+        raise PageTokenError("page token is of another schema version", code="page_token_version")
+    try:
+        parsed = _Payload.model_validate(raw)
+    except ValidationError:
+        raise PageTokenError("page token does not match its schema", code="page_token_malformed") from None
+    if (
+        parsed.projectSha256 != binding.project_sha256.hex()
+        or parsed.afterSha256 != binding.after_sha256.hex()
+        or parsed.throughSha256 != binding.through_sha256.hex()
+    ):
+        raise PageTokenError(
+            "page token belongs to another project, after cursor or through cursor", code="page_token_mismatch"
+        )
+    return parsed.offset
+
+
+def check_offset_in_range(offset: int, range_size: int) -> None:
+    """A token's offset must name a page inside the series' range."""
+    if offset >= range_size:
+        raise PageTokenError(
+            f"page token offset {offset} is past the end of the series ({range_size} turns)",
+            code="page_token_offset",
+        )

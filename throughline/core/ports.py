@@ -1,0 +1,201 @@
+"""Ports between the pure core and the edges (DuckDB projection, Kafka log).
+
+The reader depends only on these protocols. Each has a real adapter at the edge
+(``throughline.projector.store`` for DuckDB, ``throughline.log`` for Kafka) and an in-memory adapter
+here (``BookProjection``, ``FixedLog``), and one contract test class runs against both.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from throughline.core.cursor import Cursor
+from throughline.core.fold import BookTurn, ChainBook
+from throughline.core.partitioning import partition_for
+from throughline.core.turn import TurnRecord
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTurn:
+    """A live turn of a chain as the projection holds it."""
+
+    seq: int
+    turn_id: str
+    completed_at_micros: int
+    body: str
+    body_bytes: int
+    content_digest: bytes
+    chain_digest: bytes
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """A source's chain head and health as the projection holds it."""
+
+    project_sha256: bytes
+    source_sha256: bytes
+    length: int
+    chain_digest: bytes
+    broken_reason: str | None  # set once a record of this source was quarantined
+
+
+class ProjectionView(Protocol):
+    """One consistent snapshot of the projection: every method reads the same committed state."""
+
+    def applied_offset(self, partition: int) -> int:
+        """The next offset the projector will apply on ``partition`` (0 when nothing was applied)."""
+        ...
+
+    def head(self, project_sha256: bytes) -> Cursor | None:
+        """The project's head source's full chain as a cursor, or ``None`` when it has no turns."""
+        ...
+
+    def source(self, source_sha256: bytes) -> SourceInfo | None:
+        """The state of one source's chain, or ``None`` when the projection has never seen it."""
+        ...
+
+    def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
+        """Live turns with ``first_seq <= seq <= last_seq``, ascending (rows missing are simply absent)."""
+        ...
+
+
+class Projection(Protocol):
+    """A projection the reader can take snapshots of and wait on."""
+
+    def view(self) -> AbstractContextManager[ProjectionView]:
+        """A context manager yielding one consistent snapshot."""
+        ...
+
+    def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until ``applied_offset(partition) >= offset``."""
+        ...
+
+
+class LogView(Protocol):
+    """What the reader needs to know about the log right now."""
+
+    def partition_of(self, project_sha256: bytes) -> int:
+        """The partition that holds the project's records."""
+        ...
+
+    def end_offset(self, partition: int) -> int:
+        """The partition's end offset (the offset the next record will get) at the time of the call."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------- in memory
+
+
+def cursor_of(project_sha256: bytes, source_sha256: bytes, turn: BookTurn | StoredTurn) -> Cursor:
+    """The cursor naming the prefix that ends with ``turn``."""
+    return Cursor(project_sha256, source_sha256, turn.seq, turn.chain_digest, turn.partition, turn.offset)
+
+
+def _stored(turn: BookTurn) -> StoredTurn:
+    body = turn.record.body
+    return StoredTurn(
+        turn.seq,
+        turn.turn_id,
+        turn.record.completed_at_micros,
+        body,
+        len(body.encode("utf-8")),
+        turn.content_digest,
+        turn.chain_digest,
+        turn.partition,
+        turn.offset,
+    )
+
+
+@dataclass
+class _BookView:
+    book: ChainBook
+    applied: dict[int, int]
+    projects: dict[bytes, bytes]
+
+    def applied_offset(self, partition: int) -> int:
+        return self.applied.get(partition, 0)
+
+    def head(self, project_sha256: bytes) -> Cursor | None:
+        source = self.book.heads.get(project_sha256)
+        if source is None or not self.book.live.get(source):
+            return None
+        return cursor_of(project_sha256, source, self.book.live[source][-1])
+
+    def source(self, source_sha256: bytes) -> SourceInfo | None:
+        if source_sha256 not in self.book.live:
+            return None
+        head = self.book.head_of(source_sha256)
+        broken = "quarantined record" if source_sha256 in self.book.broken else None
+        return SourceInfo(self.projects[source_sha256], source_sha256, head.length, head.chain_digest, broken)
+
+    def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
+        live = self.book.live.get(source_sha256, [])
+        return [_stored(t) for t in live[max(0, first_seq - 1) : max(0, last_seq)]]
+
+
+@dataclass
+class BookProjection:
+    """An in-memory projection over a ``ChainBook``, for pure tests of the reader.
+
+    ``apply`` folds a record and advances the applied offset of its partition, as the projector does.
+    """
+
+    book: ChainBook = field(default_factory=ChainBook)
+    applied: dict[int, int] = field(default_factory=dict)
+    _projects: dict[bytes, bytes] = field(default_factory=dict)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def apply(self, record: TurnRecord, partition: int, offset: int) -> None:
+        """Fold one record at (partition, offset)."""
+        with self._changed:
+            self.book.apply(record, partition, offset)
+            self._projects.setdefault(record.source_sha256, record.project_sha256)
+            self.applied[partition] = offset + 1
+            self._changed.notify_all()
+
+    @contextmanager
+    def view(self) -> Iterator[ProjectionView]:
+        """A snapshot (copies the small maps; the book is only read under the lock)."""
+        with self._changed:
+            snapshot = ChainBook(
+                live={k: list(v) for k, v in self.book.live.items()},
+                applied={k: dict(v) for k, v in self.book.applied.items()},
+                heads=dict(self.book.heads),
+                broken=set(self.book.broken),
+            )
+            view = _BookView(snapshot, dict(self.applied), dict(self._projects))
+        yield view
+
+    def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
+        """Wait until the partition's applied offset reaches ``offset``."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while self.applied.get(partition, 0) < offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+
+@dataclass
+class FixedLog:
+    """An in-memory log view: a fixed partition count and end offsets set by the test."""
+
+    partitions: int = 1
+    ends: dict[int, int] = field(default_factory=dict)
+
+    def partition_of(self, project_sha256: bytes) -> int:
+        """Kafka's default partitioner over the project hash."""
+        return partition_for(project_sha256, self.partitions)
+
+    def end_offset(self, partition: int) -> int:
+        """The end offset the test set (0 by default)."""
+        return self.ends.get(partition, 0)

@@ -1,0 +1,165 @@
+"""A completed turn as it travels on the log: the internal value type and its validation.
+
+``TurnRecord`` is what one topic record holds after decoding. ``build_turn`` is the single place that
+validates a turn and computes its content digest; producers call it before encoding and the projector
+calls ``verify_turn`` after decoding, so a record that was tampered with or written by a buggy producer
+is caught before it can enter a chain.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from throughline.core.chain import content_digest, micros_since_epoch
+from throughline.core.exceptions import BodyTooLargeError, InvalidTurnError
+from throughline.core.identity import canonical_project, project_sha256, source_sha256, validate_name
+
+#: Largest body (UTF-8 bytes) a turn may carry. The topic's ``max.message.bytes`` is set to
+#: ``TOPIC_MAX_MESSAGE_BYTES`` so that any valid turn, with its other fields, fits in one record.
+MAX_BODY_BYTES = 512 * 1024
+TOPIC_MAX_MESSAGE_BYTES = 1024 * 1024
+#: Largest ``seq`` accepted: JavaScript's safe integer bound, so cursors and wire documents stay exact.
+MAX_SEQ = 2**53 - 1
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_rfc3339(text: object) -> int:
+    """Parse an RFC 3339 timestamp with an offset into microseconds since the epoch (UTC).
+
+    Fractions beyond microseconds are truncated, not rounded, so a parse never moves a time forward.
+    """
+    if not isinstance(text, str):
+        raise InvalidTurnError("completedAt must be an RFC 3339 string")
+    m = _RFC3339.match(text)
+    if not m:
+        raise InvalidTurnError("completedAt must be RFC 3339 with a time zone, e.g. 2026-01-02T03:04:05Z")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    frac = (m.group(7) or ".")[1:]
+    micros = int((frac + "000000")[:6]) if frac else 0
+    zone = m.group(8)
+    try:
+        if second == 60:  # a leap second is folded into the last representable microsecond
+            second, micros = 59, 999_999
+        moment = datetime(year, month, day, hour, minute, second, micros, tzinfo=UTC)
+    except ValueError as exc:
+        raise InvalidTurnError(f"completedAt is not a real date/time: {exc}") from None
+    if zone not in ("Z", "z"):
+        sign = 1 if zone[0] == "+" else -1
+        zh, zm = int(zone[1:3]), int(zone[4:6])
+        if zh > 23 or zm > 59:
+            raise InvalidTurnError("completedAt has an impossible UTC offset")
+        moment -= sign * timedelta(hours=zh, minutes=zm)
+    return micros_since_epoch(moment)
+
+
+def format_rfc3339(micros: int) -> str:
+    """Format microseconds since the epoch as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (always UTC)."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One completed turn, as carried by one topic record."""
+
+    project: str
+    project_sha256: bytes
+    host: str
+    thread: str
+    turn_id: str
+    seq: int | None
+    completed_at_micros: int
+    body: str
+    content_digest: bytes
+    producer_name: str = "throughline"
+    producer_version: str = "0"
+    produced_at_micros: int = 0
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def source_sha256(self) -> bytes:
+        """Hash-only identity of this turn's (host, thread) within its project."""
+        return source_sha256(self.project_sha256, self.host, self.thread)
+
+    @property
+    def body_bytes(self) -> int:
+        """Length of the body in UTF-8 bytes."""
+        return len(self.body.encode("utf-8"))
+
+
+def build_turn(
+    *,
+    project: str,
+    host: str,
+    thread: str,
+    turn_id: str,
+    completed_at_micros: int,
+    body: str,
+    seq: int | None = None,
+    producer_name: str = "throughline",
+    producer_version: str = "0",
+    produced_at_micros: int = 0,
+    attributes: Mapping[str, str] | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> TurnRecord:
+    """Validate a turn's fields and return it with its canonical project and content digest."""
+    canonical = canonical_project(project)
+    validate_name(host, "host")
+    validate_name(thread, "thread")
+    validate_name(turn_id, "turnId")
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_SEQ):
+        raise InvalidTurnError(f"seq must be an integer in 1..{MAX_SEQ}")
+    if isinstance(completed_at_micros, bool) or not isinstance(completed_at_micros, int):
+        raise InvalidTurnError("completedAt must be a time")
+    if not isinstance(body, str):
+        raise InvalidTurnError("body must be a string")
+    try:
+        size = len(body.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidTurnError("body is not valid Unicode text") from None
+    if size > max_body_bytes:
+        raise BodyTooLargeError(f"body is {size} bytes; the limit is {max_body_bytes} bytes")
+    return TurnRecord(
+        project=canonical,
+        project_sha256=project_sha256(canonical),
+        host=host,
+        thread=thread,
+        turn_id=turn_id,
+        seq=seq,
+        completed_at_micros=completed_at_micros,
+        body=body,
+        content_digest=content_digest(turn_id, completed_at_micros, body),
+        producer_name=producer_name,
+        producer_version=producer_version,
+        produced_at_micros=produced_at_micros,
+        attributes=dict(attributes or {}),
+    )
+
+
+def verify_turn(record: TurnRecord) -> str | None:
+    """Return why a decoded record must not enter a chain, or ``None`` when it is sound."""
+    try:
+        rebuilt = build_turn(
+            project=record.project,
+            host=record.host,
+            thread=record.thread,
+            turn_id=record.turn_id,
+            completed_at_micros=record.completed_at_micros,
+            body=record.body,
+            seq=record.seq,
+        )
+    except InvalidTurnError as exc:
+        return f"{exc.code}: {exc.message}"
+    if rebuilt.project != record.project:
+        return "project is not in canonical form"
+    if rebuilt.project_sha256 != record.project_sha256:
+        return "projectSha256 does not match the project"
+    if rebuilt.content_digest != record.content_digest:
+        return "contentDigest does not match the turn's content"
+    return None

@@ -1,0 +1,46 @@
+"""The root of every error throughline raises.
+
+Each package keeps its own ``exceptions.py`` whose classes derive from these. Every error carries:
+
+- ``code``: a stable, machine-readable string (the CLI prints it as ``{"error": {"code", "message"}}``
+  and the HTTP API returns it); codes never change meaning once published.
+- ``retriable``: whether the same call may succeed later without the caller changing anything
+  (a broker that is down, a projection file that is busy), as kafka-python's errors do.
+- ``exit_code``: what the CLI exits with: 2 for a hard input error, 1 for any other failure.
+"""
+
+from __future__ import annotations
+
+
+class ThroughlineError(Exception):
+    """Root of all throughline errors."""
+
+    code: str = "internal_error"
+    retriable: bool = False
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, code: str | None = None, retriable: bool | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if retriable is not None:
+            self.retriable = retriable
+
+    def to_json(self) -> dict[str, dict[str, str]]:
+        """The error as the CLI and HTTP API print it."""
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+class InputError(ThroughlineError):
+    """A hard input error: the caller sent something the contract refuses (CLI exit code 2)."""
+
+    code = "invalid_input"
+    exit_code = 2
+
+
+class ConfigurationError(ThroughlineError):
+    """Settings are missing or contradictory (a missing bootstrap server, an unusable key file)."""
+
+    code = "configuration_error"
+    exit_code = 2

@@ -1,0 +1,50 @@
+"""Connection settings shared by every command: flags first, then the environment, then defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+from throughline.errors import ConfigurationError
+
+DEFAULT_TOPIC = "throughline.turns"
+DEFAULT_DB = "throughline.duckdb"
+ENV_BOOTSTRAP = "THROUGHLINE_BOOTSTRAP_SERVERS"
+ENV_TOPIC = "THROUGHLINE_TOPIC"
+ENV_DB = "THROUGHLINE_DB"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Where the log and the projection are."""
+
+    bootstrap_servers: str | None
+    topic: str
+    db: str
+
+    def require_bootstrap(self) -> list[str]:
+        """The bootstrap servers as a list, or a ``ConfigurationError`` naming the flag and variable."""
+        if not self.bootstrap_servers:
+            raise ConfigurationError(
+                f"no Kafka bootstrap servers: pass --bootstrap-servers or set {ENV_BOOTSTRAP}",
+                code="missing_bootstrap_servers",
+            )
+        return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--bootstrap-servers``, ``--topic`` and ``--db`` (each falls back to its variable)."""
+    group = parser.add_argument_group("connection")
+    group.add_argument("--bootstrap-servers", default=None, help=f"Kafka bootstrap servers (env {ENV_BOOTSTRAP})")
+    group.add_argument("--topic", default=None, help=f"topic of completed turns (env {ENV_TOPIC}, default {DEFAULT_TOPIC})")
+    group.add_argument("--db", default=None, help=f"DuckDB projection file (env {ENV_DB}, default {DEFAULT_DB})")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Resolve settings from parsed flags and the environment."""
+    return Settings(
+        bootstrap_servers=getattr(args, "bootstrap_servers", None) or os.environ.get(ENV_BOOTSTRAP) or None,
+        topic=getattr(args, "topic", None) or os.environ.get(ENV_TOPIC) or DEFAULT_TOPIC,
+        db=getattr(args, "db", None) or os.environ.get(ENV_DB) or DEFAULT_DB,
+    )
