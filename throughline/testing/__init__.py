@@ -1,0 +1,80 @@
+"""Test support for throughline: a real Apache Kafka broker, provisioned three ways.
+
+See :mod:`throughline.testing.kafka` for the details, and :mod:`throughline.testing.pytest_plugin`
+for the pytest fixtures (``kafka_bootstrap``, ``kafka_broker``, ``kafka_topic_name``, ...).
+
+The names below are re-exported lazily, so that ``python -m throughline.testing.kafka`` does not
+import the module twice.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from throughline.testing.kafka import (
+        DOCKER_IMAGE,
+        KAFKA_VERSION,
+        BrokerSettings,
+        BrokerStartError,
+        BrokerState,
+        DockerKafka,
+        DockerUnavailableError,
+        ExternalKafka,
+        HarnessError,
+        JavaNotFoundError,
+        KafkaBroker,
+        KafkaDistribution,
+        KafkaHandle,
+        MavenFetchError,
+        admin_client,
+        create_topic,
+        docker_available,
+        fetch_kafka_jars,
+        free_port,
+        kafka_cache_dir,
+        provision_kafka,
+        provision_private_kafka,
+        running_broker,
+        start_broker,
+        wait_for_kafka,
+    )
+
+__all__ = [
+    "DOCKER_IMAGE",
+    "KAFKA_VERSION",
+    "BrokerSettings",
+    "BrokerStartError",
+    "BrokerState",
+    "DockerKafka",
+    "DockerUnavailableError",
+    "ExternalKafka",
+    "HarnessError",
+    "JavaNotFoundError",
+    "KafkaBroker",
+    "KafkaDistribution",
+    "KafkaHandle",
+    "MavenFetchError",
+    "admin_client",
+    "create_topic",
+    "docker_available",
+    "fetch_kafka_jars",
+    "free_port",
+    "kafka_cache_dir",
+    "provision_kafka",
+    "provision_private_kafka",
+    "running_broker",
+    "start_broker",
+    "wait_for_kafka",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("throughline.testing.kafka"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

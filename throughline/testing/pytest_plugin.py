@@ -1,0 +1,168 @@
+"""pytest fixtures for a real Apache Kafka broker (registered as the ``throughline_kafka`` plugin).
+
+Session-wide, started lazily the first time a test asks for it, stopped at session end:
+
+``kafka_broker``
+    The :class:`~throughline.testing.kafka.KafkaHandle` (``.bootstrap_servers``, ``.provider``,
+    ``.restart()`` where supported). Provisioned by :func:`~throughline.testing.kafka.provision_kafka`:
+    ``THROUGHLINE_TEST_BOOTSTRAP_SERVERS``, else Docker, else a JVM broker from Maven Central jars.
+``kafka_bootstrap``
+    ``"host:port"`` of that broker.
+
+Per test:
+
+``kafka_topic_name`` / ``kafka_group_id``
+    Unique names (nothing is created: tests create topics with the partitions they need).
+``kafka_create_topic``
+    ``kafka_create_topic(name, partitions=3, configs={...})`` on the session broker.
+``kafka_admin``
+    A ``KafkaAdminClient`` on the session broker, closed after the test.
+``kafka_broker_factory``
+    ``kafka_broker_factory()`` starts a *private* restartable broker (Docker or JVM, never the
+    external one) for tests that stop, kill or restart it; all are closed after the test.
+
+Tests under a ``tests/integration/`` folder are marked ``integration``. Nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from throughline.testing.kafka import (
+    DockerKafka,
+    KafkaBroker,
+    KafkaHandle,
+    admin_client,
+    create_topic,
+    provision_kafka,
+    provision_private_kafka,
+)
+
+_INFO_KEY = pytest.StashKey[list[str]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "integration: talks to a real Apache Kafka broker (started by the harness)"
+    )
+    config.stash[_INFO_KEY] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.parts
+        if any(a == "tests" and b == "integration" for a, b in zip(parts, parts[1:], strict=False)):
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    lines = config.stash.get(_INFO_KEY, [])
+    if lines:
+        terminalreporter.section("throughline kafka", sep="-")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def _terminal_reporter(config: pytest.Config) -> Callable[[str], None]:
+    """A reporter that writes straight to the terminal, even while output is captured."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+
+    def report(message: str) -> None:
+        line = f"[throughline.kafka] {message}"
+        if tr is None:
+            return
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.ensure_newline()
+                tr.write_line(line)
+        else:
+            tr.ensure_newline()
+            tr.write_line(line)
+
+    return report
+
+
+def _sanitize(name: str, limit: int = 80) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")
+    return (cleaned[:limit].rstrip("-._") or "test").lower()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaHandle]:
+    """The session's Kafka broker, provisioned on first use and closed at session end."""
+    report = _terminal_reporter(request.config)
+    started = time.monotonic()
+    handle = provision_kafka(report=report)
+    elapsed = time.monotonic() - started
+    line = f"provider={handle.provider} bootstrap={handle.bootstrap_servers} ready in {elapsed:.1f}s: {handle.describe()}"
+    report(line)
+    request.config.stash[_INFO_KEY].append(line)
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaHandle) -> str:
+    """``"host:port"`` of the session's Kafka broker."""
+    return kafka_broker.bootstrap_servers
+
+
+@pytest.fixture
+def kafka_topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name unique to this test (not created)."""
+    return f"t-{_sanitize(request.node.name)}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def kafka_group_id(request: pytest.FixtureRequest) -> str:
+    """A consumer group id unique to this test."""
+    return f"g-{_sanitize(request.node.name)}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def kafka_admin(kafka_bootstrap: str) -> Iterator[Any]:
+    """A ``kafka.admin.KafkaAdminClient`` on the session broker, closed after the test."""
+    admin = admin_client(kafka_bootstrap, 30.0)
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def kafka_create_topic(kafka_bootstrap: str) -> Callable[..., str]:
+    """``kafka_create_topic(name, partitions=1, configs=None)`` creates a topic and returns its name."""
+
+    def _create(name: str, partitions: int = 1, configs: Mapping[str, str] | None = None) -> str:
+        create_topic(kafka_bootstrap, name, partitions=partitions, configs=configs)
+        return name
+
+    return _create
+
+
+@pytest.fixture
+def kafka_broker_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[], KafkaBroker | DockerKafka]]:
+    """Start private, restartable brokers for destructive tests; each is closed after the test."""
+    report = _terminal_reporter(request.config)
+    started: list[KafkaBroker | DockerKafka] = []
+
+    def _start() -> KafkaBroker | DockerKafka:
+        handle = provision_private_kafka(report=report)
+        started.append(handle)
+        report(f"private broker for {request.node.name}: {handle.describe()}")
+        return handle
+
+    try:
+        yield _start
+    finally:
+        for handle in reversed(started):
+            handle.close()
