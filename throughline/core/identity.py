@@ -44,7 +44,7 @@ def canonical_project(project: str) -> str:
         raise InvalidProjectError(f"project is longer than {MAX_PROJECT_CHARS} characters")
     if "\x00" in text:
         raise InvalidProjectError("project must not contain NUL")
-    _require_encodable(text, "project")
+    _require_encodable(text, "project", InvalidProjectError)
     return text
 
 
@@ -61,15 +61,15 @@ def validate_name(value: object, field: str) -> str:
         raise InvalidTurnError(f"{field} is longer than {MAX_NAME_CHARS} characters")
     if "\x00" in value:
         raise InvalidTurnError(f"{field} must not contain NUL")
-    _require_encodable(value, field)
+    _require_encodable(value, field, InvalidTurnError)
     return value
 
 
-def _require_encodable(text: str, field: str) -> None:
+def _require_encodable(text: str, field: str, error: type[InvalidTurnError | InvalidProjectError]) -> None:
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates cannot be stored or hashed
-        raise InvalidTurnError(f"{field} is not valid Unicode text") from exc
+    except UnicodeEncodeError:  # lone surrogates cannot be stored or hashed
+        raise error(f"{field} is not valid Unicode text") from None
 
 
 def _framed(data: bytes) -> bytes:

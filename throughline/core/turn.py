@@ -23,9 +23,13 @@ MAX_BODY_BYTES = 512 * 1024
 TOPIC_MAX_MESSAGE_BYTES = 1024 * 1024
 #: Largest ``seq`` accepted: JavaScript's safe integer bound, so cursors and wire documents stay exact.
 MAX_SEQ = 2**53 - 1
+#: ``completedAt`` range: what RFC 3339 can write (years 0001..9999), in microseconds since the epoch.
+MIN_COMPLETED_AT_MICROS = -62_135_596_800_000_000
+MAX_COMPLETED_AT_MICROS = 253_402_300_799_999_999
 
+# ASCII digits only, and \Z rather than $ (which would accept a trailing newline).
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})\Z", re.ASCII
 )
 
 
@@ -54,14 +58,18 @@ def parse_rfc3339(text: object) -> int:
         zh, zm = int(zone[1:3]), int(zone[4:6])
         if zh > 23 or zm > 59:
             raise InvalidTurnError("completedAt has an impossible UTC offset")
-        moment -= sign * timedelta(hours=zh, minutes=zm)
+        try:
+            moment -= sign * timedelta(hours=zh, minutes=zm)
+        except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+            raise InvalidTurnError("completedAt lies outside the years 0001..9999 in UTC") from None
     return micros_since_epoch(moment)
 
 
 def format_rfc3339(micros: int) -> str:
     """Format microseconds since the epoch as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (always UTC)."""
     moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # %Y does not zero-pad years below 1000 on every libc; RFC 3339 needs four digits.
+    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S.%f}Z"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +125,8 @@ def build_turn(
         raise InvalidTurnError(f"seq must be an integer in 1..{MAX_SEQ}")
     if isinstance(completed_at_micros, bool) or not isinstance(completed_at_micros, int):
         raise InvalidTurnError("completedAt must be a time")
+    if not MIN_COMPLETED_AT_MICROS <= completed_at_micros <= MAX_COMPLETED_AT_MICROS:
+        raise InvalidTurnError("completedAt must lie in the years 0001..9999")
     if not isinstance(body, str):
         raise InvalidTurnError("body must be a string")
     try:

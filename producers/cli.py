@@ -1,0 +1,170 @@
+"""``throughline ingest FILE|- [--follow] [--state STATE] [--partitions N] [--allow-lossy-topic]``.
+
+Appends completed turns from JSON Lines (see ``throughline.producers.ingest``). On stderr: one
+``line N: CODE: message`` per rejected line, progress every 2 s (only when stderr is a terminal, or
+with ``--progress``; ``--no-progress`` silences it), and at the end the summary
+``ingested N turns from FILE, M lines rejected``.
+
+Exit codes: 0 when every line landed (or was blank); 2 when any line was rejected (the last stderr line
+is then ``{"error": {"code": "lines_rejected", ...}}``); 1 when the broker failed (the state, if any,
+records exactly what was acknowledged); 130 when a non-following ingest was interrupted. A following
+ingest stopped by SIGINT/SIGTERM flushes, saves its state and exits as if its input had ended (0, or 2
+when lines were rejected).
+
+State: ``--follow`` keeps a state file (``FILE.ingest-state`` unless ``--state`` says otherwise) and
+resumes from it; without ``--follow`` a state file is used only when ``--state`` is given. Standard
+input has no state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from typing import Any
+
+from throughline.cli import emit_error
+from throughline.errors import ThroughlineError
+from throughline.log import DEFAULT_PARTITIONS
+from throughline.producers.exceptions import IngestStateError, LinesRejectedError
+from throughline.producers.ingest import (
+    POLL_INTERVAL,
+    Ingest,
+    LineReader,
+    StopOnSignals,
+    default_state_path,
+    load_state,
+)
+from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
+from throughline.settings import add_connection_options, settings_from
+
+INGEST_PRODUCER_NAME = "throughline-ingest"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``ingest`` subcommand."""
+    p = subparsers.add_parser(
+        "ingest",
+        help="append completed turns from JSON Lines to the log",
+        description="Append completed turns from JSON Lines (one turn a line) to the topic.",
+    )
+    p.add_argument("file", metavar="FILE", help="JSON Lines file, or - for standard input")
+    p.add_argument("--follow", action="store_true", help="keep reading as the file grows (like tail -F)")
+    p.add_argument("--state", default=None, help="resume state file (default with --follow: FILE.ingest-state)")
+    p.add_argument(
+        "--partitions",
+        metavar="N",
+        type=_positive_int,
+        default=DEFAULT_PARTITIONS,
+        help=f"partitions when the topic is created (default {DEFAULT_PARTITIONS}; an existing topic keeps its own)",
+    )
+    p.add_argument(
+        "--allow-lossy-topic",
+        action="store_true",
+        help="accept an existing topic with finite retention or compaction (records may be lost)",
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress on stderr every 2 s (default: only when stderr is a terminal)",
+    )
+    p.add_argument("--send-timeout", type=_seconds, default=30.0, help="seconds to wait for an acknowledgement")
+    p.add_argument("--connect-timeout", type=_seconds, default=15.0, help="seconds to wait for the broker at start")
+    # For tests and scripts: stop following after this much time without new input.
+    p.add_argument("--max-idle", type=_seconds, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--poll-interval", type=_seconds, default=POLL_INTERVAL, help=argparse.SUPPRESS)
+    add_connection_options(p)
+    p.set_defaults(func=run_ingest)
+
+
+def _state_path(args: argparse.Namespace) -> str | None:
+    if args.file == "-":
+        if args.state:
+            raise IngestStateError("standard input has no resume state; --state needs a FILE", code="state_needs_file")
+        return None
+    if args.state:
+        return str(args.state)
+    return default_state_path(args.file) if args.follow else None
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    """Run ``throughline ingest``; returns the exit code."""
+    settings = settings_from(args)
+    servers = settings.require_bootstrap()
+    state_path = _state_path(args)
+    start = load_state(state_path) if state_path else None
+
+    def notice(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    # Open the input before connecting: a missing file is the caller's mistake, not the broker's.
+    reader = LineReader(
+        args.file,
+        follow=args.follow,
+        start=start,
+        poll_interval=max(0.01, args.poll_interval),
+        notice=notice,
+    )
+    progress = args.progress if args.progress is not None else sys.stderr.isatty()
+    stop = threading.Event()
+    label = "stdin" if args.file == "-" else args.file
+    ingest: Ingest | None = None
+    try:
+        with TurnProducer(
+            servers,
+            settings.topic,
+            partitions=args.partitions,
+            allow_lossy=args.allow_lossy_topic,
+            send_timeout=max(1.0, args.send_timeout),
+            connect_timeout=max(1.0, args.connect_timeout),
+            producer_name=INGEST_PRODUCER_NAME,
+        ) as producer, StopOnSignals(stop, reader) as signals:
+            ingest = Ingest(
+                reader,
+                producer,
+                state_path=state_path,
+                stop=stop,
+                max_idle=args.max_idle,
+                progress=progress,
+                producer_name=INGEST_PRODUCER_NAME,
+                producer_version=PRODUCER_VERSION,
+            )
+            stats = ingest.run()
+    except ThroughlineError:
+        if ingest is not None:
+            s = ingest.stats
+            notice(f"ingested {s.turns_sent} turns from {label}, {s.rejected} lines rejected (stopped by an error)")
+        raise
+    finally:
+        reader.close()
+    notice(f"ingested {stats.turns_sent} turns from {label}, {stats.rejected} lines rejected")
+    if signals.signum is not None and not args.follow:
+        emit_error(ThroughlineError("interrupted before the end of the input", code="interrupted"))
+        return 130
+    if stats.rejected:
+        emit_error(
+            LinesRejectedError(f"{stats.rejected} of {stats.lines_read} lines rejected (see the lines above)")
+        )
+        return LinesRejectedError.exit_code
+    return 0

@@ -1,0 +1,405 @@
+"""``TurnProducer``: appends completed turns to the log, one Avro record per turn.
+
+Guarantees:
+
+- A turn is validated (``build_turn`` rules, the same the projector re-checks) and encoded *before*
+  anything is sent, so an invalid or oversized turn raises ``InvalidTurnError`` / ``BodyTooLargeError``
+  and nothing reaches the broker.
+- One record per turn, and a Kafka record is atomic: a turn is in the log whole or not at all.
+- The record key is the 32-byte project hash and the partition is chosen by us with
+  ``partition_for(project_sha256, partition_count)`` (Kafka's murmur2 partitioner over that key), so the
+  reader can compute a project's partition without asking the producer.
+- The producer is idempotent (``enable_idempotence``, ``acks=all``, at most 5 requests in flight): broker
+  retries neither duplicate nor reorder records of a partition, so the turns of one project land in the
+  order they were sent.
+- Every wait is bounded: connecting by ``connect_timeout``, each send by ``send_timeout`` (Kafka's
+  ``delivery_timeout_ms``: the time to retry a send before its future fails). A broker that does not
+  answer in time raises ``BrokerUnavailableError`` (retriable) naming the servers that were tried; a
+  broker that refuses a record raises ``SendFailedError`` with the Kafka error's ``retriable`` flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import metadata
+from types import TracebackType
+from typing import Any
+
+import kafka.errors as kafka_errors
+from kafka import KafkaProducer
+
+from throughline.core.chain import micros_since_epoch
+from throughline.core.exceptions import InvalidTurnError
+from throughline.core.partitioning import partition_for
+from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_turn, parse_rfc3339
+from throughline.errors import ThroughlineError
+from throughline.log import (
+    DEFAULT_PARTITIONS,
+    BrokerUnavailableError,
+    LogError,
+    LossyTopicError,
+    TopicInfo,
+    bootstrap_list,
+    describe_topic,
+    ensure_topic,
+    translate_kafka_error,
+)
+from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
+from throughline.schemas.codec import encode_turn
+
+DEFAULT_SEND_TIMEOUT = 30.0
+DEFAULT_CONNECT_TIMEOUT = 15.0
+DEFAULT_PRODUCER_NAME = "throughline"
+#: Room left in a topic record for the key, the record and batch headers around the Avro value.
+RECORD_OVERHEAD_BYTES = 4096
+#: Bounded retries of a failed produce request; ``send_timeout`` usually ends the retrying first.
+MAX_RETRIES = 100
+LINGER_MS = 5
+BATCH_BYTES = 128 * 1024
+
+
+def _version() -> str:
+    try:
+        return metadata.version("throughline")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0"
+
+
+PRODUCER_VERSION = _version()
+
+
+@dataclass(frozen=True, slots=True)
+class LogPosition:
+    """Where the log acknowledged a record: its partition and offset."""
+
+    partition: int
+    offset: int
+
+
+def completed_at_micros(value: datetime | str | int) -> int:
+    """Microseconds since the epoch of an aware datetime, an RFC 3339 string or an int (kept as is)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidTurnError("completedAt must carry a time zone")
+        return micros_since_epoch(value)
+    if isinstance(value, str):
+        return parse_rfc3339(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise InvalidTurnError("completedAt must be an aware datetime, an RFC 3339 string or integer microseconds")
+
+
+def _now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+def checked_turn(turn: TurnRecord) -> TurnRecord:
+    """Re-validate a turn built elsewhere (typed errors), and check its derived fields agree with it."""
+    if not isinstance(turn, TurnRecord):
+        raise InvalidTurnError(f"expected a TurnRecord, got {type(turn).__name__}")
+    rebuilt = build_turn(
+        project=turn.project,
+        host=turn.host,
+        thread=turn.thread,
+        turn_id=turn.turn_id,
+        completed_at_micros=turn.completed_at_micros,
+        body=turn.body,
+        seq=turn.seq,
+    )
+    if rebuilt.project != turn.project:
+        raise InvalidTurnError("project is not in canonical form (build turns with build_turn)")
+    if rebuilt.project_sha256 != turn.project_sha256:
+        raise InvalidTurnError("projectSha256 does not match the project")
+    if rebuilt.content_digest != turn.content_digest:
+        raise InvalidTurnError("contentDigest does not match the turn's content")
+    for key, value in turn.attributes.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidTurnError("producer attributes must map strings to strings")
+    return turn
+
+
+class PendingSend:
+    """A turn handed to the producer whose acknowledgement has not been awaited yet."""
+
+    __slots__ = ("_future", "_owner", "turn_id")
+
+    def __init__(self, owner: TurnProducer, future: Any, turn: TurnRecord) -> None:
+        self._owner = owner
+        self._future = future
+        self.turn_id = turn.turn_id  # not the turn: a pending send must not pin its body in memory
+
+    @property
+    def done(self) -> bool:
+        """True once the broker acknowledged the record or the send failed."""
+        return bool(self._future.is_done)
+
+    def result(self, timeout: float | None = None) -> LogPosition:
+        """Wait for the acknowledgement (at most ``timeout``, default the producer's send timeout + 5 s)."""
+        wait = self._owner.send_timeout + 5.0 if timeout is None else timeout
+        try:
+            meta = self._future.get(timeout=wait)
+        except kafka_errors.KafkaError as exc:
+            raise self._owner.send_error(exc) from exc
+        return LogPosition(int(meta.partition), int(meta.offset))
+
+
+class TurnProducer:
+    """Appends completed turns to the topic (a context manager; thread-safe like ``KafkaProducer``)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: Sequence[str] | str,
+        topic: str,
+        *,
+        ensure: bool = True,
+        partitions: int = DEFAULT_PARTITIONS,
+        allow_lossy: bool = False,
+        send_timeout: float = DEFAULT_SEND_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        producer_name: str = DEFAULT_PRODUCER_NAME,
+        client_id: str | None = None,
+    ) -> None:
+        """Check (``ensure``: create when missing) the topic, then connect an idempotent producer.
+
+        Raises ``BrokerUnavailableError`` when no broker answers within ``connect_timeout``,
+        ``TopicMissingError`` when ``ensure`` is false and the topic does not exist, and
+        ``LossyTopicError`` when the topic would lose records and ``allow_lossy`` is false.
+        """
+        if not send_timeout >= 1.0:
+            raise ValueError("send_timeout must be at least 1 second")
+        self._servers = bootstrap_list(bootstrap_servers)
+        self._topic = topic
+        self.send_timeout = float(send_timeout)
+        self._producer_name = producer_name
+        if ensure:
+            info = ensure_topic(
+                self._servers, topic, partitions=partitions, allow_lossy=allow_lossy, timeout=connect_timeout
+            )
+        else:
+            info = describe_topic(self._servers, topic, timeout=connect_timeout)
+            if info.lossy_reasons and not allow_lossy:
+                raise LossyTopicError(topic, info.lossy_reasons)
+        self._info = info
+        self._partitions = info.partitions
+        delivery_ms = int(self.send_timeout * 1000)
+        try:
+            self._producer = KafkaProducer(
+                bootstrap_servers=self._servers,
+                client_id=client_id or f"{producer_name}-producer",
+                acks="all",
+                enable_idempotence=True,
+                max_in_flight_requests_per_connection=5,
+                retries=MAX_RETRIES,
+                delivery_timeout_ms=delivery_ms,
+                # Kafka requires delivery >= linger + request timeout.
+                request_timeout_ms=min(30_000, delivery_ms - LINGER_MS),
+                max_block_ms=delivery_ms,
+                bootstrap_timeout_ms=max(1000, int(connect_timeout * 1000)),
+                max_request_size=TOPIC_MAX_MESSAGE_BYTES,
+                linger_ms=LINGER_MS,
+                batch_size=BATCH_BYTES,
+                # Our topic is created on purpose (infinite retention); never let a send auto-create one.
+                allow_auto_create_topics=False,
+            )
+        except kafka_errors.KafkaError as exc:
+            raise translate_kafka_error(exc, self._servers) from exc
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------ facts
+
+    @property
+    def topic(self) -> str:
+        """The topic turns are appended to."""
+        return self._topic
+
+    @property
+    def topic_info(self) -> TopicInfo:
+        """What the broker said about the topic when the producer started."""
+        return self._info
+
+    @property
+    def partitions(self) -> int:
+        """The topic's partition count (fixed for the producer's lifetime)."""
+        return self._partitions
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """The servers the producer talks to."""
+        return list(self._servers)
+
+    def partition_of(self, project_sha256: bytes) -> int:
+        """The partition a project's turns go to."""
+        return partition_for(project_sha256, self._partitions)
+
+    # ------------------------------------------------------------------------------------------ sending
+
+    def send(self, turn: TurnRecord) -> LogPosition:
+        """Append one turn and wait until the log acknowledged it; return where it landed."""
+        return self.send_async(turn).result()
+
+    def send_many(self, turns: Iterable[TurnRecord]) -> list[LogPosition]:
+        """Append turns pipelined (send all, then wait); positions are in the order of ``turns``.
+
+        Every turn is validated before the first is sent, so an invalid turn means none was sent. Turns of
+        one project land in the given order. When a send fails, the others are still awaited and then
+        the first failure (in input order) is raised; turns before it may be in the log, and sending
+        them again is harmless (the projector applies a turn id once).
+        """
+        prepared = [self._prepare(t) for t in turns]
+        pending = [self._submit(turn, value) for turn, value in prepared]
+        try:
+            self._producer.flush(timeout=self.send_timeout + 5.0)
+        except kafka_errors.KafkaError:
+            pass  # each pending send below reports its own failure
+        positions: list[LogPosition] = []
+        first_error: Exception | None = None
+        for p in pending:
+            try:
+                positions.append(p.result())
+            except (ProducerError, LogError) as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        return positions
+
+    def send_async(self, turn: TurnRecord, *, validated: bool = False) -> PendingSend:
+        """Validate, encode and hand a turn to the producer; await ``result()`` for the acknowledgement.
+
+        ``validated=True`` skips re-checking a turn that comes straight from ``build_turn`` (the
+        projector verifies every record anyway); never pass it for a turn from elsewhere.
+        """
+        turn, value = self._prepare(turn, validated=validated)
+        return self._submit(turn, value)
+
+    def append(
+        self,
+        *,
+        project: str,
+        host: str,
+        thread: str,
+        turn_id: str,
+        completed_at: datetime | str | int,
+        body: str,
+        seq: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> LogPosition:
+        """Build a turn from its fields (``build_turn``) and append it; ``completed_at`` is an aware
+        datetime, an RFC 3339 string or integer microseconds since the epoch."""
+        return self.send_async(validated=True, turn=self.build(
+            project=project,
+            host=host,
+            thread=thread,
+            turn_id=turn_id,
+            completed_at=completed_at,
+            body=body,
+            seq=seq,
+            attributes=attributes,
+        )).result()
+
+    def build(
+        self,
+        *,
+        project: str,
+        host: str,
+        thread: str,
+        turn_id: str,
+        completed_at: datetime | str | int,
+        body: str,
+        seq: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> TurnRecord:
+        """A turn stamped with this producer's name, version and the current time (not sent)."""
+        return build_turn(
+            project=project,
+            host=host,
+            thread=thread,
+            turn_id=turn_id,
+            completed_at_micros=completed_at_micros(completed_at),
+            body=body,
+            seq=seq,
+            producer_name=self._producer_name,
+            producer_version=PRODUCER_VERSION,
+            produced_at_micros=_now_micros(),
+            attributes=attributes,
+        )
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every handed-over turn is acknowledged or failed (bounded by the send timeout)."""
+        try:
+            self._producer.flush(timeout=self.send_timeout + 5.0 if timeout is None else timeout)
+        except kafka_errors.KafkaError as exc:
+            raise self.send_error(exc) from exc
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and close (idempotent). Turns not acknowledged within ``timeout`` (default: the send
+        timeout + 5 s) are abandoned and ``BrokerUnavailableError`` is raised."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._producer.close(timeout=self.send_timeout + 5.0 if timeout is None else timeout)
+        except kafka_errors.KafkaError as exc:
+            # kafka-python leaves its sender thread running when the final flush times out.
+            sender = getattr(self._producer, "_sender", None)
+            if sender is not None:
+                sender.force_close()
+            raise BrokerUnavailableError(
+                self._servers, f"turns were still unacknowledged when the producer closed ({exc})"
+            ) from exc
+
+    def __enter__(self) -> TurnProducer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # An error is already on its way up: do not wait out a long send timeout, and do not mask it.
+        try:
+            self.close(timeout=5.0)
+        except ThroughlineError:
+            pass
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _prepare(self, turn: TurnRecord, *, validated: bool = False) -> tuple[TurnRecord, bytes]:
+        if not validated:
+            turn = checked_turn(turn)
+        if turn.produced_at_micros == 0:
+            turn = dataclasses.replace(turn, produced_at_micros=_now_micros())
+        try:
+            value = encode_turn(turn)
+        except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
+            raise InvalidTurnError(f"the turn does not encode as a record: {type(exc).__name__}: {exc}") from None
+        limit = TOPIC_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES
+        if len(value) > limit:
+            raise RecordTooLargeError(f"the encoded turn is {len(value)} bytes; the limit is {limit} bytes")
+        return turn, value
+
+    def _submit(self, turn: TurnRecord, value: bytes) -> PendingSend:
+        if self._closed:
+            raise ProducerError("the producer is closed", code="producer_closed")
+        partition = partition_for(turn.project_sha256, self._partitions)
+        try:
+            future = self._producer.send(self._topic, value=value, key=turn.project_sha256, partition=partition)
+        except kafka_errors.KafkaError as exc:
+            raise self.send_error(exc) from exc
+        return PendingSend(self, future, turn)
+
+    def send_error(self, exc: BaseException) -> Exception:
+        """The throughline error for a kafka-python error raised while sending."""
+        if isinstance(exc, kafka_errors.KafkaTimeoutError | kafka_errors.KafkaConnectionError | kafka_errors.NodeNotReadyError):
+            return BrokerUnavailableError(
+                self._servers, f"no acknowledgement within {self.send_timeout:g}s ({exc})"
+            )
+        if isinstance(exc, kafka_errors.MessageSizeTooLargeError):
+            return SendFailedError(f"the broker refused the record as too large: {exc}", retriable=False)
+        if isinstance(exc, kafka_errors.IllegalStateError):
+            return ProducerError(f"the producer cannot send: {exc}", code="producer_closed")
+        return SendFailedError(f"the broker refused the turn: {exc}", retriable=bool(getattr(exc, "retriable", False)))

@@ -1,0 +1,175 @@
+"""The Avro codec of turn records: golden bytes per schema version, evolution, and total decoding."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from throughline.core.turn import TurnRecord, build_turn
+from throughline.schemas.codec import (
+    CURRENT_VERSION,
+    HEADER_BYTES,
+    MAGIC,
+    SCHEMAS,
+    decode_turn,
+    encode_datum,
+    encode_turn,
+    writer_version,
+)
+from throughline.schemas.exceptions import RecordDecodeError, UnknownSchemaError
+
+PROJECT = "/work/ŝample"
+BASE = {
+    "project": PROJECT,
+    "projectSha256": hashlib.sha256(PROJECT.encode("utf-8")).digest(),
+    "host": "h1",
+    "thread": "t1",
+    "turnId": "turn-1",
+    "seq": 1,
+    "completedAt": 1_767_225_600_000_000,  # 2026-01-01T00:00:00Z
+    "body": "héllo\nworld",
+    "contentDigest": bytes(range(32)),
+    "producer": {"name": "golden", "version": "1", "producedAt": 1_767_225_601_000_000},
+}
+DATUM_V1: dict[str, Any] = BASE
+DATUM_V2: dict[str, Any] = {**BASE, "seq": None, "producer": {**BASE["producer"], "attributes": {"k": "v"}}}
+
+# CRC-64-AVRO fingerprints of the parsing canonical forms: they change only if a schema file changes,
+# and then every record already in the log would become unreadable. Never update these to make a test pass.
+FINGERPRINT_V1 = "e226f21062562376"
+FINGERPRINT_V2 = "37dbcceb3dfde01d"
+
+GOLDEN_V1 = (
+    "c301e226f210625623761a2f776f726b2fc59d616d706c652627a21d0aedf972e43d4f24819c2b12045395c062d3d05453b3"
+    "db120a8889b70468310474310c7475726e2d310202808082e288d2a3061868c3a96c6c6f0a776f726c6400010203040506"
+    "0708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f0c676f6c64656e02318089fce288d2a306"
+)
+GOLDEN_V2 = (
+    "c30137dbcceb3dfde01d1a2f776f726b2fc59d616d706c652627a21d0aedf972e43d4f24819c2b12045395c062d3d05453b3"
+    "db120a8889b70468310474310c7475726e2d3100808082e288d2a3061868c3a96c6c6f0a776f726c640001020304050607"
+    "08090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f0c676f6c64656e02318089fce288d2a30602026b027600"
+)
+
+
+def test_fingerprints_are_pinned() -> None:
+    assert SCHEMAS[1].fingerprint.hex() == FINGERPRINT_V1
+    assert SCHEMAS[2].fingerprint.hex() == FINGERPRINT_V2
+    assert CURRENT_VERSION == 2
+
+
+def test_golden_bytes_v1() -> None:
+    data = encode_datum(DATUM_V1, 1)
+    assert data.hex() == GOLDEN_V1
+    assert data[:2] == MAGIC and data[2:HEADER_BYTES].hex() == FINGERPRINT_V1
+
+
+def test_golden_bytes_v2() -> None:
+    data = encode_datum(DATUM_V2, 2)
+    assert data.hex() == GOLDEN_V2
+    assert data[:2] == MAGIC and data[2:HEADER_BYTES].hex() == FINGERPRINT_V2
+
+
+def test_v1_record_decodes_into_the_current_shape() -> None:
+    record = decode_turn(bytes.fromhex(GOLDEN_V1))
+    assert writer_version(bytes.fromhex(GOLDEN_V1)) == 1
+    assert record == TurnRecord(
+        project=PROJECT,
+        project_sha256=BASE["projectSha256"],
+        host="h1",
+        thread="t1",
+        turn_id="turn-1",
+        seq=1,
+        completed_at_micros=BASE["completedAt"],
+        body="héllo\nworld",
+        content_digest=bytes(range(32)),
+        producer_name="golden",
+        producer_version="1",
+        produced_at_micros=BASE["producer"]["producedAt"],
+        attributes={},  # v2's new field takes its default
+    )
+
+
+def test_v2_golden_record_decodes() -> None:
+    record = decode_turn(bytes.fromhex(GOLDEN_V2))
+    assert record.seq is None
+    assert dict(record.attributes) == {"k": "v"}
+    assert record.body == "héllo\nworld"
+
+
+def test_encode_turn_writes_the_current_version_and_roundtrips() -> None:
+    turn = build_turn(
+        project="/a/b/",
+        host="host",
+        thread="thread",
+        turn_id="x",
+        completed_at_micros=42,
+        body="body ✓",
+        seq=3,
+        attributes={"ingest.line": "7"},
+    )
+    data = encode_turn(turn)
+    assert writer_version(data) == CURRENT_VERSION
+    assert decode_turn(data) == turn
+
+
+def test_unknown_fingerprint_is_unknown_schema() -> None:
+    data = bytearray.fromhex(GOLDEN_V2)
+    data[2:HEADER_BYTES] = bytes(8)
+    with pytest.raises(UnknownSchemaError) as info:
+        decode_turn(bytes(data))
+    assert info.value.code == "unknown_schema"
+    assert isinstance(info.value, RecordDecodeError)
+
+
+@pytest.mark.parametrize("data", [b"", b"\xc3", b"\xc3\x01", b"\x00\x01" + bytes(8) + b"x", b"{json}"])
+def test_bad_headers_are_record_decode_errors(data: bytes) -> None:
+    with pytest.raises(RecordDecodeError):
+        decode_turn(data)
+
+
+@pytest.mark.parametrize("golden", [GOLDEN_V1, GOLDEN_V2])
+def test_every_truncation_is_a_record_decode_error(golden: str) -> None:
+    data = bytes.fromhex(golden)
+    for cut in range(len(data)):
+        with pytest.raises(RecordDecodeError):
+            decode_turn(data[:cut])
+
+
+def test_trailing_bytes_are_a_record_decode_error() -> None:
+    with pytest.raises(RecordDecodeError, match="trailing"):
+        decode_turn(bytes.fromhex(GOLDEN_V2) + b"\x00")
+
+
+def _decode_or_record_error(data: bytes) -> None:
+    try:
+        record = decode_turn(data)
+    except RecordDecodeError:
+        return
+    assert isinstance(record, TurnRecord)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=400))
+def test_random_bytes_raise_only_record_decode_error(data: bytes) -> None:
+    _decode_or_record_error(data)
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=300))
+def test_random_bodies_behind_a_valid_header_raise_only_record_decode_error(body: bytes) -> None:
+    for fingerprint in (FINGERPRINT_V1, FINGERPRINT_V2):
+        _decode_or_record_error(MAGIC + bytes.fromhex(fingerprint) + body)
+
+
+@settings(max_examples=400)
+@given(st.sampled_from([GOLDEN_V1, GOLDEN_V2]), st.data())
+def test_single_byte_corruptions_raise_only_record_decode_error(golden: str, data: st.DataObject) -> None:
+    record = bytearray.fromhex(golden)
+    index = data.draw(st.integers(0, len(record) - 1), label="index")
+    value = data.draw(st.integers(0, 255).filter(lambda b: b != record[index]), label="value")
+    record[index] = value
+    _decode_or_record_error(bytes(record))
