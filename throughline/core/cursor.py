@@ -1,6 +1,6 @@
 """Cursors: opaque, versioned names of a prefix of one source's chain.
 
-A cursor string is ``"tlc1." + base64url(payload)`` where the 140-byte payload is::
+A cursor string is ``"tlc1." + base64url(payload)`` where the 116-byte payload is::
 
     project_sha256 (32) || source_sha256 (32) || length (u64be) || chain_digest (32)
     || partition (u32be) || offset (u64be)
@@ -28,7 +28,9 @@ CURSOR_VERSION = 1
 MAX_CURSOR_CHARS = 1024
 _PREFIX = f"tlc{CURSOR_VERSION}."
 _LAYOUT = struct.Struct(">32s32sQ32sIQ")
-_SHAPE = re.compile(r"^tlc([0-9]{1,4})\.([A-Za-z0-9_-]+)$")
+# ``\Z``, not ``$`` (which also matches before a trailing newline), and no leading zero in the version:
+# each cursor has exactly one spelling.
+_SHAPE = re.compile(r"^tlc([1-9][0-9]{0,3})\.([A-Za-z0-9_-]+)\Z")
 _MAX_U63 = 2**63 - 1
 
 

@@ -47,7 +47,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 NULL_AFTER = b"throughline.observer_page.v1:null-after-cursor"
 _DOMAIN = b"throughline.observer_page.v1\x00"
 _PREFIX = "tlp1."
-_SHAPE = re.compile(r"^tlp([0-9]{1,4})\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$")
+# ``\Z``, not ``$``: a token with a trailing newline is not the token that was issued.
+_SHAPE = re.compile(r"^tlp([0-9]{1,4})\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)\Z")
 _HEX64 = r"^[0-9a-f]{64}$"
 
 

@@ -1,0 +1,296 @@
+"""``throughline read`` and ``throughline observe`` (CONTRACT section 7).
+
+``read`` prints exactly one ``throughline.observer_read.v1`` document on stdout and exits 0 whatever
+its status (``projection_pending`` and ``resync_required`` are answers). A hard input error exits 2 with
+``{"error": {"code", "message"}}`` on stderr (printed by ``throughline.cli``).
+
+``observe`` runs the reference Observer: one series (or, with ``--follow``, series until SIGINT or
+SIGTERM), auditing each turn with ``--exec CMD`` (run through the shell with the turn's wire JSON on
+stdin; a non-zero exit fails the audit: exit 1, code ``audit_failed``) or, without ``--exec``, by
+printing each turn as one JSON line on stdout. A summary for a person goes to stderr.
+
+Both read the DuckDB projection (``--db``) read-only, opened afresh for every page so that a projector
+can take the file between pages, and the Kafka log's end offsets (``--bootstrap-servers``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from throughline.core.exceptions import InvalidLimitError
+from throughline.core.page_range import DEFAULT_LIMIT, MAX_LIMIT, MIN_LIMIT, validate_limit
+from throughline.errors import InputError
+from throughline.reader.exceptions import AuditFailedError, InvalidBodyLimitError, InvalidWaitError
+from throughline.reader.observer import Observer, PageReader
+from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT, read_observer_turn_page
+from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE, resolve_token_key
+from throughline.reader.wire import ObserverRead, TurnRecordWire
+from throughline.serve.client import add_http_options, http_reader_from_args
+from throughline.settings import Settings, add_connection_options, settings_from
+
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``read`` and ``observe`` subcommands."""
+    read = subparsers.add_parser(
+        "read",
+        help="read one page of a pinned series of completed turns",
+        description="Print one throughline.observer_read.v1 JSON document on stdout.",
+    )
+    read.add_argument("--project", required=True, help="the project (canonicalised and hashed)")
+    read.add_argument("--after", default=None, metavar="CURSOR", help="after cursor (omit on first contact)")
+    read.add_argument(
+        "--through", default=None, metavar="CURSOR", help="through cursor of the series (later pages)"
+    )
+    read.add_argument(
+        "--page-token", default=None, metavar="TOKEN", help="page.nextToken of the previous page"
+    )
+    read.add_argument(
+        "--limit",
+        default=None,
+        metavar="N",
+        help=f"turns per page, {MIN_LIMIT}..{MAX_LIMIT} (default {DEFAULT_LIMIT})",
+    )
+    _add_reader_options(read)
+    read.set_defaults(func=_cmd_read)
+
+    observe = subparsers.add_parser(
+        "observe",
+        help="the reference Observer: audit series of turns, save the cursor only after a whole series",
+        description=(
+            "Read series of completed turns page by page, audit each turn, and save the through cursor "
+            "to --state only after the whole series was audited."
+        ),
+    )
+    observe.add_argument("--project", required=True, help="the project (canonicalised and hashed)")
+    observe.add_argument("--state", required=True, metavar="FILE", help="state file holding the after cursor")
+    observe.add_argument(
+        "--exec",
+        dest="exec_cmd",
+        default=None,
+        metavar="CMD",
+        help="audit command run through the shell per turn, turn JSON on stdin; non-zero exit fails the audit",
+    )
+    observe.add_argument(
+        "--limit", default=None, metavar="N", help=f"turns per page, {MIN_LIMIT}..{MAX_LIMIT}"
+    )
+    observe.add_argument(
+        "--on-resync",
+        choices=("snapshot", "fail"),
+        default="snapshot",
+        help="on resync_required: read a fresh snapshot (default) or fail with exit 1",
+    )
+    observe.add_argument("--follow", action="store_true", help="keep running series until SIGINT/SIGTERM")
+    observe.add_argument(
+        "--interval", default="1.0", metavar="SECONDS", help="pause between series with --follow"
+    )
+    observe.add_argument(
+        "--max-pending-wait",
+        default="60",
+        metavar="SECONDS",
+        help="give up (exit 1, code projection_pending) after the projection stayed pending this long",
+    )
+    _add_reader_options(observe)
+    observe.set_defaults(func=_cmd_observe)
+
+
+def _add_reader_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait",
+        default=str(DEFAULT_WAIT_TIMEOUT),
+        metavar="SECONDS",
+        help=f"bounded wait for the projector per read (default {DEFAULT_WAIT_TIMEOUT})",
+    )
+    parser.add_argument(
+        "--body-limit",
+        default=str(DEFAULT_BODY_LIMIT),
+        metavar="BYTES",
+        help=f"cut bodies to this many UTF-8 bytes (default {DEFAULT_BODY_LIMIT})",
+    )
+    parser.add_argument(
+        "--token-key-file",
+        default=None,
+        metavar="FILE",
+        help=f"page-token key file (env {ENV_TOKEN_KEY_FILE}; {ENV_TOKEN_KEY} wins; default beside --db)",
+    )
+    add_connection_options(parser)
+    add_http_options(parser)
+
+
+# ------------------------------------------------------------------------------------------- parsing
+
+
+def parse_limit(text: str | None) -> int:
+    """``--limit``: an integer 1..100 (default 10); anything else is ``invalid_limit``."""
+    if text is None:
+        return DEFAULT_LIMIT
+    if not _INTEGER.fullmatch(text.strip()):
+        raise InvalidLimitError(f"limit must be an integer from {MIN_LIMIT} to {MAX_LIMIT}, got {text!r}")
+    return validate_limit(int(text))
+
+
+def _parse_body_limit(text: str) -> int:
+    if not _INTEGER.fullmatch(text.strip()) or int(text) < 0:
+        raise InvalidBodyLimitError(f"--body-limit must be an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def _parse_seconds(text: str, flag: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise InvalidWaitError(f"{flag} must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------- handles
+
+
+@contextlib.contextmanager
+def open_page_reader(
+    settings: Settings, *, token_key_file: str | None, wait_timeout: float, body_limit: int
+) -> Iterator[PageReader]:
+    """A ``PageReader`` over the projection file and the Kafka log named by ``settings``.
+
+    The projection is opened read-only for each page and closed after it, so a projector may take the
+    file between pages (a busy file is a retriable error the Observer backs off from).
+    """
+    from throughline.log import KafkaLog
+    from throughline.projector.exceptions import ProjectionMissingError
+    from throughline.projector.store import DuckProjection
+
+    if not os.path.exists(settings.db):
+        # Say what is missing before the key beside it is looked for (or created).
+        raise ProjectionMissingError(
+            f"no projection at {settings.db}: run `throughline project` or `throughline replay` first"
+        )
+    token_key = resolve_token_key(db_path=settings.db, key_file=token_key_file)
+    log = KafkaLog(settings.require_bootstrap(), settings.topic)
+    try:
+
+        def read_page(
+            *,
+            project: str,
+            after_cursor: str | None,
+            through_cursor: str | None,
+            page_token: str | None,
+            limit: int,
+        ) -> ObserverRead:
+            projection = DuckProjection.open(settings.db, read_only=True, topic=settings.topic)
+            try:
+                return read_observer_turn_page(
+                    project=project,
+                    after_cursor=after_cursor,
+                    through_cursor=through_cursor,
+                    page_token=page_token,
+                    limit=limit,
+                    projection=projection,
+                    log=log,
+                    token_key=token_key,
+                    wait_timeout=wait_timeout,
+                    body_limit=body_limit,
+                )
+            finally:
+                projection.close()
+
+        yield read_page
+    finally:
+        close = getattr(log, "close", None)
+        if close is not None:
+            close()
+
+
+# ------------------------------------------------------------------------------------------- commands
+
+
+def _cmd_read(args: argparse.Namespace) -> int:
+    limit = parse_limit(args.limit)
+    body_limit = _parse_body_limit(args.body_limit)
+    wait = _parse_seconds(args.wait, "--wait")
+    with http_reader_from_args(args) or open_page_reader(
+        settings_from(args), token_key_file=args.token_key_file, wait_timeout=wait, body_limit=body_limit
+    ) as read_page:
+        read = read_page(
+            project=args.project,
+            after_cursor=args.after,
+            through_cursor=args.through,
+            page_token=args.page_token,
+            limit=limit,
+        )
+    sys.stdout.write(read.to_json() + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def exec_audit(command: str) -> Callable[[TurnRecordWire], None]:
+    """An audit step running ``command`` through the shell with the turn's wire JSON on stdin."""
+
+    def audit(turn: TurnRecordWire) -> None:
+        try:
+            done = subprocess.run(command, shell=True, input=turn.model_dump_json().encode(), check=False)
+        except OSError as exc:
+            raise AuditFailedError(f"cannot run the audit command: {exc.strerror or exc}") from None
+        if done.returncode != 0:
+            raise AuditFailedError(
+                f"the audit command failed on seq {turn.seq} (exit {done.returncode}); cursor unchanged"
+            )
+
+    return audit
+
+
+def _print_audit(turn: TurnRecordWire) -> None:
+    sys.stdout.write(turn.model_dump_json() + "\n")
+    sys.stdout.flush()
+
+
+def _cmd_observe(args: argparse.Namespace) -> int:
+    limit = parse_limit(args.limit)
+    body_limit = _parse_body_limit(args.body_limit)
+    wait = _parse_seconds(args.wait, "--wait")
+    interval = _parse_seconds(args.interval, "--interval")
+    max_pending_wait = _parse_seconds(args.max_pending_wait, "--max-pending-wait")
+    if not args.project:
+        raise InputError("--project must not be empty", code="invalid_project")
+    stop = threading.Event()
+
+    def notify(message: str) -> None:
+        print(f"throughline observe: {message}", file=sys.stderr, flush=True)
+
+    with http_reader_from_args(args) or open_page_reader(
+        settings_from(args), token_key_file=args.token_key_file, wait_timeout=wait, body_limit=body_limit
+    ) as read_page:
+        observer = Observer(
+            read_page,
+            project=args.project,
+            state_path=args.state,
+            audit=exec_audit(args.exec_cmd) if args.exec_cmd else _print_audit,
+            limit=limit,
+            on_resync=args.on_resync,
+            max_pending_wait=max_pending_wait,
+            notify=notify,
+            should_stop=stop.is_set,
+        )
+        if not args.follow:
+            notify(observer.run_series().describe())
+            return 0
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            summaries = observer.run_forever(interval=interval)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        notify(f"stopped after {len(summaries)} series")
+    return 0

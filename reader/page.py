@@ -1,0 +1,312 @@
+"""``read_observer_turn_page``: one page of a pinned read series (ADR 0005 decisions 1-9).
+
+The order of checks is part of the contract:
+
+1. Input: ``limit`` (1..100, default 10), the project, both cursors' shapes, the body bound. Any fault
+   is a hard input error with a stable code (CLI exit 2).
+2. The page token, before any resync decision: a token needs the through cursor it is bound to
+   (``page_token_unbound``); then it must verify under the key and match the exact project, after and
+   through the caller sent. Every token fault is a hard input error, never ``resync_required``.
+3. ``resync_required`` for a cursor of another version, of another project, or on another partition
+   than the project's.
+4. Freshness (CONTRACT section 5). A first page without a through cursor reads the partition's end
+   offset *now* and waits (bounded by ``wait_timeout``) until the projector has applied it, then pins
+   the head of the project's chain once; its string is the through cursor of the whole series. A page
+   with a through cursor waits until the projector has applied the record that made it (and the after
+   cursor's). Not reached in time: ``projection_pending``. A cursor naming a log position at or past
+   the partition's end offset cannot have come from this log (the topic was recreated):
+   ``resync_required``.
+5. Inside ONE projection snapshot (every row of a page comes from one DuckDB snapshot): through and
+   after are re-validated as prefixes of their chains (vanished source, rollback, re-extension after a
+   rollback: ``resync_required``; a source with a quarantined record: ``SourceQuarantinedError``); the
+   page is planned (``throughline.core.page_range``); its rows are read and verified: every seq
+   present, each content digest recomputed, the chain linked from ``d(page_start)``, and the last row
+   equal to the through cursor when the page ends there. Any row missing or disagreeing:
+   ``projection_pending`` with no turns and no token, never a partial page.
+6. ``ok``: turns in seq order, each body cut to ``body_limit`` UTF-8 bytes at a character boundary
+   (``bodyTruncated``; ``bodyBytes`` and ``contentDigest`` describe the full body), and the token of
+   the next page when the series has more.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from throughline.core.chain import CHAIN_ORIGIN, content_digest, next_chain_digest
+from throughline.core.cursor import Cursor, ForeignCursor, decode_cursor
+from throughline.core.identity import project_sha256
+from throughline.core.page_range import ThroughBeforeAfter, plan_page, validate_limit
+from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
+from throughline.core.ports import LogView, Projection, ProjectionView, StoredTurn
+from throughline.core.turn import format_rfc3339
+from throughline.reader.exceptions import (
+    InvalidBodyLimitError,
+    InvalidWaitError,
+    PageTokenUnboundError,
+    SourceQuarantinedError,
+    TokenKeyError,
+)
+from throughline.reader.wire import (
+    STATUS_OK,
+    STATUS_PENDING,
+    STATUS_RESYNC,
+    ObserverRead,
+    PageWire,
+    ThreadIdentity,
+    TurnRecordWire,
+)
+
+#: Default bound on a served body, in UTF-8 bytes (64 KiB). A longer body is cut at a character
+#: boundary; its turn record keeps ``bodyBytes`` (the full length) and ``contentDigest`` (of the full
+#: body). Ten turns at the bound keep a page under a megabyte. ``--body-limit`` / ``body_limit`` change it.
+DEFAULT_BODY_LIMIT = 64 * 1024
+#: Default bounded wait for the projector to apply the log as it stood at the call (CONTRACT section 5).
+DEFAULT_WAIT_TIMEOUT = 2.0
+#: Shortest page-token key accepted (HMAC-SHA-256 keys shorter than the hash weaken it).
+MIN_TOKEN_KEY_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """A reason not to serve the page: ``status`` is pending or resync."""
+
+    status: Literal["projection_pending", "resync_required"]
+    reason: str
+
+
+def read_observer_turn_page(
+    *,
+    project: str,
+    after_cursor: str | None = None,
+    through_cursor: str | None = None,
+    page_token: str | None = None,
+    limit: int | None = 10,
+    projection: Projection,
+    log: LogView,
+    token_key: bytes,
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+    body_limit: int = DEFAULT_BODY_LIMIT,
+) -> ObserverRead:
+    """Read one page of the series (``after_cursor``, ``through_cursor``) of ``project``.
+
+    First call of a series: ``through_cursor=None`` and ``page_token=None``; the answer pins the
+    through cursor. Later pages pass the same ``after_cursor``, the returned ``throughCursor`` and the
+    returned ``page.nextToken``. Hard input errors raise ``InputError`` subclasses (stable ``code``);
+    a quarantined source raises ``SourceQuarantinedError``; ``projection_pending`` and
+    ``resync_required`` are answers, not errors.
+    """
+    limit = validate_limit(limit)
+    if isinstance(body_limit, bool) or not isinstance(body_limit, int) or body_limit < 0:
+        raise InvalidBodyLimitError(f"body limit must be an integer >= 0, got {body_limit!r}")
+    if (
+        isinstance(wait_timeout, bool)
+        or not isinstance(wait_timeout, int | float)
+        or not math.isfinite(wait_timeout)
+        or wait_timeout < 0
+    ):
+        raise InvalidWaitError(f"wait must be a finite number of seconds >= 0, got {wait_timeout!r}")
+    if not isinstance(token_key, bytes) or len(token_key) < MIN_TOKEN_KEY_BYTES:
+        raise TokenKeyError(f"the page-token key must be at least {MIN_TOKEN_KEY_BYTES} bytes")
+    project_hash = project_sha256(project)
+    after = None if after_cursor is None else decode_cursor(after_cursor, field="afterCursor")
+    through = None if through_cursor is None else decode_cursor(through_cursor, field="throughCursor")
+
+    offset: int | None = None
+    if page_token is not None:
+        if through_cursor is None:
+            raise PageTokenUnboundError(
+                "a page token is bound to its series: send it with the same afterCursor and throughCursor"
+            )
+        offset = open_page_token(
+            token_key, page_token, SeriesBinding.of(project_hash, after_cursor, through_cursor)
+        )
+
+    def answer(verdict: _Verdict, pinned: str | None = through_cursor) -> ObserverRead:
+        # ``through`` is read when called: after pinning it is the pinned head.
+        return _empty(verdict, after_cursor, pinned, through)
+
+    partition = log.partition_of(project_hash)
+    for name, cursor in (("after", after), ("through", through)):
+        if isinstance(cursor, ForeignCursor):
+            return answer(_Verdict(STATUS_RESYNC, f"the {name} cursor is of version {cursor.version}, not 1"))
+        if cursor is not None and cursor.project_sha256 != project_hash:
+            return answer(_Verdict(STATUS_RESYNC, f"the {name} cursor belongs to another project"))
+        if cursor is not None and cursor.partition != partition:
+            return answer(
+                _Verdict(STATUS_RESYNC, f"the {name} cursor names another partition than the project's")
+            )
+    assert not isinstance(after, ForeignCursor) and not isinstance(through, ForeignCursor)
+
+    end = log.end_offset(partition)
+    for name, cursor in (("after", after), ("through", through)):
+        if cursor is not None and cursor.offset >= end:
+            return answer(
+                _Verdict(STATUS_RESYNC, f"the {name} cursor names a log position this log does not hold")
+            )
+    need = end if through is None else max(through.offset, after.offset if after else -1) + 1
+    if not projection.wait_applied(partition, need, wait_timeout):
+        return answer(
+            _Verdict(STATUS_PENDING, f"the projector has not applied partition {partition} up to {need}")
+        )
+
+    with projection.view() as view:
+        if view.applied_offset(partition) < need:
+            return answer(
+                _Verdict(STATUS_PENDING, f"the projection has not applied partition {partition} up to {need}")
+            )
+        if through is None:
+            head = view.head(project_hash)
+            if head is None:
+                if after is not None:
+                    return answer(
+                        _Verdict(
+                            STATUS_RESYNC, "the project has no turns: the after cursor's source vanished"
+                        )
+                    )
+                return ObserverRead(
+                    status=STATUS_OK,
+                    thread=None,
+                    afterCursor=None,
+                    throughCursor=None,
+                    turns=(),
+                    historyTruncated=False,
+                    page=PageWire(complete=True, nextToken=None),
+                )
+            through = head
+            through_cursor = head.encode()  # pinned once: the through cursor of the whole series
+        assert through_cursor is not None
+        pinned = through_cursor
+
+        for name, cursor in (("through", through), ("after", after)):
+            if cursor is None:
+                continue
+            verdict = _validate_prefix(view, cursor, project_hash, name)
+            if verdict is not None:
+                return answer(verdict, pinned)
+
+        try:
+            plan = plan_page(after, through, limit=limit, offset=offset)
+        except ThroughBeforeAfter:
+            return answer(
+                _Verdict(STATUS_RESYNC, "the through cursor is shorter than the after cursor"), pinned
+            )
+
+        first = max(1, plan.page_start)
+        rows = view.turns(plan.source_sha256, first, plan.page_end) if plan.page_end >= first else []
+        served = _verify_page(rows, plan.page_start, plan.page_end, through)
+        if isinstance(served, _Verdict):
+            return answer(served, pinned)
+
+    next_token = None
+    if plan.next_offset is not None:
+        next_token = issue_page_token(
+            token_key, SeriesBinding.of(project_hash, after_cursor, pinned), plan.next_offset
+        )
+    return ObserverRead(
+        status=STATUS_OK,
+        thread=ThreadIdentity(sourceSha256=through.source_sha256.hex()),
+        afterCursor=after_cursor,
+        throughCursor=pinned,
+        turns=tuple(_wire_turn(row, body_limit) for row in served),
+        historyTruncated=plan.history_truncated,
+        page=PageWire(complete=plan.complete, nextToken=next_token),
+    )
+
+
+def _empty(
+    verdict: _Verdict,
+    after_cursor: str | None,
+    through_cursor: str | None,
+    through: Cursor | ForeignCursor | None,
+) -> ObserverRead:
+    """A pending or resync answer: no turns, no token, the cursors echoed."""
+    thread = ThreadIdentity(sourceSha256=through.source_sha256.hex()) if isinstance(through, Cursor) else None
+    return ObserverRead(
+        status=verdict.status,
+        thread=thread,
+        afterCursor=after_cursor,
+        throughCursor=through_cursor,
+        turns=(),
+        historyTruncated=False,
+        page=PageWire(complete=False, nextToken=None),
+        reason=verdict.reason,
+    )
+
+
+def _validate_prefix(view: ProjectionView, cursor: Cursor, project_hash: bytes, name: str) -> _Verdict | None:
+    """Is ``cursor`` a prefix of its source's chain as this snapshot holds it? (ADR decision 5)"""
+    info = view.source(cursor.source_sha256)
+    if info is None:
+        return _Verdict(STATUS_RESYNC, f"the {name} cursor's source vanished from the projection")
+    if info.project_sha256 != project_hash:
+        return _Verdict(STATUS_RESYNC, f"the {name} cursor's source belongs to another project")
+    if info.broken_reason:
+        raise SourceQuarantinedError(
+            f"the {name} cursor's source {cursor.source_sha256.hex()[:16]} has a quarantined record; "
+            "see `throughline status`"
+        )
+    if info.length < cursor.length:
+        return _Verdict(STATUS_RESYNC, f"the {name} cursor's source was rolled back under it")
+    rows = view.turns(cursor.source_sha256, cursor.length, cursor.length)
+    if len(rows) != 1 or rows[0].seq != cursor.length:
+        return _Verdict(STATUS_PENDING, f"the projection lacks the turn the {name} cursor ends with")
+    row = rows[0]
+    if row.chain_digest != cursor.chain_digest or (row.partition, row.offset) != (
+        cursor.partition,
+        cursor.offset,
+    ):
+        return _Verdict(STATUS_RESYNC, f"the {name} cursor's source was rolled back and re-extended")
+    return None
+
+
+def _verify_page(
+    rows: list[StoredTurn], page_start: int, page_end: int, through: Cursor
+) -> list[StoredTurn] | _Verdict:
+    """The page's rows when the projection holds every one of them and they chain; else a pending verdict."""
+    pending = _Verdict(STATUS_PENDING, "the projection lacks or disagrees with a turn of the page")
+    if page_start > 0:
+        if not rows or rows[0].seq != page_start:
+            return pending
+        previous = rows[0].chain_digest
+        rows = rows[1:]
+    else:
+        previous = CHAIN_ORIGIN
+    if [row.seq for row in rows] != list(range(page_start + 1, page_end + 1)):
+        return pending
+    for row in rows:
+        digest = content_digest(row.turn_id, row.completed_at_micros, row.body)
+        if digest != row.content_digest or row.body_bytes != len(row.body.encode("utf-8")):
+            return pending
+        previous = next_chain_digest(previous, digest)
+        if previous != row.chain_digest:
+            return pending
+    if page_end == through.length and rows and rows[-1].chain_digest != through.chain_digest:
+        return pending
+    return rows
+
+
+def cut_body(body: str, limit: int) -> tuple[str, int, bool]:
+    """``(body cut to limit UTF-8 bytes at a character boundary, full byte length, was cut)``."""
+    data = body.encode("utf-8")
+    if len(data) <= limit:
+        return body, len(data), False
+    # Back off from the cut to the start of a character: UTF-8 continuation bytes are 0b10xxxxxx.
+    cut = limit
+    while cut > 0 and (data[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return data[:cut].decode("utf-8"), len(data), True
+
+
+def _wire_turn(row: StoredTurn, body_limit: int) -> TurnRecordWire:
+    body, size, truncated = cut_body(row.body, body_limit)
+    return TurnRecordWire(
+        seq=row.seq,
+        completedAt=format_rfc3339(row.completed_at_micros),
+        body=body,
+        bodyBytes=size,
+        bodyTruncated=truncated,
+        contentDigest=row.content_digest.hex(),
+        chainDigest=row.chain_digest.hex(),
+    )
