@@ -108,3 +108,68 @@ def test_data_volume_and_healthcheck(
     assert named[0][0] in (compose.get("volumes") or {})
     test = kafka["healthcheck"]["test"]
     assert "9092" in " ".join(test if isinstance(test, list) else [test])
+
+
+# ------------------------------------------------------------------------------------------ throughline serve
+
+DOCKERFILE = COMPOSE.parent / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def serve(compose: dict[str, Any]) -> dict[str, Any]:
+    services = compose.get("services") or {}
+    assert "throughline" in services, f"no throughline service in {sorted(services)}"
+    service: dict[str, Any] = services["throughline"]
+    return service
+
+
+@pytest.fixture(scope="module")
+def serve_env(serve: dict[str, Any]) -> dict[str, str]:
+    raw = serve["environment"]
+    if isinstance(raw, list):
+        raw = dict(item.split("=", 1) for item in raw)
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def test_serve_builds_from_the_repo_dockerfile(serve: dict[str, Any]) -> None:
+    build = serve["build"]
+    context = build if isinstance(build, str) else build.get("context", ".")
+    dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+    assert (COMPOSE.parent / context / dockerfile).resolve() == DOCKERFILE.resolve()
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    assert re.search(r'^ENTRYPOINT \["throughline"\]', text, re.M)
+    assert re.search(r'^CMD \["serve", "--host", "0\.0\.0\.0"\]', text, re.M)
+    # Every folder the package is built from is copied into the image.
+    for folder in ("throughline", "producers", "projector", "reader", "schemas"):
+        assert re.search(rf"^COPY {folder} ", text, re.M), folder
+
+
+def test_serve_waits_for_a_healthy_broker(serve: dict[str, Any]) -> None:
+    depends = serve["depends_on"]
+    assert isinstance(depends, dict) and depends["kafka"]["condition"] == "service_healthy"
+
+
+def test_serve_uses_the_in_network_listener(serve_env: dict[str, str], env: dict[str, str]) -> None:
+    advertised = _listeners(env["KAFKA_ADVERTISED_LISTENERS"])
+    bootstrap = serve_env["THROUGHLINE_BOOTSTRAP_SERVERS"]
+    assert bootstrap in advertised.values(), (bootstrap, advertised)
+    assert not bootstrap.startswith("localhost"), "inside the network, localhost is the container itself"
+    name = next(n for n, address in advertised.items() if address == bootstrap)
+    assert _listeners(env["KAFKA_LISTENERS"])[name].endswith(":" + bootstrap.rsplit(":", 1)[1])
+
+
+def test_serve_keeps_its_projection_on_a_volume(compose: dict[str, Any], serve: dict[str, Any], serve_env: dict[str, str]) -> None:
+    db = serve_env["THROUGHLINE_DB"]
+    mounts = [str(v).split(":") for v in serve.get("volumes", [])]
+    named = [m for m in mounts if len(m) >= 2 and db.startswith(m[1].rstrip("/") + "/") and not m[0].startswith((".", "/"))]
+    assert named, f"{db} should live on a named volume: {serve.get('volumes')}"
+    assert named[0][0] in (compose.get("volumes") or {})
+
+
+def test_serve_binds_all_interfaces_only_with_a_token(serve: dict[str, Any], serve_env: dict[str, str]) -> None:
+    command = serve.get("command") or ["serve", "--host", "0.0.0.0"]
+    assert "THROUGHLINE_AUTH_TOKEN" in serve_env
+    assert "0.0.0.0" in command
+    published = [str(p) for p in serve["ports"]]
+    assert any(p.startswith("127.0.0.1:") and p.endswith(":8787") for p in published), published

@@ -1,0 +1,179 @@
+"""``throughline serve``: the projector plus the HTTP read API in one process (docs/http.md).
+
+Prints one line on stdout once it accepts requests: its URL. Logs go to stderr. SIGTERM or SIGINT stop
+it gracefully (exit 0); binding a non-loopback address without an auth token is refused (exit 2,
+``auth_token_required``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
+from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
+from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
+from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
+from throughline.settings import add_connection_options, settings_from
+
+_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("a port is 0..65535 (0 picks a free one)")
+    return value
+
+
+def _count(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError("must be a finite number of seconds >= 0")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``serve`` subcommand."""
+    p = subparsers.add_parser(
+        "serve",
+        help="run the projector and the HTTP read API in one process",
+        description=(
+            "Run the projector and the HTTP read API (GET/POST /v1/projects/read, /healthz, /readyz, "
+            "/metrics, /openapi.json) in one process. Prints its URL on stdout once it accepts requests."
+        ),
+    )
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}, loopback only)")
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument(
+        "--auth-token-file",
+        default=None,
+        metavar="FILE",
+        help=f"require `Authorization: Bearer <token>` with the token in FILE (or env {ENV_AUTH_TOKEN}); "
+        "required when --host is not a loopback address",
+    )
+    p.add_argument(
+        "--token-key-file",
+        default=None,
+        metavar="FILE",
+        help=f"page-token key file (env {ENV_TOKEN_KEY_FILE}; {ENV_TOKEN_KEY} wins; default beside --db)",
+    )
+    p.add_argument(
+        "--read-wait",
+        type=_seconds,
+        default=DEFAULT_WAIT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"a read's bounded wait for the projector before projection_pending (default {DEFAULT_WAIT_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--max-wait",
+        type=_seconds,
+        default=DEFAULT_MAX_WAIT,
+        metavar="SECONDS",
+        help=f"cap on a long-poll's wait (default {DEFAULT_MAX_WAIT:g})",
+    )
+    p.add_argument(
+        "--max-waiters", type=_count(1), default=64, metavar="N", help="long-polls waiting at once (default 64)"
+    )
+    p.add_argument(
+        "--body-limit",
+        type=_count(0),
+        default=DEFAULT_BODY_LIMIT,
+        metavar="BYTES",
+        help=f"cut served bodies to this many UTF-8 bytes (default {DEFAULT_BODY_LIMIT})",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=_count(1024),
+        default=64 * 1024,
+        metavar="BYTES",
+        help="largest request body accepted (default 65536; larger: 413)",
+    )
+    p.add_argument(
+        "--ready-max-lag",
+        type=_count(0),
+        default=100,
+        metavar="RECORDS",
+        help="/readyz answers ready while every partition lags at most this many records (default 100)",
+    )
+    p.add_argument(
+        "--partitions",
+        type=_count(1),
+        default=None,
+        metavar="N",
+        help="partitions of the topic if serve has to create it (default: the log's default)",
+    )
+    p.add_argument(
+        "--allow-lossy-topic",
+        action="store_true",
+        help="accept a topic with finite retention or compaction (records could be lost)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=_seconds,
+        default=DEFAULT_DRAIN_TIMEOUT,
+        metavar="SECONDS",
+        help=f"on SIGTERM, wait this long for the projector to commit its batch (default {DEFAULT_DRAIN_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--no-projector",
+        action="store_true",
+        help="only serve reads: open the projection read-only and do not consume the log "
+        "(reads answer projection_pending for records nobody projects)",
+    )
+    p.add_argument("--log-level", choices=_LEVELS, default="warning", help="log level on stderr (default warning)")
+    p.add_argument("--access-log", action="store_true", help="log every request on stderr")
+    add_connection_options(p)
+    p.set_defaults(func=_cmd_serve)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    # The web stack loads only for this command, not for every `throughline` invocation.
+    from throughline.serve.app import ApiSettings
+    from throughline.serve.service import ServeOptions, run_service
+
+    token = load_auth_token(args.auth_token_file)
+    require_token_off_loopback(args.host, token)
+    settings = settings_from(args)
+    settings.require_bootstrap()  # fail fast, before binding anything
+    options = ServeOptions(
+        host=args.host,
+        port=args.port,
+        api=ApiSettings(
+            auth_token=token,
+            read_wait=args.read_wait,
+            body_limit=args.body_limit,
+            max_wait=args.max_wait,
+            max_waiters=args.max_waiters,
+            max_body_bytes=args.max_request_bytes,
+            ready_max_lag=args.ready_max_lag,
+        ),
+        token_key_file=args.token_key_file,
+        partitions=args.partitions,
+        projector=not args.no_projector,
+        allow_lossy_topic=args.allow_lossy_topic,
+        drain_timeout=args.drain_timeout,
+        log_level=args.log_level,
+        access_log=args.access_log,
+    )
+    return run_service(settings, options)

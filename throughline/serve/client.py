@@ -1,0 +1,262 @@
+"""``HttpReader``: reads pages from a running ``throughline serve`` as the library reads them locally.
+
+``HttpReader(url)(project=..., after_cursor=..., through_cursor=..., page_token=..., limit=...)`` returns
+the same ``ObserverRead`` model as ``read_observer_turn_page`` and raises the same typed errors: an HTTP
+error answer carries the stable code, and the client raises the class that owns that code
+(``InvalidLimitError`` for ``invalid_limit``, ``PageTokenError`` for ``page_token_*``, ...). It fits the
+Observer's ``PageReader`` protocol, so ``Observer(HttpReader(url), ...)`` audits over the network.
+
+A server that cannot be reached raises ``ServerUnavailableError`` (retriable), which the Observer backs
+off from like a pending projection. Only the standard library is used (``urllib``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from pydantic import ValidationError
+
+from throughline.errors import ConfigurationError, InputError, ThroughlineError
+from throughline.reader.wire import ObserverRead
+from throughline.serve import READ_PATH, REASON_HEADER
+from throughline.serve.auth import load_auth_token
+from throughline.serve.exceptions import BadResponseError, ServeError, ServerUnavailableError
+
+ENV_URL = "THROUGHLINE_URL"
+DEFAULT_TIMEOUT = 30.0
+#: Long-poll of ``observe --follow --url`` (below the server's default cap of 30 s).
+FOLLOW_WAIT = 25.0
+_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+def _subclasses(cls: type[ThroughlineError]) -> Iterator[type[ThroughlineError]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def _error_classes() -> dict[str, type[ThroughlineError]]:
+    """Every error class that owns a code, by code (the first class to declare a code owns it)."""
+    # Import the packages whose errors a server can answer with, so that their classes are known.
+    for module in (
+        "throughline.core.exceptions",
+        "throughline.reader.exceptions",
+        "throughline.serve.exceptions",
+        "throughline.log.exceptions",
+        "throughline.projector.exceptions",
+        "throughline.schemas.exceptions",
+    ):
+        try:
+            importlib.import_module(module)
+        except ImportError:  # pragma: no cover - a part not built into this install
+            pass
+    owners: dict[str, type[ThroughlineError]] = {}
+    for cls in _subclasses(ThroughlineError):
+        if "code" in cls.__dict__:
+            owners.setdefault(cls.__dict__["code"], cls)
+    return owners
+
+
+def error_from_answer(status: int, code: str, message: str) -> ThroughlineError:
+    """Rebuild the typed error a server answered with (by its stable code)."""
+    from throughline.core.exceptions import PageTokenError
+
+    owners = _error_classes()
+    cls: type[ThroughlineError]
+    if code in owners:
+        cls = owners[code]
+    elif code.startswith("page_token_"):
+        cls = PageTokenError  # its codes are set per instance
+    elif 400 <= status < 500 and status != 401:
+        cls = InputError
+    else:
+        cls = ServeError
+    error = cls.__new__(cls)
+    # Some classes take other constructor arguments (servers, topic...): the base initialiser sets the
+    # fields every error has, which is all a remote error can carry.
+    retriable = True if status == 503 else None
+    ThroughlineError.__init__(error, message, code=code, retriable=retriable)
+    return error
+
+
+def _headers(message: Any) -> dict[str, str]:
+    """Response headers with lower-case names (HTTP header names are case-insensitive)."""
+    return {str(k).lower(): str(v) for k, v in (message.items() if message is not None else [])}
+
+
+def _check_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"--url must be an http:// or https:// URL, got {url!r}", code="invalid_url")
+    if parts.query or parts.fragment:
+        raise ConfigurationError("--url must not carry a query or fragment", code="invalid_url")
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+class HttpReader:
+    """A ``PageReader`` over ``throughline serve``'s ``POST /v1/projects/read``.
+
+    ``wait`` (seconds, default 0) is the long-poll: an empty first page of a series is held by the
+    server until the project's chain moves past the after cursor, at most that long.
+    """
+
+    def __init__(
+        self, url: str, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT, wait: float = 0.0
+    ) -> None:
+        self.url = _check_url(url)
+        self.timeout = float(timeout)
+        self.wait = float(wait)
+        self._token = token
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+    def __repr__(self) -> str:  # the token stays out of logs and tracebacks
+        return f"HttpReader({self.url!r}, token={'***' if self._token else None})"
+
+    def __enter__(self) -> HttpReader:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def read_observer_turn_page(
+        self,
+        *,
+        project: str,
+        after_cursor: str | None = None,
+        through_cursor: str | None = None,
+        page_token: str | None = None,
+        limit: int | None = 10,
+        wait: float | None = None,
+    ) -> ObserverRead:
+        """One page of the series, as ``throughline.reader.read_observer_turn_page`` answers it."""
+        body: dict[str, Any] = {"project": project, "limit": limit}
+        if after_cursor is not None:
+            body["afterCursor"] = after_cursor
+        if through_cursor is not None:
+            body["throughCursor"] = through_cursor
+        if page_token is not None:
+            body["pageToken"] = page_token
+        long_poll = self.wait if wait is None else float(wait)
+        if long_poll > 0 and through_cursor is None and page_token is None:
+            body["wait"] = long_poll
+        else:
+            long_poll = 0.0
+        status, headers, payload = self._post(READ_PATH, body, self.timeout + long_poll)
+        if status == 200:
+            try:
+                read = ObserverRead.from_json(payload)
+            except ValidationError:
+                raise BadResponseError(f"{self.url} answered a document that is not {ObserverRead.__name__}") from None
+            reason = headers.get(REASON_HEADER.lower())
+            return read.model_copy(update={"reason": reason}) if reason else read
+        raise self._error(status, payload)
+
+    def __call__(
+        self,
+        *,
+        project: str,
+        after_cursor: str | None,
+        through_cursor: str | None,
+        page_token: str | None,
+        limit: int,
+    ) -> ObserverRead:
+        """The Observer's ``PageReader`` call."""
+        return self.read_observer_turn_page(
+            project=project,
+            after_cursor=after_cursor,
+            through_cursor=through_cursor,
+            page_token=page_token,
+            limit=limit,
+        )
+
+    def get_json(self, path: str) -> tuple[int, Any]:
+        """``GET path`` (``/readyz``, ``/healthz``): the status and the decoded JSON body."""
+        status, _, payload = self._request("GET", path, None, self.timeout)
+        try:
+            return status, json.loads(payload)
+        except ValueError:
+            raise BadResponseError(f"{self.url}{path} did not answer JSON") from None
+
+    # ------------------------------------------------------------------------------------------ HTTP
+
+    def _post(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, str], bytes]:
+        data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return self._request("POST", path, data, timeout)
+
+    def _request(
+        self, method: str, path: str, data: bytes | None, timeout: float
+    ) -> tuple[int, dict[str, str], bytes]:
+        headers = {"Accept": "application/json", "User-Agent": "throughline-http-reader"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with self._opener.open(request, timeout=timeout) as response:
+                return response.status, _headers(response.headers), response.read(_MAX_RESPONSE_BYTES)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, _headers(exc.headers), exc.read(_MAX_RESPONSE_BYTES)
+        except OSError as exc:  # URLError, refused, reset, timed out
+            reason = getattr(exc, "reason", exc)
+            raise ServerUnavailableError(f"cannot reach throughline serve at {self.url}: {reason}") from None
+
+    def _error(self, status: int, payload: bytes) -> ThroughlineError:
+        try:
+            document = json.loads(payload)
+            error = document["error"]
+            code, message = str(error["code"]), str(error["message"])
+        except (ValueError, KeyError, TypeError):
+            if status in (502, 503, 504):  # a proxy or a server shutting down: try again later
+                return ServerUnavailableError(f"{self.url} answered HTTP {status}")
+            return BadResponseError(f"{self.url} answered HTTP {status} without a throughline error document")
+        if status in (404, 405):  # our own server, but not a read endpoint: the URL is wrong
+            return BadResponseError(f"{self.url} has no read endpoint ({code}: {message}); check --url")
+        return error_from_answer(status, code, message)
+
+
+# ------------------------------------------------------------------------------------------ CLI glue
+
+
+def add_http_options(parser: argparse.ArgumentParser) -> None:
+    """``--url`` and ``--auth-token-file`` for commands that can read through ``throughline serve``."""
+    group = parser.add_argument_group("remote (throughline serve)")
+    group.add_argument(
+        "--url",
+        default=None,
+        metavar="URL",
+        help=f"read through a running `throughline serve` at URL (env {ENV_URL}) instead of opening --db; "
+        "--wait, --body-limit, --token-key-file and the connection options are then the server's",
+    )
+    group.add_argument(
+        "--auth-token-file",
+        default=None,
+        metavar="FILE",
+        help="bearer token for --url (env THROUGHLINE_AUTH_TOKEN)",
+    )
+
+
+def http_reader_from_args(args: argparse.Namespace) -> HttpReader | None:
+    """An ``HttpReader`` when ``--url`` (or ``THROUGHLINE_URL``) is set, else ``None``.
+
+    ``throughline read`` and ``throughline observe`` use it as
+    ``with http_reader_from_args(args) or open_page_reader(...) as read_page``.
+    """
+    url = getattr(args, "url", None) or os.environ.get(ENV_URL) or None
+    if not url:
+        return None
+    token = load_auth_token(getattr(args, "auth_token_file", None))
+    # A following Observer long-polls: the server holds its empty first pages until turns arrive.
+    return HttpReader(url, token=token, wait=FOLLOW_WAIT if getattr(args, "follow", False) else 0.0)

@@ -1,0 +1,76 @@
+"""Errors of ``throughline serve`` (the HTTP read API) and of its client, ``HttpReader``.
+
+Errors the HTTP API answers carry an ``http_status`` beside the usual ``code``/``retriable``/``exit_code``.
+Hard input errors raised by the reader itself (``invalid_limit``, ``invalid_cursor``, ``page_token_*``...)
+are not redefined here: the API returns them as 400 with their own codes, and ``HttpReader`` raises the
+same classes again on the client side.
+"""
+
+from __future__ import annotations
+
+from throughline.errors import ConfigurationError, InputError, ThroughlineError
+
+
+class ServeError(ThroughlineError):
+    """Root of the errors of the HTTP service and its client."""
+
+    code = "serve_error"
+
+
+class InvalidRequestError(InputError):
+    """A request the API cannot take: unknown or repeated parameters, a body that is not a JSON object.
+
+    The same code as the CLI's argument errors, because it is the same mistake made over HTTP.
+    """
+
+    code = "invalid_arguments"
+
+
+class RequestTooLargeError(InputError):
+    """A request body (413) or query string (414) is larger than the service accepts."""
+
+    code = "request_too_large"
+
+
+class UnauthorizedError(ServeError):
+    """A request without the bearer token, or with the wrong one (HTTP 401)."""
+
+    code = "unauthorized"
+
+
+class ServerBusyError(ServeError):
+    """Too many long-polls wait at once (HTTP 503); the same call may succeed a moment later."""
+
+    code = "server_busy"
+    retriable = True
+
+
+class ServerUnavailableError(ServeError):
+    """The client could not reach ``throughline serve`` (refused, timed out, reset)."""
+
+    code = "server_unavailable"
+    retriable = True
+
+
+class BadResponseError(ServeError):
+    """The server answered something that is not a throughline document (a proxy page, a wrong URL)."""
+
+    code = "bad_response"
+
+
+class AuthTokenRequiredError(ConfigurationError):
+    """``serve`` was asked to bind a non-loopback address without a bearer token."""
+
+    code = "auth_token_required"
+
+
+class InvalidAuthTokenError(ConfigurationError):
+    """The bearer token (file or variable) is empty, unreadable or not a single header-safe word."""
+
+    code = "invalid_auth_token"
+
+
+class ProjectorFailedError(ServeError):
+    """The projector thread of ``serve`` stopped with an error; the service shuts down (exit 1)."""
+
+    code = "projector_failed"

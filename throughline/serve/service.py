@@ -1,0 +1,396 @@
+"""``throughline serve``: the projector and the HTTP read API in one process.
+
+DuckDB lets one process write a database file, so the projector and the reader share one
+``DuckProjection``: the projector applies batches on its own thread, and request threads read
+snapshots of the same handle and wake on its commit notifications (``wait_applied``).
+
+Lifecycle:
+
+1. Resolve the page-token key, bind the listening socket (``--port 0`` picks a free port), make sure the
+   topic exists (created to keep every record, as the producers do), open the projection and the log
+   view; start the projector thread.
+2. Serve HTTP (uvicorn) on the main thread; print the URL on stdout once requests are accepted.
+3. On SIGTERM or SIGINT: stop accepting connections, release waiting long-polls, let requests in flight
+   finish (bounded), let the projector finish and commit the batch in flight (bounded by
+   ``--drain-timeout``), close everything, exit 0. A second signal stops without waiting for the
+   projector (the projection stays consistent: a batch is one transaction, applied again next start).
+4. A retriable projector failure (the broker went away) is retried with a backoff while the service
+   answers reads and reports itself not ready. Any other failure, or one that lasts longer than the
+   retry window, stops the service the same way, and it exits 1 with the projector's error, so that a
+   supervisor restarts it or an operator sees why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from throughline.errors import ThroughlineError
+from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
+from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
+from throughline.serve.exceptions import ProjectorFailedError, ServeError
+from throughline.serve.metrics import ServeMetrics
+from throughline.settings import Settings
+
+_log = logging.getLogger("throughline.serve")
+
+#: Retriable projector failures (a broker away) are retried for this long before the service gives up.
+RETRY_WINDOW = 300.0
+RETRY_FIRST = 1.0
+RETRY_MAX = 30.0
+#: A run that lasted this long was healthy: a failure after it starts a new retry window.
+HEALTHY_RUN = 60.0
+MAX_PROJECTOR_ATTEMPTS = 1_000_000
+#: Bound on the wait for HTTP requests in flight after a stop (long-polls are released at once).
+DEFAULT_GRACEFUL_TIMEOUT = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """Everything ``throughline serve`` is told beyond the connection settings."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    api: ApiSettings = field(default_factory=ApiSettings)
+    token_key_file: str | None = None
+    partitions: int | None = None  # partitions of the topic when serve creates it
+    projector: bool = True  # False: serve a projection read-only, without advancing it
+    allow_lossy_topic: bool = False
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    log_level: str = "warning"
+    access_log: bool = False
+
+
+class ProjectorThread:
+    """Runs a projector loop on a thread and remembers how it ended (implements ``ProjectorState``).
+
+    A retriable failure (the broker went away) restarts the loop after a backoff (1 s doubling to 30 s)
+    instead of ending the service; the service is then not ready. Failures that go on for longer than
+    ``retry_window`` seconds without a healthy run in between, and any other failure, end the loop:
+    the service then stops and exits 1, so that a supervisor restarts it or an operator sees why.
+    """
+
+    def __init__(
+        self,
+        loop: Callable[[threading.Event], object],
+        *,
+        on_exit: Callable[[], None],
+        retry_window: float = RETRY_WINDOW,
+        retry_first: float = RETRY_FIRST,
+    ) -> None:
+        self.stop = threading.Event()
+        self._retry_first = retry_first
+        self._loop = loop
+        self._on_exit = on_exit
+        self._retry_window = retry_window
+        self._error: ThroughlineError | None = None
+        self._retrying: ThroughlineError | None = None
+        self._thread = threading.Thread(target=self._run, name="throughline-projector", daemon=True)
+
+    def start(self) -> None:
+        """Start the loop."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._run_with_retries()
+        except ThroughlineError as exc:
+            self._error = exc
+        except Exception as exc:  # reported to the operator, then the service stops
+            _log.error("the projector failed", exc_info=exc)
+            self._error = ProjectorFailedError(f"the projector failed: {exc.__class__.__name__}: {exc}")
+        finally:
+            if self._error is not None:
+                _log.error("projector stopped: %s: %s", self._error.code, self._error.message)
+            self._on_exit()
+
+    def _run_with_retries(self) -> None:
+        backoff = self._retry_first
+        failing_since: float | None = None
+        for _attempt in range(MAX_PROJECTOR_ATTEMPTS):
+            started = time.monotonic()
+            try:
+                self._loop(self.stop)
+            except ThroughlineError as exc:
+                if not exc.retriable or self.stop.is_set():
+                    raise
+                now = time.monotonic()
+                if now - started >= HEALTHY_RUN:  # it ran well for a while: a new outage starts now
+                    failing_since, backoff = None, self._retry_first
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since > self._retry_window:
+                    raise
+                self._retrying = exc
+                _log.warning("projector: %s: %s; retrying in %.0fs", exc.code, exc.message, backoff)
+                if self.stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, RETRY_MAX)
+                self._retrying = None  # trying again; a new failure sets it again
+                continue
+            if not self.stop.is_set():
+                raise ProjectorFailedError("the projector stopped without being asked to")
+            return
+        raise ProjectorFailedError(f"the projector failed {MAX_PROJECTOR_ATTEMPTS} times")
+
+    def phase(self) -> ProjectorPhase:
+        """``running``, ``retrying`` (after a retriable failure), ``stopped`` (asked to stop) or ``failed``."""
+        if self._error is not None:
+            return "failed"
+        if self._thread.is_alive() and not self.stop.is_set():
+            return "retrying" if self._retrying is not None else "running"
+        return "stopped"
+
+    def error(self) -> ThroughlineError | None:
+        """Why the loop ended (``failed``), or why it is being retried (``retrying``)."""
+        return self._error or self._retrying
+
+    def join(self, timeout: float, abort: threading.Event | None = None) -> bool:
+        """Ask the loop to stop and wait (bounded, or until ``abort``) for it to commit and return.
+
+        ``True`` when it returned. Abandoning it is safe: a batch is committed whole or not at all.
+        """
+        self.stop.set()
+        if self._thread.ident is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and not (abort is not None and abort.is_set()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._thread.join(min(remaining, 0.1))
+        return not self._thread.is_alive()
+
+
+class NoProjector:
+    """``serve --no-projector``: the projection is only read; nothing here advances it."""
+
+    def phase(self) -> ProjectorPhase:
+        """Always ``off``."""
+        return "off"
+
+    def error(self) -> ThroughlineError | None:
+        """Never failed."""
+        return None
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, minus its own signal handling (the service owns the signals), plus a ready callback."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_ready = on_ready
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn re-raises a captured SIGTERM after its shutdown, which would end the process with
+        # "killed by signal" before the projector commits; the service handles signals itself.
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and not self.should_exit:
+            self._on_ready()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port`` 0: the OS picks a free one)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ServeError(f"cannot resolve --host {host!r}: {exc.strerror}", code="bind_failed") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", code="bind_failed") from None
+    return sock
+
+
+def url_of(sock: socket.socket, host: str) -> str:
+    """The URL a client uses for a bound socket."""
+    port = sock.getsockname()[1]
+    shown = host
+    if host in ("0.0.0.0", ""):
+        shown = "127.0.0.1"
+    elif host == "::":
+        shown = "::1"
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
+class _Signals:
+    """SIGTERM/SIGINT: the first asks for a graceful stop, the second for an immediate one."""
+
+    def __init__(self, graceful: Callable[[], None], immediate: Callable[[], None]) -> None:
+        self._graceful = graceful
+        self._immediate = immediate
+        self._count = 0
+        self._previous: dict[int, Any] = {}
+
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        self._count += 1
+        if self._count == 1:
+            _log.warning("signal %s: stopping (finishing requests and the batch in flight)", signum)
+            self._graceful()
+        else:
+            self._immediate()
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+def _configure_logging(level: str) -> None:
+    root = logging.getLogger("throughline")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def _announce(url: str) -> None:
+    print(url, flush=True)
+
+
+def run_service(
+    settings: Settings,
+    options: ServeOptions,
+    *,
+    announce: Callable[[str], None] = _announce,
+) -> int:
+    """Run ``throughline serve`` until a signal (returns 0) or a projector failure (raises its error)."""
+    from throughline.log import DEFAULT_PARTITIONS, KafkaLog, ensure_topic
+    from throughline.projector.store import DuckProjection
+    from throughline.reader.token_key import resolve_token_key
+
+    _configure_logging(options.log_level)
+    servers = settings.require_bootstrap()
+    token_key = resolve_token_key(db_path=settings.db, key_file=options.token_key_file)
+    sock = bind_socket(options.host, options.port)
+    url = url_of(sock, options.host)
+    projector: ProjectorThread | None = None
+    with contextlib.ExitStack() as stack:
+        stack.callback(sock.close)
+        if options.projector:
+            # As the producers do: a missing topic is created to keep every record; a lossy one is refused.
+            ensure_topic(
+                servers,
+                settings.topic,
+                partitions=options.partitions or DEFAULT_PARTITIONS,
+                allow_lossy=options.allow_lossy_topic,
+            )
+        projection = DuckProjection.open(settings.db, read_only=not options.projector, topic=settings.topic)
+        stack.callback(projection.close)
+        log = KafkaLog(servers, settings.topic)
+        stack.callback(log.close)
+
+        metrics = ServeMetrics()
+        stopping = threading.Event()
+        server_box: list[_Server] = []
+
+        def request_stop() -> None:
+            stopping.set()
+            if server_box:
+                server_box[0].should_exit = True
+
+        forced = threading.Event()
+
+        def force_stop() -> None:
+            forced.set()
+            request_stop()
+            if server_box:
+                server_box[0].force_exit = True
+
+        state: ProjectorThread | NoProjector = NoProjector()
+        if options.projector:
+            projector = ProjectorThread(projector_loop(projection, servers, settings.topic, metrics), on_exit=request_stop)
+            state = projector
+        app = create_app(
+            projection=projection,
+            log=log,
+            token_key=token_key,
+            settings=options.api,
+            metrics=metrics,
+            projector=state,
+            stopping=stopping,
+        )
+        config = uvicorn.Config(
+            app,
+            lifespan="on",
+            http="h11",
+            loop="asyncio",
+            log_level=options.log_level,
+            access_log=options.access_log,
+            server_header=False,
+            proxy_headers=False,
+            timeout_graceful_shutdown=DEFAULT_GRACEFUL_TIMEOUT,
+            h11_max_incomplete_event_size=max(64 * 1024, options.api.max_query_bytes * 2),
+        )
+        server = _Server(config, on_ready=lambda: announce(url))
+        server_box.append(server)
+        with _Signals(request_stop, force_stop):
+            if projector is not None:
+                projector.start()
+            try:
+                asyncio.run(server.serve(sockets=[sock]))
+            finally:
+                request_stop()
+                if projector is not None and not projector.join(options.drain_timeout, abort=forced):
+                    _log.error(
+                        "stopping without waiting for the projector (%s); a batch it had not committed is "
+                        "applied again on the next start",
+                        "second signal" if forced.is_set() else f"--drain-timeout {options.drain_timeout:g}s",
+                    )
+    failure = projector.error() if projector is not None else None
+    if failure is not None:
+        raise failure
+    return 0
+
+
+def projector_loop(
+    projection: Any, servers: list[str], topic: str, metrics: ServeMetrics
+) -> Callable[[threading.Event], object]:
+    """The projector's consume loop over ``projection``, counting what it applies into ``metrics``."""
+    from throughline.projector.runner import ProgressUpdate, Projector
+
+    seen = [0, 0, 0]  # records, appended, quarantined already counted
+
+    def progress(update: ProgressUpdate) -> None:
+        # The run reports running totals; the counters take the increments.
+        total = update.summary
+        now = [total.records, total.appended, total.quarantined]
+        for counter, before, after in zip(
+            (metrics.records_applied, metrics.turns_applied, metrics.quarantined), seen, now, strict=True
+        ):
+            if after > before:
+                counter.inc(after - before)
+        seen[:] = now
+
+    def loop(stop: threading.Event) -> object:
+        return Projector(projection, servers, topic).run(stop=stop, progress=progress)
+
+    return loop
