@@ -1,0 +1,186 @@
+"""Subcommands of the projector: ``project``, ``replay`` and ``status`` (CONTRACT section 7).
+
+- ``throughline project [--until-caught-up]``: run the projector on ``--db``; with the flag, exit once
+  every partition's applied offset reaches the end offset seen at start. Prints a JSON summary on
+  stdout when it stops (SIGTERM/SIGINT stop it after the batch in flight is committed).
+- ``throughline replay --db NEW_FILE``: rebuild the projection from offset 0 into a new file, with a
+  progress bar on stderr and a JSON summary on stdout (records, turns, duplicates, quarantined, rate).
+- ``throughline status [--json]``: applied and end offsets and lag per partition, counts, and the
+  latest quarantined records (a table, or one JSON document with ``--json``).
+
+Errors are raised as typed ``ThroughlineError``s; ``throughline.cli`` prints them as JSON on stderr and
+exits 2 for input/configuration errors, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from throughline.settings import add_connection_options, settings_from
+
+
+def register(subparsers: Any) -> None:
+    """Add ``project``, ``replay`` and ``status`` to the ``throughline`` parser."""
+    project = subparsers.add_parser(
+        "project",
+        help="run the projector (Kafka -> DuckDB, exactly once)",
+        description="Consume the topic of completed turns into the DuckDB projection, exactly once.",
+    )
+    add_connection_options(project)
+    project.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="exit once the end offsets seen at start are applied",
+    )
+    _add_tuning(project)
+    project.set_defaults(func=_cmd_project)
+
+    replay = subparsers.add_parser(
+        "replay",
+        help="rebuild a projection from offset 0 into a new file",
+        description="Replay the topic from offset 0 into a NEW DuckDB file (refuses an existing, non-empty file).",
+    )
+    add_connection_options(replay)
+    replay.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _add_tuning(replay)
+    replay.set_defaults(func=_cmd_replay)
+
+    status = subparsers.add_parser(
+        "status",
+        help="applied vs end offsets, lag, counts and quarantine",
+        description="Report the projection's applied offsets against the log's end offsets, counts and quarantine.",
+    )
+    add_connection_options(status)
+    status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    status.add_argument("--quarantine", type=int, default=10, metavar="N", help="latest quarantined records to show")
+    status.set_defaults(func=_cmd_status)
+
+
+def _add_tuning(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("tuning")
+    group.add_argument("--max-poll-records", type=int, default=None, metavar="N", help="records per poll/transaction")
+    group.add_argument(
+        "--check-interval", type=float, default=None, metavar="SECONDS", help="how often the log's identity is re-checked"
+    )
+    group.add_argument("-v", "--verbose", action="store_true", help="log what the projector does on stderr")
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from throughline.errors import InputError
+    from throughline.projector.runner import ProjectorOptions
+
+    options = ProjectorOptions()
+    if args.max_poll_records is not None:
+        if args.max_poll_records < 1:
+            raise InputError("--max-poll-records must be at least 1", code="invalid_arguments")
+        options = replace(options, max_poll_records=args.max_poll_records)
+    if args.check_interval is not None:
+        if not args.check_interval > 0:
+            raise InputError("--check-interval must be positive", code="invalid_arguments")
+        options = replace(options, check_interval=args.check_interval)
+    return options
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kafka-python logs routine reconnects and slow event-loop ticks as warnings.
+    logging.getLogger("kafka").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[tuple[threading.Event, list[int]]]:
+    """An event set by SIGTERM/SIGINT (graceful stop after the batch in flight), and which signal it was."""
+    stop = threading.Event()
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield stop, received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _exit_code(received: list[int]) -> int:
+    return 130 if signal.SIGINT in received else 0
+
+
+def _cmd_project(args: argparse.Namespace) -> int:
+    from throughline.projector.runner import Projector
+    from throughline.projector.store import DuckProjection
+
+    _logging(args.verbose)
+    settings = settings_from(args)
+    servers = settings.require_bootstrap()
+    options = _options(args)
+    with DuckProjection.open(settings.db, topic=settings.topic) as projection, _stop_on_signals() as (stop, received):
+        summary = Projector(projection, servers, settings.topic, options=options).run(
+            until_caught_up=args.until_caught_up, stop=stop
+        )
+    print(json.dumps({"db": settings.db, "topic": settings.topic, **summary.to_json()}))
+    return _exit_code(received)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from throughline.projector.replay import ProgressBar, replay
+
+    _logging(args.verbose)
+    settings = settings_from(args)
+    servers = settings.require_bootstrap()
+    options = _options(args)
+    bar = None if args.no_progress else ProgressBar()
+    last: list[Any] = []
+
+    def progress(update: Any) -> None:
+        last[:] = [update]
+        if bar is not None:
+            bar(update)
+
+    with _stop_on_signals() as (stop, received):
+        try:
+            summary = replay(servers, settings.topic, settings.db, progress=progress, stop=stop, options=options)
+        finally:
+            if bar is not None:
+                bar.finish(last[0] if last else None)
+    doc = {"db": settings.db, "topic": settings.topic, **summary.to_json()}
+    if not summary.caught_up:
+        doc["interrupted"] = True
+        print(json.dumps(doc))
+        from throughline.projector.exceptions import ProjectorError
+
+        raise ProjectorError(
+            f"replay into {settings.db} was interrupted before it reached the end offsets; nothing was written",
+            code="replay_interrupted",
+        )
+    print(json.dumps(doc))
+    return _exit_code(received)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from throughline.projector.status import collect_status, render_status
+
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    settings = settings_from(args)
+    doc = collect_status(settings.db, settings.topic, settings.bootstrap_servers, latest=max(0, args.quarantine))
+    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+    log_error = doc["log"].get("error")
+    if settings.bootstrap_servers and log_error is not None:
+        from throughline.projector.exceptions import ProjectorError
+
+        raise ProjectorError(f"the log could not be read: {log_error['message']}", code=log_error["code"])
+    return 0

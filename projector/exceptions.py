@@ -1,0 +1,74 @@
+"""Errors of the projector and its DuckDB projection."""
+
+from __future__ import annotations
+
+from throughline.errors import ThroughlineError
+
+
+class ProjectorError(ThroughlineError):
+    """Root of the projector's errors."""
+
+    code = "projector_error"
+
+
+class ProjectionBusyError(ProjectorError):
+    """Another process (a running projector) holds the projection file's write lock.
+
+    Retriable: it succeeds once that process stops.
+    """
+
+    code = "projection_busy"
+    retriable = True
+
+
+class ProjectionMissingError(ProjectorError):
+    """A read-only open of a projection file that does not exist (or is not a projection yet)."""
+
+    code = "projection_missing"
+
+
+class ProjectionIncompatibleError(ProjectorError):
+    """The file is not a throughline projection, or one of another schema version."""
+
+    code = "projection_incompatible"
+
+
+class ProjectionTopicMismatchError(ProjectorError):
+    """The projection was built from another topic than the one this call names (a settings mistake)."""
+
+    code = "projection_topic_mismatch"
+    exit_code = 2
+
+
+class LogRewoundError(ProjectorError):
+    """The log is not the one the projection was built from.
+
+    A partition's end offset is lower than the offset the projection already applied, the topic's id
+    differs from the recorded one, or the topic was deleted under a running projector: the topic was
+    deleted and recreated, or the settings point at another cluster. The projector stops rather than
+    mixing two histories; rebuild with ``throughline replay --db NEW_FILE``.
+    """
+
+    code = "log_rewound"
+
+
+class LogTruncatedError(ProjectorError):
+    """Records the projection has not applied yet are gone from the log (retention or record deletion).
+
+    Applying what is left would silently skip turns, so the projector stops.
+    """
+
+    code = "log_truncated"
+
+
+class ReplayTargetError(ProjectorError):
+    """``replay --db`` names a file that already holds data (replay only writes into a new file)."""
+
+    code = "replay_target_exists"
+    exit_code = 2
+
+
+class InvalidBatchError(ProjectorError):
+    """A batch handed to the apply path breaks its rules (mixed partitions, offsets not ascending)."""
+
+    code = "invalid_batch"

@@ -1,0 +1,141 @@
+"""``throughline status``: what the projection applied, what the log holds, and what was quarantined.
+
+The projection is opened read-only (so this fails with ``projection_busy`` while a projector process
+holds the file: ``serve`` exposes the same numbers over HTTP). The log part (end offsets, lag) needs a
+broker; without one configured, or when it does not answer, the document says so and the projection
+part is still reported. Never prints a body or a raw record: quarantine rows show their position,
+code, reason and the hashes of their project and source when known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from throughline.errors import ThroughlineError
+from throughline.log import KafkaLog
+from throughline.projector.store import DuckProjection, ProjectionStats
+
+DEFAULT_STATUS_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class LogEnds:
+    """The log's end offsets, or why they are unknown."""
+
+    ends: dict[int, int] | None
+    partitions: int | None
+    error: ThroughlineError | None
+
+
+def read_log_ends(bootstrap_servers: str | None, topic: str, *, timeout: float = DEFAULT_STATUS_TIMEOUT) -> LogEnds:
+    """The topic's end offsets now (``ends=None`` with the reason when they cannot be read)."""
+    if not bootstrap_servers:
+        return LogEnds(None, None, None)
+    try:
+        with KafkaLog(bootstrap_servers, topic, timeout=timeout, client_id="throughline-status") as log:
+            return LogEnds(log.end_offsets(), log.partitions, None)
+    except ThroughlineError as exc:
+        return LogEnds(None, None, exc)
+
+
+def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, Any]:
+    """The status as one JSON-ready document."""
+    applied = {p.partition: p for p in stats.partitions}
+    partitions = set(applied) | set(log.ends or {})
+    rows: list[dict[str, Any]] = []
+    total_lag: int | None = 0 if log.ends is not None else None
+    for p in sorted(partitions):
+        a = applied.get(p)
+        next_offset = a.next_offset if a else 0
+        end = log.ends.get(p) if log.ends is not None else None
+        lag = max(0, end - next_offset) if end is not None else None
+        if lag is not None and total_lag is not None:
+            total_lag += lag
+        rows.append(
+            {
+                "partition": p,
+                "applied": next_offset,
+                "end": end,
+                "lag": lag,
+                "records": a.records if a else 0,
+                "turns": a.appended if a else 0,
+                "rewinds": a.rewinds if a else 0,
+                "duplicates": a.duplicates if a else 0,
+                "quarantined": a.quarantined if a else 0,
+            }
+        )
+    log_part: dict[str, Any] = {"reachable": log.ends is not None}
+    if log.error is not None:
+        log_part["error"] = {"code": log.error.code, "message": log.error.message}
+    elif log.ends is None:
+        log_part["error"] = {"code": "missing_bootstrap_servers", "message": "no Kafka bootstrap servers configured"}
+    return {
+        "db": db,
+        "topic": stats.topic,
+        "topicId": stats.topic_id,
+        "log": log_part,
+        "partitions": rows,
+        "lag": total_lag,
+        "counts": {
+            "turns": stats.turns,
+            "sources": stats.sources,
+            "projects": stats.projects,
+            "superseded": stats.superseded,
+            "quarantined": stats.quarantined,
+            "brokenSources": stats.broken_sources,
+        },
+        "quarantine": [
+            {
+                "partition": q.partition,
+                "offset": q.offset,
+                "code": q.code,
+                "reason": q.reason,
+                "projectSha256": q.project_sha256.hex() if q.project_sha256 else None,
+                "sourceSha256": q.source_sha256.hex() if q.source_sha256 else None,
+                "valueBytes": q.value_bytes,
+            }
+            for q in stats.latest_quarantine
+        ],
+    }
+
+
+def collect_status(
+    db: str, topic: str, bootstrap_servers: str | None, *, latest: int = 10, timeout: float = DEFAULT_STATUS_TIMEOUT
+) -> dict[str, Any]:
+    """Open the projection read-only, ask the log for its ends, and build the status document."""
+    with DuckProjection.open(db, read_only=True, topic=topic) as projection:
+        stats = projection.stats(latest_quarantine=latest)
+    return status_document(db, stats, read_log_ends(bootstrap_servers, topic, timeout=timeout))
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_status(doc: dict[str, Any]) -> str:
+    """The status as a human-readable table."""
+    lines = [f"projection {doc['db']}  topic {doc['topic']}  (id {_cell(doc['topicId'])})"]
+    log = doc["log"]
+    if not log["reachable"]:
+        lines.append(f"log: unknown ({log['error']['message']})")
+    header = ("partition", "applied", "end", "lag", "records", "turns", "rewinds", "duplicates", "quarantined")
+    table = [header] + [
+        tuple(_cell(r[k]) for k in ("partition", "applied", "end", "lag", "records", "turns", "rewinds", "duplicates", "quarantined"))
+        for r in doc["partitions"]
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        lines.append("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+    lines.append(f"total lag: {_cell(doc['lag'])}")
+    c = doc["counts"]
+    lines.append(
+        f"turns {c['turns']}  sources {c['sources']}  projects {c['projects']}  superseded {c['superseded']}  "
+        f"quarantined {c['quarantined']}  broken sources {c['brokenSources']}"
+    )
+    if doc["quarantine"]:
+        lines.append("latest quarantined records:")
+        for q in doc["quarantine"]:
+            source = f" source {q['sourceSha256'][:16]}" if q["sourceSha256"] else ""
+            lines.append(f"  p{q['partition']}@{q['offset']} {q['code']}: {q['reason']}{source} ({q['valueBytes']} bytes)")
+    return "\n".join(lines)

@@ -1,0 +1,230 @@
+"""Helpers for the projector's integration tests (not a test module): produce turns and raw records to
+the real broker, read the whole topic back, fold it with the reference ``ChainBook`` and compare a
+DuckDB projection with it.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from throughline.core.chain import chain_digests, content_digest
+from throughline.core.fold import ChainBook
+from throughline.core.partitioning import partition_for
+from throughline.core.turn import TurnRecord, build_turn
+from throughline.projector.store import DuckProjection
+from throughline.schemas.codec import decode_turn, encode_turn
+from throughline.schemas.exceptions import RecordDecodeError
+
+TIMEOUT = 30.0
+
+
+def turn(
+    project: str, thread: str, turn_id: str, *, seq: int | None = None, host: str = "host-a", body: str | None = None
+) -> TurnRecord:
+    """A valid turn (a deterministic body when none is given)."""
+    return build_turn(
+        project=project,
+        host=host,
+        thread=thread,
+        turn_id=turn_id,
+        completed_at_micros=1_760_000_000_000_000 + sum(map(ord, turn_id)),
+        body=body if body is not None else f"{project}/{thread}/{turn_id} " + "x" * 200,
+        seq=seq,
+    )
+
+
+class Producer:
+    """A kafka-python producer that places each turn on its project's partition (as ``TurnProducer`` does)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, retries=5)
+
+    def send(self, record: TurnRecord) -> None:
+        """Append one turn (asynchronously; ``flush`` waits)."""
+        key = record.project_sha256
+        self._producer.send(self.topic, key=key, value=encode_turn(record), partition=partition_for(key, self.partitions))
+
+    def send_raw(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+        """Append raw bytes to a partition (poison records)."""
+        self._producer.send(self.topic, key=key, value=value, partition=partition).get(timeout=TIMEOUT)
+
+    def flush(self) -> None:
+        self._producer.flush(timeout=TIMEOUT)
+
+    def close(self) -> None:
+        self._producer.close(timeout=10)
+
+
+def history(rng: random.Random, size: int, *, projects: int = 8, threads: int = 3) -> list[TurnRecord]:
+    """A realistic mixed history: appends, retries (duplicates), rewinds, host switches and a few gaps."""
+    lengths: dict[tuple[str, str, str], int] = {}
+    out: list[TurnRecord] = []
+    for i in range(size):
+        project = f"/work/p{rng.randrange(projects)}"
+        thread = f"t{rng.randrange(threads)}"
+        host = "host-a" if rng.random() < 0.9 else "host-b"
+        key = (project, host, thread)
+        n = lengths.get(key, 0)
+        roll = rng.random()
+        if out and roll < 0.04:
+            out.append(out[rng.randrange(len(out))])  # a retried append
+            continue
+        if n and roll < 0.09:
+            seq = rng.randint(1, n)  # a rewind
+        elif roll < 0.095:
+            seq = n + 2  # a gap (quarantined)
+        else:
+            seq = None if rng.random() < 0.5 else n + 1
+        out.append(turn(project, thread, f"turn-{i}", seq=seq, host=host))
+        if seq is None or seq <= n + 1:
+            lengths[key] = seq if seq is not None else n + 1
+    return out
+
+
+@dataclass(frozen=True)
+class LogContent:
+    """Everything in the topic, as read back from the broker."""
+
+    ends: dict[int, int]
+    book: ChainBook
+    undecodable: list[tuple[int, int]]
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int) -> LogContent:
+    """Read every record of the topic and fold it, partition by partition, with ``ChainBook``."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, max_poll_records=5000)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
+        records: dict[int, list[tuple[int, bytes | None, bytes | None]]] = {p: [] for p in range(partitions)}
+        deadline = time.monotonic() + 60
+        for _ in range(10_000):
+            if all((records[p][-1][0] + 1 if records[p] else 0) >= ends[p] for p in records):
+                break
+            assert time.monotonic() < deadline, "reading the topic back took too long"
+            for tp, batch in consumer.poll(timeout_ms=500).items():
+                records[tp.partition].extend((r.offset, r.key, r.value) for r in batch)
+    finally:
+        consumer.close()
+    book = ChainBook()
+    undecodable: list[tuple[int, int]] = []
+    for p in range(partitions):
+        for offset, key, value in records[p]:
+            try:
+                record = decode_turn(value) if value is not None else None
+            except RecordDecodeError:
+                record = None
+            if record is None:
+                undecodable.append((p, offset))
+                continue
+            book.apply(record, p, offset, key)
+    return LogContent(ends, book, undecodable)
+
+
+def assert_projection_equals_log(db: Path, content: LogContent) -> None:
+    """The projection holds exactly what the log says: no turn lost, none twice, every digest verified."""
+    book = content.book
+    with DuckProjection.open(db, read_only=True) as projection:
+        cur = projection._con.cursor()
+        try:
+            applied = projection.applied_offsets()
+            assert {p: applied.get(p, 0) for p in content.ends} == content.ends
+            live = cur.execute(
+                "SELECT source_sha256, seq, turn_id, completed_at_us, body, content_digest, chain_digest, "
+                "log_partition, log_offset FROM turns ORDER BY source_sha256, seq"
+            ).fetchall()
+            expected = sorted(
+                (s, t.seq, t.turn_id, t.record.completed_at_micros, t.record.body, t.content_digest, t.chain_digest, t.partition, t.offset)
+                for s, turns in book.live.items()
+                for t in turns
+            )
+            assert len(live) == len(expected), f"{len(live)} live turns projected, the log says {len(expected)}"
+            assert live == expected
+            # None twice: one row per (source, seq) and per (source, turn id).
+            assert cur.execute("SELECT count(*) FROM (SELECT DISTINCT source_sha256, seq FROM turns)").fetchone() == (len(live),)
+            assert cur.execute("SELECT count(*) FROM (SELECT DISTINCT source_sha256, turn_id FROM turns)").fetchone() == (len(live),)
+            # Every digest verified from the stored content.
+            chains: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
+            for source, seq, turn_id, at, body, cd, dd, _, _ in live:
+                assert content_digest(turn_id, at, body) == cd
+                chains.setdefault(source, []).append((seq, cd, dd))
+            for rows in chains.values():
+                assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+                assert chain_digests([r[1] for r in rows]) == [r[2] for r in rows]
+            superseded = cur.execute("SELECT source_sha256, seq, turn_id, log_offset FROM superseded_turns").fetchall()
+            assert sorted(superseded) == sorted((t.record.source_sha256, t.seq, t.turn_id, t.offset) for t in book.superseded)
+            heads = dict(cur.execute("SELECT project_sha256, source_sha256 FROM project_heads").fetchall())
+            assert heads == book.heads
+            quarantined = cur.execute("SELECT log_partition, log_offset FROM quarantine").fetchall()
+            assert sorted(quarantined) == sorted([(p, o) for p, o, _ in book.quarantined] + content.undecodable)
+        finally:
+            cur.close()
+
+
+def cli_process(*argv: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run ``throughline ARGV`` as a real process."""
+    return subprocess.run(
+        [sys.executable, "-m", "throughline.cli", *argv], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def start_projector(*argv: str, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``throughline project ARGV`` as a real process (its stderr goes to ``log``)."""
+    with open(log, "ab") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "throughline.cli", "project", *argv], stdout=subprocess.DEVNULL, stderr=err
+        )
+
+
+def connection(bootstrap: str, topic: str, db: Path) -> list[str]:
+    """The connection flags of every command."""
+    return ["--bootstrap-servers", bootstrap, "--topic", topic, "--db", str(db)]
+
+
+def produce_all(bootstrap: str, topic: str, partitions: int, records: Sequence[TurnRecord]) -> None:
+    """Produce turns and wait for every acknowledgement."""
+    producer = Producer(bootstrap, topic, partitions)
+    try:
+        for r in records:
+            producer.send(r)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def exactly_once_invariants(db: Path) -> int:
+    """Check what must hold after a crash at any instant; return the total applied offset.
+
+    Every appended turn is either live or superseded (none lost, none twice), every applied turn id is
+    recorded once, and the per-partition counters add up to what the tables hold.
+    """
+    with DuckProjection.open(db, read_only=True) as projection:
+        cur = projection._con.cursor()
+        try:
+            appended, records, quarantined, applied = cur.execute(
+                "SELECT coalesce(sum(appended), 0), coalesce(sum(records), 0), coalesce(sum(quarantined), 0), "
+                "coalesce(sum(next_offset), 0) FROM applied_offsets"
+            ).fetchone()
+            live, superseded, ids, q = cur.execute(
+                "SELECT (SELECT count(*) FROM turns), (SELECT count(*) FROM superseded_turns), "
+                "(SELECT count(*) FROM turn_ids), (SELECT count(*) FROM quarantine)"
+            ).fetchone()
+        finally:
+            cur.close()
+    assert appended == live + superseded, (appended, live, superseded)
+    assert ids == live + superseded
+    assert quarantined == q
+    assert records <= applied
+    return int(applied)

@@ -1,0 +1,206 @@
+"""The ``Projection`` contract the reader relies on, run against every implementation.
+
+``ProjectionContract`` feeds the same placed records through each implementation's apply path and checks
+its views against the reference fold (``ChainBook``): heads, sources, live turns, applied offsets,
+broken marks, superseded turns never served, one snapshot per view, and ``wait_applied``.
+Implementations: ``BookProjection`` (in memory, ``throughline.core.ports``) and ``DuckProjection`` (a real
+DuckDB file).
+"""
+
+from __future__ import annotations
+
+import abc
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from projector_histories import Placed, book_of, by_partition, histories, place, to_log, turn
+
+from throughline.core.ports import BookProjection, Projection, cursor_of
+from throughline.core.turn import TurnRecord
+from throughline.projector.store import DuckProjection
+
+TOPIC = "contract"
+
+
+class Fed(abc.ABC):
+    """A projection plus the way to feed it records (as its projector would)."""
+
+    projection: Projection
+
+    @abc.abstractmethod
+    def feed(self, placed: Sequence[Placed]) -> None:
+        """Apply records (in log order per partition) and advance the applied offsets."""
+
+
+class BookFed(Fed):
+    def __init__(self) -> None:
+        self.book = BookProjection()
+        self.projection = self.book
+
+    def feed(self, placed: Sequence[Placed]) -> None:
+        for p in placed:
+            self.book.apply(p.record, p.partition, p.offset)
+
+
+class DuckFed(Fed):
+    def __init__(self, path: Path) -> None:
+        self.duck = DuckProjection.open(path, topic=TOPIC)
+        self.projection = self.duck
+
+    def feed(self, placed: Sequence[Placed]) -> None:
+        for partition, records in by_partition(to_log(placed)).items():
+            self.duck.apply_batch(TOPIC, partition, records)
+
+
+class ProjectionContract(abc.ABC):
+    """Tests every ``Projection`` implementation must pass."""
+
+    @abc.abstractmethod
+    @contextmanager
+    def fed(self) -> Iterator[Fed]:
+        """A fresh, empty projection."""
+
+    # ------------------------------------------------------------------------------------- checks
+
+    def check_against_reference(self, fed: Fed, placed: Sequence[Placed], partitions: int) -> None:
+        book = book_of(placed)
+        applied: dict[int, int] = {}
+        for p in placed:
+            applied[p.partition] = p.offset + 1
+        with fed.projection.view() as v:
+            for partition in range(partitions):
+                assert v.applied_offset(partition) == applied.get(partition, 0)
+            projects = {p.record.project_sha256 for p in placed}
+            for project in projects:
+                source = book.heads.get(project)
+                expected = cursor_of(project, source, book.live[source][-1]) if source else None
+                assert v.head(project) == expected
+            for source, turns in book.live.items():
+                info = v.source(source)
+                assert info is not None
+                assert info.source_sha256 == source
+                assert info.length == len(turns)
+                assert info.chain_digest == (turns[-1].chain_digest if turns else info.chain_digest)
+                assert (info.broken_reason is not None) == (source in book.broken)
+                served = v.turns(source, 1, len(turns) + 3)
+                assert [(t.seq, t.turn_id, t.chain_digest, t.partition, t.offset) for t in served] == [
+                    (t.seq, t.turn_id, t.chain_digest, t.partition, t.offset) for t in turns
+                ]
+                assert [(t.body, t.body_bytes, t.completed_at_micros, t.content_digest) for t in served] == [
+                    (t.record.body, len(t.record.body.encode()), t.record.completed_at_micros, t.content_digest)
+                    for t in turns
+                ]
+            live_ids = {(s, t.turn_id) for s, ts in book.live.items() for t in ts}
+            for old in book.superseded:
+                if (old.record.source_sha256, old.turn_id) in live_ids:
+                    continue
+                served = v.turns(old.record.source_sha256, old.seq, old.seq)
+                assert all(t.turn_id != old.turn_id for t in served)
+
+    # -------------------------------------------------------------------------------------- tests
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+    @given(histories(max_size=45), st.integers(1, 3), st.data())
+    def test_views_agree_with_the_reference_fold(
+        self, records: list[TurnRecord], partitions: int, data: st.DataObject
+    ) -> None:
+        placed = place(records, partitions)
+        cut = data.draw(st.integers(0, len(placed)))
+        with self.fed() as fed:
+            fed.feed(placed[:cut])
+            self.check_against_reference(fed, placed[:cut], partitions)
+            fed.feed(placed[cut:])
+            self.check_against_reference(fed, placed, partitions)
+
+    def test_an_empty_projection(self) -> None:
+        with self.fed() as fed, fed.projection.view() as v:
+            assert v.applied_offset(0) == 0
+            assert v.head(turn().project_sha256) is None
+            assert v.source(turn().source_sha256) is None
+            assert v.turns(turn().source_sha256, 1, 100) == []
+            assert fed.projection.wait_applied(0, 0, 0.0)
+
+    def test_broken_sources_are_marked_and_keep_their_live_turns(self) -> None:
+        records = [turn(turn_id="a"), turn(turn_id="b"), turn(turn_id="gap", seq=9), turn(turn_id="c")]
+        with self.fed() as fed:
+            fed.feed(place(records))
+            with fed.projection.view() as v:
+                info = v.source(turn().source_sha256)
+                assert info is not None and info.broken_reason and info.length == 3
+                assert [t.turn_id for t in v.turns(turn().source_sha256, 1, 10)] == ["a", "b", "c"]
+
+    def test_superseded_turns_are_never_served(self) -> None:
+        records = [turn(turn_id=t) for t in "abcd"] + [turn(turn_id="x", seq=2)]
+        with self.fed() as fed:
+            fed.feed(place(records))
+            with fed.projection.view() as v:
+                served = v.turns(turn().source_sha256, 1, 10)
+                assert [t.turn_id for t in served] == ["a", "x"]
+                head = v.head(turn().project_sha256)
+                assert head is not None and head.length == 2 and head.offset == 4
+
+    def test_the_head_follows_thread_and_host_switches(self) -> None:
+        main, side, other = turn(thread="main"), turn(thread="side"), turn(host="host-b")
+        records = [turn(thread="main", turn_id="1"), turn(thread="side", turn_id="2"), turn(host="host-b", turn_id="3")]
+        with self.fed() as fed:
+            fed.feed(place(records[:1]))
+            with fed.projection.view() as v:
+                head = v.head(main.project_sha256)
+                assert head is not None and head.source_sha256 == main.source_sha256
+            fed.feed(place(records)[1:2])
+            with fed.projection.view() as v:
+                head = v.head(main.project_sha256)
+                assert head is not None and head.source_sha256 == side.source_sha256
+            fed.feed(place(records)[2:])
+            with fed.projection.view() as v:
+                head = v.head(main.project_sha256)
+                assert head is not None and head.source_sha256 == other.source_sha256 and head.offset == 2
+
+    def test_a_view_does_not_move_while_records_are_applied(self) -> None:
+        placed = place([turn(turn_id=f"t{i}") for i in range(4)])
+        with self.fed() as fed:
+            fed.feed(placed[:2])
+            with fed.projection.view() as v:
+                feeder = threading.Thread(target=fed.feed, args=(placed[2:],))
+                feeder.start()
+                feeder.join(timeout=30)
+                assert v.applied_offset(0) == 2
+                assert len(v.turns(turn().source_sha256, 1, 10)) == 2
+                head = v.head(turn().project_sha256)
+                assert head is not None and head.length == 2
+            with fed.projection.view() as v:
+                assert v.applied_offset(0) == 4
+
+    def test_wait_applied_is_woken_by_the_apply(self) -> None:
+        placed = place([turn(turn_id=f"t{i}") for i in range(3)])
+        with self.fed() as fed:
+            assert not fed.projection.wait_applied(0, 1, 0.01)
+            answers: list[bool] = []
+            waiter = threading.Thread(target=lambda: answers.append(fed.projection.wait_applied(0, 3, 30.0)))
+            waiter.start()
+            fed.feed(placed)
+            waiter.join(timeout=30)
+            assert answers == [True]
+            assert fed.projection.wait_applied(0, 2, 0.0)
+
+
+class TestBookProjection(ProjectionContract):
+    @contextmanager
+    def fed(self) -> Iterator[Fed]:
+        yield BookFed()
+
+
+class TestDuckProjection(ProjectionContract):
+    @contextmanager
+    def fed(self) -> Iterator[Fed]:
+        with tempfile.TemporaryDirectory() as tmp:
+            fed = DuckFed(Path(tmp) / "p.duckdb")
+            try:
+                yield fed
+            finally:
+                fed.duck.close()
