@@ -70,6 +70,14 @@ def _add_tuning(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--check-interval", type=float, default=None, metavar="SECONDS", help="how often the log's identity is re-checked"
     )
+    group.add_argument(
+        "--memory-mb",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="DuckDB memory beyond its indexes, which keeps the process's memory flat "
+        "(default 128; 0 = DuckDB's default, 80%% of RAM)",
+    )
     group.add_argument("-v", "--verbose", action="store_true", help="log what the projector does on stderr")
 
 
@@ -87,6 +95,17 @@ def _options(args: argparse.Namespace) -> Any:
             raise InputError("--check-interval must be positive", code="invalid_arguments")
         options = replace(options, check_interval=args.check_interval)
     return options
+
+
+def _memory_headroom(args: argparse.Namespace) -> int | None:
+    from throughline.errors import InputError
+    from throughline.projector.store import DEFAULT_MEMORY_HEADROOM
+
+    if args.memory_mb is None:
+        return DEFAULT_MEMORY_HEADROOM
+    if args.memory_mb < 0:
+        raise InputError("--memory-mb must be 0 or more", code="invalid_arguments")
+    return args.memory_mb * 1024 * 1024 or None
 
 
 def _logging(verbose: bool) -> None:
@@ -128,7 +147,11 @@ def _cmd_project(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     servers = settings.require_bootstrap()
     options = _options(args)
-    with DuckProjection.open(settings.db, topic=settings.topic) as projection, _stop_on_signals() as (stop, received):
+    headroom = _memory_headroom(args)
+    with (
+        DuckProjection.open(settings.db, topic=settings.topic, memory_headroom=headroom) as projection,
+        _stop_on_signals() as (stop, received),
+    ):
         summary = Projector(projection, servers, settings.topic, options=options).run(
             until_caught_up=args.until_caught_up, stop=stop
         )
@@ -153,7 +176,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     with _stop_on_signals() as (stop, received):
         try:
-            summary = replay(servers, settings.topic, settings.db, progress=progress, stop=stop, options=options)
+            summary = replay(
+                servers,
+                settings.topic,
+                settings.db,
+                progress=progress,
+                stop=stop,
+                options=options,
+                memory_headroom=_memory_headroom(args),
+            )
         finally:
             if bar is not None:
                 bar.finish(last[0] if last else None)

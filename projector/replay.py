@@ -45,9 +45,11 @@ def replay(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     options: ProjectorOptions | None = None,
+    memory_headroom: int | None = None,
 ) -> RunSummary:
     """Rebuild the projection of ``topic`` from offset 0 into the new file ``db``.
 
+    ``memory_headroom`` bounds DuckDB's memory beyond its indexes (see ``DuckProjection.open``).
     Raises ``ReplayTargetError`` when ``db`` exists and is not empty. The log errors of the projector
     (``TopicMissingError``, ``BrokerUnavailableError``, ``LogRewoundError``...) propagate; the partial
     file is removed then.
@@ -60,7 +62,7 @@ def replay(
     _remove_db_files(partial)  # a leftover of an interrupted replay into the same name
     done = False
     try:
-        projection = DuckProjection.open(partial, topic=topic)
+        projection = DuckProjection.open(partial, topic=topic, memory_headroom=memory_headroom)
         try:
             summary = Projector(projection, bootstrap_servers, topic, options=options).run(
                 until_caught_up=True, stop=stop, progress=progress

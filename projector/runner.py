@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as kafka_errors
@@ -83,7 +83,6 @@ class RunSummary:
     seconds: float
     topic_id: str | None = None
     partitions: int = 0
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:

@@ -71,12 +71,15 @@ _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes
 
 #: DuckDB checkpoints its WAL into the file when the WAL reaches this size. DuckDB's default (16 MiB)
 #: checkpoints every ~12k turns of 1 KB under sustained ingest: measured on 200k turns, commits took
-#: 4.5 s at 16 MiB and 1.8 s at 256 MiB. Rows not yet checkpointed stay in memory, so the threshold is
-#: also a memory bound: 64 MiB keeps most of the gain and the projector's memory flat.
-DEFAULT_WAL_AUTOCHECKPOINT = 32 * 1024 * 1024
-#: DuckDB's memory limit for a writable projection: its buffer cache (blocks it wrote or read) stays
-#: within this many bytes beyond what its ART indexes hold. The ART indexes (about 100 bytes per turn)
-#: cannot be evicted by DuckDB, so the limit is raised as they grow (``_adapt_memory``).
+#: 4.5 s at 16 MiB and 1.8 s at 256 MiB. With the memory limit below, 128 MiB cost ~10% more CPU than
+#: 256 MiB with no limit, for half the peak memory (~390 MiB instead of ~760 MiB at 300k turns).
+DEFAULT_WAL_AUTOCHECKPOINT = 128 * 1024 * 1024
+#: The memory bound the projector's own process uses (``throughline project`` and ``replay``): DuckDB's
+#: buffer cache (blocks it wrote or read) stays within this many bytes beyond what its ART indexes hold.
+#: The ART indexes (about 60-100 bytes per turn) cannot be evicted by DuckDB, so the limit is raised as
+#: they grow (``_adapt_memory``). Handles that serve reads (``serve``, the reader) keep DuckDB's default
+#: (80% of RAM) instead: with a 128 MiB cache a page of 100 turns over 1M turns took ~50 ms instead
+#: of ~4 ms, because each row of an interleaved history sits in another block.
 DEFAULT_MEMORY_HEADROOM = 128 * 1024 * 1024
 DEFAULT_SOURCE_CACHE = 100_000
 _MEMORY_CHECK_EVERY = 16  # commits between two looks at the ART indexes' size
@@ -703,7 +706,7 @@ class DuckProjection:
         read_only: bool = False,
         topic: str | None = None,
         wal_autocheckpoint: int = DEFAULT_WAL_AUTOCHECKPOINT,
-        memory_headroom: int | None = DEFAULT_MEMORY_HEADROOM,
+        memory_headroom: int | None = None,
         source_cache: int = DEFAULT_SOURCE_CACHE,
     ) -> DuckProjection:
         """Open (and, when writable and new, create) a projection file.
@@ -713,9 +716,10 @@ class DuckProjection:
         ``ProjectionMissingError`` when the file does not exist and ``ProjectionBusyError`` when a
         running projector holds it.
 
-        Writable handles tune DuckDB: ``wal_autocheckpoint`` (bytes of WAL between checkpoints) and a
-        memory limit of ``memory_headroom`` bytes beyond the ART indexes (``None``: DuckDB's default,
-        80% of RAM). ``source_cache`` bounds the chain heads kept in memory between batches.
+        Writable handles tune DuckDB: ``wal_autocheckpoint`` (bytes of WAL between checkpoints) and,
+        with ``memory_headroom``, a memory limit of that many bytes beyond the ART indexes (``None``:
+        DuckDB's default, 80% of RAM; the projector's CLI passes ``DEFAULT_MEMORY_HEADROOM``).
+        ``source_cache`` bounds the chain heads kept in memory between batches.
         """
         p = Path(path)
         if not read_only:

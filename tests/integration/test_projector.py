@@ -6,18 +6,29 @@ import contextlib
 import io
 import json
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
-from projector_env import Producer, assert_projection_equals_log, connection, history, produce_all, read_topic, turn
+from projector_env import (
+    Producer,
+    assert_projection_equals_log,
+    connection,
+    history,
+    produce_all,
+    read_topic,
+    turn,
+)
 
 from throughline.cli import main
-from throughline.core.identity import project_sha256
-from throughline.projector.exceptions import LogRewoundError
+from throughline.projector.exceptions import LogRewoundError, LogTruncatedError
 from throughline.projector.runner import Projector, ProjectorOptions, RunSummary
 from throughline.projector.store import DuckProjection, LogRecord
 from throughline.schemas.codec import MAGIC
@@ -236,14 +247,11 @@ def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_n
 
 
 def test_sigterm_stops_the_projector_after_its_batch(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path) -> None:
-    import signal
-    import subprocess
-    import sys
-
     topic = kafka_topic_name
     create_topic(kafka_bootstrap, topic, partitions=1)
     produce_all(kafka_bootstrap, topic, 1, [turn("/p/t", "main", f"t{i}") for i in range(30)])
     db = tmp_path / "p.duckdb"
+    wal = tmp_path / "p.duckdb.wal"
     proc = subprocess.Popen(
         [sys.executable, "-m", "throughline.cli", "project", *connection(kafka_bootstrap, topic, db)],
         stdout=subprocess.PIPE,
@@ -251,20 +259,42 @@ def test_sigterm_stops_the_projector_after_its_batch(kafka_bootstrap: str, kafka
         text=True,
     )
     try:
+        # The projector holds the file, so watch for its WAL (it exists once the projection is open),
+        # then give it a moment to apply before asking it to stop.
         deadline = time.monotonic() + 60
-        applied = 0
-        while applied < 30:  # the projector holds the file: watch its WAL grow instead of opening it
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.2)
-            applied = 30 if (tmp_path / "p.duckdb.wal").exists() and (tmp_path / "p.duckdb.wal").stat().st_size > 20_000 else 0
+        while not wal.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.0)
+        assert proc.poll() is None, "the projector stopped on its own"
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(timeout=30)
+            proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     summary = json.loads(out)
-    assert summary["caughtUp"] is False and summary["applied"] == {"0": 30}
+    assert summary["caughtUp"] is False
     with DuckProjection.open(db, read_only=True) as projection:
-        assert projection.applied_offsets() == {0: 30}
+        assert projection.applied_offsets() == {int(p): o for p, o in summary["applied"].items()}
+    code, out, err = cli("project", "--until-caught-up", *connection(kafka_bootstrap, topic, db))
+    assert code == 0, err
+    assert json.loads(out)["applied"] == {"0": 30}
+
+
+def test_records_deleted_before_they_were_applied_are_refused(
+    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+) -> None:
+    topic = kafka_topic_name
+    create_topic(kafka_bootstrap, topic, partitions=1)
+    produce_all(kafka_bootstrap, topic, 1, [turn("/p/d", "main", f"t{i}") for i in range(5)])
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        admin.delete_records({TopicPartition(topic, 0): 3}, timeout_ms=30_000)
+    finally:
+        admin.close()
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=topic) as projection:
+        with pytest.raises(LogTruncatedError) as refused:
+            Projector(projection, kafka_bootstrap, topic, options=FAST).run(until_caught_up=True)
+        assert "starts at offset 3" in refused.value.message and refused.value.code == "log_truncated"
+        assert projection.applied_offsets() == {}
