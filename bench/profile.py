@@ -1,0 +1,159 @@
+"""Profiles for missed targets: py-spy sampling this very process (every thread), summarised as the
+frames that held the most samples (self and inclusive)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.common import REPO, log
+
+PY_SPY = str(REPO / ".venv" / "bin" / "py-spy")
+_PLUMBING = re.compile(r"\((threading\.py|bench/[^)]*|<stdin>|<string>|<frozen runpy>)\)$|^<module> ")
+# Leaf frames where a thread waits rather than works (py-spy's idle detection misses some of them).
+_IDLE = re.compile(
+    r"^(Condition\.wait|Event\.wait|EpollSelector\.select|DefaultSelector\.select|select|poll|sleep|"
+    r"Queue\.get|SimpleQueue\.get|SemLock\.__enter__|_wait_for_tstate_lock|Thread\.join|accept|recv_into) "
+)
+_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+
+@dataclass
+class Profile:
+    """A summary of one py-spy recording."""
+
+    label: str
+    samples: int = 0
+    self_top: list[tuple[str, float]] = field(default_factory=list)  # (frame, share of samples)
+    inclusive_top: list[tuple[str, float]] = field(default_factory=list)
+    threads: list[tuple[str, float]] = field(default_factory=list)
+    raw_path: Path | None = None
+    idle: int = 0  # samples whose leaf frame was a wait (left out of every share)
+    error: str | None = None
+
+    def markdown(self, top: int = 12) -> str:
+        """The profile as a markdown block."""
+        if self.error:
+            return f"**{self.label}**: no profile ({self.error})."
+        lines = [
+            f"**{self.label}** ({self.samples:,} working samples over all threads, py-spy at 200 Hz; "
+            f"{self.idle:,} samples waiting in a lock, queue, select or sleep left out)",
+            "",
+        ]
+        if self.threads:
+            lines.append("Threads: " + ", ".join(f"{t} {s:.0%}" for t, s in self.threads[:6]))
+            lines.append("")
+        lines += ["| self (on-CPU in this frame) | share | inclusive (this frame and below) | share |", "|---|---|---|---|"]
+        for i in range(min(top, max(len(self.self_top), len(self.inclusive_top)))):
+            a = self.self_top[i] if i < len(self.self_top) else ("", 0.0)
+            b = self.inclusive_top[i] if i < len(self.inclusive_top) else ("", 0.0)
+            lines.append(f"| `{a[0]}` | {a[1]:.0%} | `{b[0]}` | {b[1]:.0%} |")
+        return "\n".join(lines)
+
+    def bottleneck(self, top: int = 4) -> str:
+        """A one-line summary: the frames holding the most samples, and how the threads shared them."""
+        if self.error:
+            return f"no profile ({self.error})"
+        frames = ", ".join(f"`{f}` {s:.0%}" for f, s in self.self_top[:top])
+        threads = ", ".join(f"{t} {s:.0%}" for t, s in self.threads[:3])
+        return f"py-spy, on-CPU self time: {frames} (threads: {threads})"
+
+
+def _short(frame: str) -> str:
+    m = _FRAME.match(frame.strip())
+    if not m:
+        return frame.strip()
+    path = m.group("file")
+    for marker in ("site-packages/", "/work/main/", str(REPO) + "/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    return f"{m.group('func')} ({path})"
+
+
+def summarise(raw: Path, label: str) -> Profile:
+    """Aggregate py-spy's collapsed stacks (``--format raw``) into top self and inclusive frames."""
+    selfc: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
+    total = working = idle = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = stack.split(";")
+        thread = frames[0] if frames and frames[0].startswith(("thread", "process")) else ""
+        if thread:
+            frames = frames[1:]
+        if not frames:
+            continue
+        name = thread.split(": ", 1)[1] if ": " in thread else thread
+        total += n
+        short = [_short(f) for f in frames]
+        if _IDLE.match(short[-1]):
+            idle += n
+            continue
+        selfc[short[-1]] += n
+        working += n
+        if name:
+            threads[name] += n
+        for f in set(short):
+            if not _PLUMBING.search(f):
+                incl[f] += n
+    if working == 0:
+        return Profile(label, error="py-spy recorded no working samples")
+    return Profile(
+        label,
+        working,
+        [(f, c / working) for f, c in selfc.most_common(20)],
+        [(f, c / working) for f, c in incl.most_common(20)],
+        [(t, c / working) for t, c in threads.most_common()],
+        raw,
+        idle=idle,
+    )
+
+
+@contextlib.contextmanager
+def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Profile]]:
+    """Record a process (this one by default) with py-spy, every thread, while the block runs.
+
+    Yields a list that holds the ``Profile`` once the block has finished.
+    """
+    holder: list[Profile] = []
+    if not shutil.which(PY_SPY) and not Path(PY_SPY).exists():
+        holder.append(Profile(label, error="py-spy is not installed (pip install py-spy)"))
+        yield holder
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [PY_SPY, "record", "--pid", str(pid or os.getpid()), "--rate", "200", "--format", "raw", "--threads",
+         "--nonblocking", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(1.0)  # let py-spy attach before the work starts
+    try:
+        yield holder
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+        if out.exists() and out.stat().st_size:
+            holder.append(summarise(out, label))
+        else:
+            message = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            holder.append(Profile(label, error=f"py-spy: {message[0]}"))
+            log(f"py-spy failed for {label}: {message}")

@@ -1,0 +1,144 @@
+"""Items 1 and 2: the projector and replay against the bare-consumer ceiling, and against what a user
+would otherwise write (a per-record insert+commit loop, a Quix Streams app with a DuckDB batching sink).
+
+Per repetition, in this order on the same topic: ceiling, projector (streaming, offset 0 to the end, in
+process: ``Projector(...).run(until_caught_up=True)`` into a new file), replay (``replay()``, what
+``throughline replay --db NEW`` runs, in process), Quix Streams, and the naive loop. Interleaving keeps the ratios honest on a machine whose load drifts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import alternatives
+from bench.ceiling import consume_and_decode
+from bench.common import Config, Encoded, Figure, Section, Target, log, wants_profile
+from bench.profile import recording
+from throughline.projector.runner import Projector, ProjectorOptions
+from throughline.projector.store import DuckProjection
+
+#: The ceiling consumer fetches with the projector's own settings, so the ratio isolates what the
+#: projector does with the records (decode, check, fold, write), not how it fetches them.
+_O = ProjectorOptions()
+CEILING_SETTINGS: dict[str, Any] = {
+    "fetch_max_bytes": _O.fetch_max_bytes,
+    "max_partition_fetch_bytes": _O.max_partition_fetch_bytes,
+    "max_poll_records": _O.max_poll_records,
+    "fetch_max_wait_ms": _O.fetch_max_wait_ms,
+}
+
+
+def _fresh(path: Path) -> Path:
+    for p in (path, Path(str(path) + ".wal")):
+        p.unlink(missing_ok=True)
+    return path
+
+
+def run_projector(bootstrap: str, topic: str, db: Path, expected: int) -> float:
+    """Seconds for an in-process projector to apply ``topic`` from offset 0 to its end into a new file."""
+    with DuckProjection.open(_fresh(db), topic=topic) as proj:
+        start = time.perf_counter()
+        summary = Projector(proj, bootstrap, topic).run(until_caught_up=True)
+        seconds = time.perf_counter() - start
+    if summary.summary.records != expected or not summary.caught_up:
+        raise RuntimeError(f"projector applied {summary.summary.records} of {expected} records")
+    return seconds
+
+
+def run_replay(bootstrap: str, topic: str, db: Path, expected: int) -> float:
+    """Seconds for ``throughline.projector.replay.replay`` (what ``throughline replay --db NEW`` runs) to
+    rebuild the projection into a new file: open, project from offset 0 to the end, checkpoint, rename."""
+    from throughline.projector.replay import replay
+
+    _fresh(db)
+    start = time.perf_counter()
+    summary = replay(bootstrap, topic, db)
+    seconds = time.perf_counter() - start
+    if summary.summary.records != expected or not summary.caught_up:
+        raise RuntimeError(f"replay applied {summary.summary.records} of {expected} records")
+    return seconds
+
+
+def measure(cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Path) -> tuple[Section, Section, float]:
+    """Sections for items 1 and 2, and the projector's median capacity (records/s) for item 4."""
+    n = data.count
+    ceiling: list[float] = []
+    streaming: list[float] = []
+    replay: list[float] = []
+    quix: list[float] = []
+    naive: list[float] = []
+    naive_n = 0
+    for rep in range(cfg.repeat):
+        c = consume_and_decode(bootstrap, topic, settings=CEILING_SETTINGS)
+        if c.records != n:
+            raise RuntimeError(f"ceiling read {c.records} of {n}")
+        ceiling.append(c.rate)
+        s = run_projector(bootstrap, topic, workdir / "streaming.duckdb", n)
+        streaming.append(n / s)
+        line = f"rep {rep + 1}: ceiling {c.rate:,.0f}/s, projector {n / s:,.0f}/s"
+        r = run_replay(bootstrap, topic, workdir / "replay.duckdb", n)
+        _fresh(workdir / "replay.duckdb")
+        replay.append(n / r)
+        line += f", replay {n / r:,.0f}/s"
+        state = workdir / "quix-state"
+        shutil.rmtree(state, ignore_errors=True)
+        q = alternatives.quix_app(bootstrap, topic, _fresh(workdir / "quix.duckdb"), state)
+        quix.append(q.rate)
+        nv = alternatives.naive_loop(
+            bootstrap,
+            topic,
+            _fresh(workdir / "naive.duckdb"),
+            max_records=cfg.naive_max_records,
+            max_seconds=cfg.naive_max_seconds,
+        )
+        naive.append(nv.rate)
+        naive_n = nv.records
+        log(line + f", quix {q.rate:,.0f}/s, naive {nv.rate:,.0f}/s")
+
+    f_ceiling = Figure("ceiling: bare kafka-python consumer + fastavro decode, writes nothing", ceiling, "records/s")
+    f_stream = Figure("projector, streaming (offset 0 to end, in process)", streaming, "records/s")
+    one = Section("throughput", "1. Projector and replay against the ceiling")
+    one.figures = [f_ceiling, f_stream]
+    one.targets = [Target("projector >= 0.8 of the ceiling", f_stream.median / f_ceiling.median, 0.8, text="ratio of medians")]
+    f_replay = Figure("replay into a new file (`throughline.projector.replay.replay`, in process)", replay, "records/s")
+    one.figures.append(f_replay)
+    one.targets.append(Target("replay >= 0.8 of the ceiling", f_replay.median / f_ceiling.median, 0.8, text="ratio of medians"))
+    one.notes = [
+        f"Topic: {n:,} turns, {data.value_bytes / 2**20:,.0f} MiB of Avro values "
+        f"(~{data.value_bytes // max(1, n):,} bytes each), {cfg.projects} projects x {cfg.threads} sources, "
+        f"{cfg.partitions} partitions.",
+        "The ceiling uses the projector's fetch settings "
+        + ", ".join(f"`{k}={v}`" for k, v in CEILING_SETTINGS.items())
+        + "; both clocks start before the consumer connects and stop when the last record is decoded "
+        "(ceiling) or committed (projector).",
+    ]
+    f_quix = Figure("Quix Streams app, DuckDB BatchingSink", quix, "records/s")
+    f_naive = Figure(f"per-record insert + commit loop (first {naive_n:,} records)", naive, "records/s")
+    two = Section("alternatives", "2. What a user would otherwise write")
+    two.figures = [f_stream, f_quix, f_naive]
+    two.targets = [
+        Target("projector / Quix Streams > 1", f_stream.median / f_quix.median, 1.0, text="ratio of medians"),
+        Target("projector / per-record loop > 1", f_stream.median / f_naive.median, 1.0, text="ratio of medians"),
+    ]
+    two.notes = [
+        "Quix Streams 3.28 (librdkafka consumer in a consumer group, `auto_offset_reset=earliest`, default "
+        "5 s checkpoints): a custom `Deserializer` (fastavro, after the 10-byte single-object header) and a "
+        "`BatchingSink` subclass writing each checkpoint's batch to DuckDB as one Arrow insert; clock from "
+        "`Application.run()` to its return after the last record's checkpoint.",
+        "The per-record loop: kafka-python consumer, fastavro decode, then per record `BEGIN; INSERT` the "
+        "row; upsert the partition's next offset; `COMMIT`. It is timed over a bounded prefix "
+        f"(at most {cfg.naive_max_records:,} records or {cfg.naive_max_seconds:.0f} s).",
+        "Neither alternative checks digests, folds chains, deduplicates or quarantines; the projector does.",
+    ]
+    if wants_profile(cfg, one.targets + two.targets):
+        with recording("projector, streaming (profile run)", workdir / "projector.pyspy") as got:
+            run_projector(bootstrap, topic, workdir / "streaming.duckdb", n)
+        _fresh(workdir / "streaming.duckdb")
+        one.profiles.append(got[0].markdown())
+        for t in one.targets + two.targets:
+            if t.passed is False:
+                t.bottleneck = got[0].bottleneck()
+    return one, two, f_stream.median
