@@ -37,8 +37,12 @@ def micros_since_epoch(moment: datetime) -> int:
 
 def content_digest(turn_id: str, completed_at_micros: int, body: str) -> bytes:
     """SHA-256 over the canonical content form of one turn (32 raw bytes)."""
+    return content_digest_utf8(turn_id, completed_at_micros, body.encode("utf-8"))
+
+
+def content_digest_utf8(turn_id: str, completed_at_micros: int, text: bytes) -> bytes:
+    """``content_digest`` for a body already encoded as UTF-8 (saves encoding a large body twice)."""
     tid = turn_id.encode("utf-8")
-    text = body.encode("utf-8")
     h = hashlib.sha256(_TURN_DOMAIN)
     h.update(len(tid).to_bytes(8, "big"))
     h.update(tid)

@@ -20,6 +20,7 @@ import hashlib
 import posixpath
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
 from throughline.core.exceptions import InvalidProjectError, InvalidTurnError
 
@@ -32,6 +33,13 @@ def canonical_project(project: str) -> str:
     """Return the canonical form of a project name (see the module docstring)."""
     if not isinstance(project, str):
         raise InvalidProjectError("project must be a string")
+    return _canonical(project)
+
+
+@lru_cache(maxsize=4096)
+def _canonical(project: str) -> str:
+    # Cached: the projector checks every record's project, and a log holds few distinct projects.
+    # (lru_cache does not cache exceptions, so invalid names are re-checked and re-raised each time.)
     text = unicodedata.normalize("NFC", project)
     if "/" in text:
         text = posixpath.normpath(text)
@@ -50,7 +58,12 @@ def canonical_project(project: str) -> str:
 
 def project_sha256(project: str) -> bytes:
     """SHA-256 of the UTF-8 bytes of the canonical project name (32 raw bytes)."""
-    return hashlib.sha256(canonical_project(project).encode("utf-8")).digest()
+    return _project_hash(canonical_project(project))
+
+
+@lru_cache(maxsize=4096)
+def _project_hash(canonical: str) -> bytes:
+    return hashlib.sha256(canonical.encode("utf-8")).digest()
 
 
 def validate_name(value: object, field: str) -> str:

@@ -8,6 +8,8 @@ reader can compute a project's partition without the producer.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 (as ``org.apache.kafka.common.utils.Utils.murmur2``), as a signed 32-bit int."""
@@ -40,8 +42,12 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=65536)
 def partition_for(project_sha256: bytes, partitions: int) -> int:
-    """The partition of a project among ``partitions`` (Kafka's ``toPositive(murmur2(key)) % n``)."""
+    """The partition of a project among ``partitions`` (Kafka's ``toPositive(murmur2(key)) % n``).
+
+    Cached: murmur2 in Python costs microseconds and every record of a project asks the same question.
+    """
     if partitions < 1:
         raise ValueError("a topic has at least one partition")
     return (murmur2(project_sha256) & 0x7FFFFFFF) % partitions

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from throughline.core.chain import content_digest, micros_since_epoch
+from throughline.core.chain import content_digest_utf8, micros_since_epoch
 from throughline.core.exceptions import BodyTooLargeError, InvalidTurnError
 from throughline.core.identity import canonical_project, project_sha256, source_sha256, validate_name
+from throughline.errors import InputError
 
 #: Largest body (UTF-8 bytes) a turn may carry. The topic's ``max.message.bytes`` is set to
 #: ``TOPIC_MAX_MESSAGE_BYTES`` so that any valid turn, with its other fields, fits in one record.
@@ -117,6 +118,37 @@ def build_turn(
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> TurnRecord:
     """Validate a turn's fields and return it with its canonical project and content digest."""
+    canonical, project_hash, text = _checked_fields(
+        project, host, thread, turn_id, completed_at_micros, body, seq, max_body_bytes
+    )
+    return TurnRecord(
+        project=canonical,
+        project_sha256=project_hash,
+        host=host,
+        thread=thread,
+        turn_id=turn_id,
+        seq=seq,
+        completed_at_micros=completed_at_micros,
+        body=body,
+        content_digest=content_digest_utf8(turn_id, completed_at_micros, text),
+        producer_name=producer_name,
+        producer_version=producer_version,
+        produced_at_micros=produced_at_micros,
+        attributes=dict(attributes or {}),
+    )
+
+
+def _checked_fields(
+    project: str,
+    host: str,
+    thread: str,
+    turn_id: str,
+    completed_at_micros: int,
+    body: str,
+    seq: int | None,
+    max_body_bytes: int,
+) -> tuple[str, bytes, bytes]:
+    """The one place a turn's fields are checked: ``(canonical project, its hash, body as UTF-8)``."""
     canonical = canonical_project(project)
     validate_name(host, "host")
     validate_name(thread, "thread")
@@ -130,46 +162,37 @@ def build_turn(
     if not isinstance(body, str):
         raise InvalidTurnError("body must be a string")
     try:
-        size = len(body.encode("utf-8"))
+        text = body.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidTurnError("body is not valid Unicode text") from None
-    if size > max_body_bytes:
-        raise BodyTooLargeError(f"body is {size} bytes; the limit is {max_body_bytes} bytes")
-    return TurnRecord(
-        project=canonical,
-        project_sha256=project_sha256(canonical),
-        host=host,
-        thread=thread,
-        turn_id=turn_id,
-        seq=seq,
-        completed_at_micros=completed_at_micros,
-        body=body,
-        content_digest=content_digest(turn_id, completed_at_micros, body),
-        producer_name=producer_name,
-        producer_version=producer_version,
-        produced_at_micros=produced_at_micros,
-        attributes=dict(attributes or {}),
-    )
+    if len(text) > max_body_bytes:
+        raise BodyTooLargeError(f"body is {len(text)} bytes; the limit is {max_body_bytes} bytes")
+    return canonical, project_sha256(canonical), text
 
 
 def verify_turn(record: TurnRecord) -> str | None:
-    """Return why a decoded record must not enter a chain, or ``None`` when it is sound."""
+    """Return why a decoded record must not enter a chain, or ``None`` when it is sound.
+
+    Runs the same checks as ``build_turn`` without building a second record (the projector calls it
+    for every record it reads).
+    """
     try:
-        rebuilt = build_turn(
-            project=record.project,
-            host=record.host,
-            thread=record.thread,
-            turn_id=record.turn_id,
-            completed_at_micros=record.completed_at_micros,
-            body=record.body,
-            seq=record.seq,
+        canonical, project_hash, text = _checked_fields(
+            record.project,
+            record.host,
+            record.thread,
+            record.turn_id,
+            record.completed_at_micros,
+            record.body,
+            record.seq,
+            MAX_BODY_BYTES,
         )
-    except InvalidTurnError as exc:
+    except InputError as exc:  # InvalidTurnError, and InvalidProjectError for a bad project name
         return f"{exc.code}: {exc.message}"
-    if rebuilt.project != record.project:
+    if canonical != record.project:
         return "project is not in canonical form"
-    if rebuilt.project_sha256 != record.project_sha256:
+    if project_hash != record.project_sha256:
         return "projectSha256 does not match the project"
-    if rebuilt.content_digest != record.content_digest:
+    if content_digest_utf8(record.turn_id, record.completed_at_micros, text) != record.content_digest:
         return "contentDigest does not match the turn's content"
     return None
