@@ -214,7 +214,7 @@ def params_from_json(body: bytes, *, max_wait: float = DEFAULT_MAX_WAIT) -> Read
     """A read request from a JSON object; values keep their JSON types (the reader checks them)."""
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # a deeply nested body is bad input, not a crash
         raise InvalidRequestError("the request body is not JSON") from None
     if not isinstance(document, dict):
         raise InvalidRequestError("the request body must be a JSON object")
