@@ -18,13 +18,17 @@ import argparse
 import json
 import logging
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from throughline.settings import add_connection_options, settings_from
+
+T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
@@ -152,11 +156,49 @@ def _cmd_project(args: argparse.Namespace) -> int:
         DuckProjection.open(settings.db, topic=settings.topic, memory_headroom=headroom) as projection,
         _stop_on_signals() as (stop, received),
     ):
-        summary = Projector(projection, servers, settings.topic, options=options).run(
-            until_caught_up=args.until_caught_up, stop=stop
+        projector = Projector(projection, servers, settings.topic, options=options)
+        summary = _run_riding_out_outages(
+            lambda: projector.run(until_caught_up=args.until_caught_up, stop=stop), stop
         )
+    if summary is None:  # asked to stop while waiting for the broker to come back
+        print(json.dumps({"db": settings.db, "topic": settings.topic, "stopped": True}))
+        return _exit_code(received)
     print(json.dumps({"db": settings.db, "topic": settings.topic, **summary.to_json()}))
     return _exit_code(received)
+
+
+#: How long ``project`` rides out a broker that is away (retriable failures) before it gives up.
+OUTAGE_WINDOW = 300.0
+
+
+def _run_riding_out_outages(run: Callable[[], T], stop: threading.Event) -> T | None:
+    """Run ``run``; after a retriable failure (the broker went away) wait and run it again.
+
+    Safe because every batch is committed whole and the projector seeks to its applied offsets on each
+    start. Backoff 1 s doubling to 30 s; a failure that persists for ``OUTAGE_WINDOW`` seconds, or any
+    failure that is not retriable, is raised. ``None`` when asked to stop meanwhile.
+    """
+    from throughline.errors import ThroughlineError
+
+    backoff, failing_since = 1.0, None
+    while True:
+        try:
+            return run()
+        except ThroughlineError as exc:
+            if not exc.retriable or stop.is_set():
+                raise
+            now = time.monotonic()
+            failing_since = now if failing_since is None else failing_since
+            if now - failing_since > OUTAGE_WINDOW:
+                raise
+            print(
+                json.dumps({"warning": {"code": exc.code, "message": exc.message, "retryInSeconds": backoff}}),
+                file=sys.stderr,
+                flush=True,
+            )
+            if stop.wait(backoff):
+                return None
+            backoff = min(backoff * 2, 30.0)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
