@@ -72,3 +72,13 @@ class InvalidBatchError(ProjectorError):
     """A batch handed to the apply path breaks its rules (mixed partitions, offsets not ascending)."""
 
     code = "invalid_batch"
+
+
+class ProjectionStorageError(ProjectorError):
+    """The projection file could not be written (disk full, read-only, permissions).
+
+    Nothing of the batch was applied (its transaction rolled back), so the applied offsets did not
+    advance; once the storage is writable again, a restart resumes exactly where it stopped.
+    """
+
+    code = "projection_storage_failed"

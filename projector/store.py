@@ -54,6 +54,7 @@ from throughline.projector.exceptions import (
     ProjectionBusyError,
     ProjectionIncompatibleError,
     ProjectionMissingError,
+    ProjectionStorageError,
     ProjectionTopicMismatchError,
 )
 from throughline.schemas.codec import decode_turn
@@ -1118,6 +1119,11 @@ class DuckProjection:
                     # The indexes outgrew the limit between two checks: double it and redo the batch.
                     self._adapt_memory(at_least=2 * self._memory_limit)
                     work = _BatchWork(self, cur, topic, batches)
+                except _STORAGE_FAULTS as exc:
+                    raise ProjectionStorageError(
+                        f"cannot write the projection {self._path}: {type(exc).__name__}: {exc}; nothing of the "
+                        "batch was applied: free space or fix permissions, then start the projector again"
+                    ) from exc
             self._commits += 1
             if self._commits % _MEMORY_CHECK_EVERY == 0:
                 self._adapt_memory()
@@ -1145,6 +1151,11 @@ class DuckProjection:
             self._cache.clear()
             raise
         return summary
+
+
+#: DuckDB errors that mean the file cannot be written (disk full, read-only, permissions), as opposed to
+#: a bug in a statement: they become ``ProjectionStorageError``.
+_STORAGE_FAULTS = (duckdb.IOException, duckdb.TransactionException, duckdb.PermissionException, duckdb.FatalException)
 
 
 class _BatchWork:

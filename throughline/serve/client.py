@@ -13,6 +13,7 @@ off from like a pending projection. Only the standard library is used (``urllib`
 from __future__ import annotations
 
 import argparse
+import http.client
 import importlib
 import json
 import os
@@ -205,11 +206,16 @@ class HttpReader:
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with self._opener.open(request, timeout=timeout) as response:
-                return response.status, _headers(response.headers), response.read(_MAX_RESPONSE_BYTES)
+                payload = response.read(_MAX_RESPONSE_BYTES)
+                declared = response.headers.get("Content-Length")
+                if declared is not None and declared.isdigit() and len(payload) < int(declared):
+                    # read(amt) returns what arrived when the server dies mid-answer: a transient fault.
+                    raise ServerUnavailableError(f"throughline serve at {self.url} cut its answer short")
+                return response.status, _headers(response.headers), payload
         except urllib.error.HTTPError as exc:
             with exc:
                 return exc.code, _headers(exc.headers), exc.read(_MAX_RESPONSE_BYTES)
-        except OSError as exc:  # URLError, refused, reset, timed out
+        except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timed out, cut short
             reason = getattr(exc, "reason", exc)
             raise ServerUnavailableError(f"cannot reach throughline serve at {self.url}: {reason}") from None
 
