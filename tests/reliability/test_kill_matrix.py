@@ -288,7 +288,6 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
         for child in children.values():
             child.stop_quietly()
 
-    assert not readers.failures, readers.failures[:5]
     kills = {name: c.kills for name, c in children.items()}
     print(f"kill matrix: kills {kills}, records {len(stored)}, acknowledged {len(ingest.acked)}, reads {readers.counts}, "
           f"audited {audited} (re-audited after a kill: {reaudited}, cut lines: {partial})")
@@ -296,10 +295,13 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
         rel_support.record("kill", name, kills=c.kills, restarts=c.starts - 1)
     rel_support.record(
         "kill", "invariants", seed=seed, records=len(stored), acknowledged=len(ingest.acked), lost=0, doubled=0,
-        unhandled=0, prefix_checks=prefix_checks, live_turns=compared["live_turns"], audited_turns=audited,
+        unhandled=len(readers.failures), prefix_checks=prefix_checks, live_turns=compared["live_turns"], audited_turns=audited,
         audit_gaps=0, audit_duplicates=0, reaudited_after_kill=reaudited, http_reads=sum(readers.counts.values()),
         http_unavailable=readers.counts.get("unavailable", 0), http_errors=len(readers.failures),
     )
+    # Recorded first (the log and projection invariants above all held); an HTTP read that failed in a
+    # way the Observer cannot retry (a serve killed mid-answer, see test_an_answer_cut_...) fails here.
+    assert not readers.failures, readers.failures[:5]
 
 
 def _source_of(fold: rel_support.Fold, project: str) -> bytes:
