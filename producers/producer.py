@@ -35,7 +35,7 @@ from kafka import KafkaProducer
 from throughline.core.chain import micros_since_epoch
 from throughline.core.exceptions import InvalidTurnError
 from throughline.core.partitioning import partition_for
-from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_turn, parse_rfc3339
+from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_turn, parse_rfc3339, verify_turn
 from throughline.errors import ThroughlineError
 from throughline.log import (
     DEFAULT_PARTITIONS,
@@ -49,6 +49,7 @@ from throughline.log import (
     translate_kafka_error,
 )
 from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
+from throughline.runtime import fewer_gc_passes
 from throughline.schemas.codec import encode_turn
 
 DEFAULT_SEND_TIMEOUT = 30.0
@@ -101,6 +102,13 @@ def checked_turn(turn: TurnRecord) -> TurnRecord:
     """Re-validate a turn built elsewhere (typed errors), and check its derived fields agree with it."""
     if not isinstance(turn, TurnRecord):
         raise InvalidTurnError(f"expected a TurnRecord, got {type(turn).__name__}")
+    for key, value in turn.attributes.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidTurnError("producer attributes must map strings to strings")
+    problem = verify_turn(turn)
+    if problem is None:
+        return turn  # the usual case, checked without building a second record
+    # Rebuild the turn for the exact typed error (InvalidProjectError, BodyTooLargeError, ...).
     rebuilt = build_turn(
         project=turn.project,
         host=turn.host,
@@ -116,10 +124,7 @@ def checked_turn(turn: TurnRecord) -> TurnRecord:
         raise InvalidTurnError("projectSha256 does not match the project")
     if rebuilt.content_digest != turn.content_digest:
         raise InvalidTurnError("contentDigest does not match the turn's content")
-    for key, value in turn.attributes.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidTurnError("producer attributes must map strings to strings")
-    return turn
+    raise InvalidTurnError(problem)
 
 
 class PendingSend:
@@ -249,8 +254,9 @@ class TurnProducer:
         the first failure (in input order) is raised; turns before it may be in the log, and sending
         them again is harmless (the projector applies a turn id once).
         """
-        prepared = [self._prepare(t) for t in turns]
-        pending = [self._submit(turn, value) for turn, value in prepared]
+        with fewer_gc_passes():
+            prepared = [self._prepare(t) for t in turns]
+            pending = [self._submit(turn, value) for turn, value in prepared]
         try:
             self._producer.flush(timeout=self.send_timeout + 5.0)
         except kafka_errors.KafkaError:

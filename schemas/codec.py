@@ -88,11 +88,75 @@ def turn_to_avro(record: TurnRecord) -> dict[str, Any]:
 
 
 def encode_turn(record: TurnRecord) -> bytes:
-    """Encode a turn record with the current schema, single-object framed."""
-    buf = io.BytesIO()
-    buf.write(_CURRENT_HEADER)
-    fastavro.schemaless_writer(buf, _CURRENT.parsed, turn_to_avro(record))
-    return buf.getvalue()
+    """Encode a turn record with the current schema, single-object framed.
+
+    Written by hand for the one fixed schema (the producer's hot path: fastavro's generic writer and
+    the datum dict cost ~3x as much); ``tests/unit/test_codec.py`` proves the bytes equal fastavro's
+    for the golden record and for generated turns. Raises ``TypeError``/``ValueError``/``OverflowError``
+    for a field that does not fit the schema, as fastavro would.
+    """
+    seq = record.seq
+    attributes = record.attributes
+    parts = [
+        _CURRENT_HEADER,
+        _string(record.project),
+        _fixed32(record.project_sha256),
+        _string(record.host),
+        _string(record.thread),
+        _string(record.turn_id),
+        b"\x00" if seq is None else b"\x02" + _long(seq),
+        _long(record.completed_at_micros),
+        _string(record.body),
+        _fixed32(record.content_digest),
+        _string(record.producer_name),
+        _string(record.producer_version),
+        _long(record.produced_at_micros),
+    ]
+    if attributes:
+        # One block of entries, then the empty block that ends the map (fastavro's layout).
+        parts.append(_long(len(attributes)))
+        for key, value in attributes.items():
+            parts.append(_string(key))
+            parts.append(_string(value))
+    parts.append(b"\x00")
+    return b"".join(parts)
+
+
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+#: Zig-zag varints of 0..1023: string lengths and small counts, the encoder's most common longs.
+_SMALL_LONGS = tuple(bytes([2 * n]) if n < 64 else bytes([(2 * n & 0x7F) | 0x80, 2 * n >> 7]) for n in range(1024))
+
+
+def _long(n: int) -> bytes:
+    """Avro's zig-zag varint of a long."""
+    if type(n) is not int:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"expected an int for an Avro long, got {type(n).__name__}")
+        n = int(n)
+    if 0 <= n < 1024:
+        return _SMALL_LONGS[n]
+    if not _LONG_MIN <= n <= _LONG_MAX:
+        raise OverflowError(f"{n} does not fit an Avro long")
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _string(s: str) -> bytes:
+    if type(s) is not str:
+        raise TypeError(f"expected a str for an Avro string, got {type(s).__name__}")
+    data = s.encode("utf-8")
+    return _long(len(data)) + data
+
+
+def _fixed32(b: bytes) -> bytes:
+    if not isinstance(b, bytes | bytearray | memoryview) or len(b) != 32:
+        raise ValueError("expected 32 bytes for a Sha256 fixed")
+    return bytes(b)
 
 
 def encode_datum(datum: dict[str, Any], version: int) -> bytes:
@@ -119,21 +183,7 @@ def decode_turn(data: bytes) -> TurnRecord:
 
     Raises ``UnknownSchemaError`` or ``RecordDecodeError``; never anything else for bad bytes.
     """
-    version = writer_version(data)
-    writer = SCHEMAS[version]
-    buf = io.BytesIO(data)
-    buf.seek(HEADER_BYTES)
-    try:
-        if version == CURRENT_VERSION:
-            datum = fastavro.schemaless_reader(buf, writer.parsed, None)
-        else:
-            datum = fastavro.schemaless_reader(buf, writer.parsed, _CURRENT.parsed)
-    except Exception as exc:  # fastavro raises many types (EOFError, UnicodeDecodeError, ...)
-        raise RecordDecodeError(f"Avro body does not decode: {type(exc).__name__}: {exc}") from None
-    if buf.tell() != len(data):
-        raise RecordDecodeError(f"{len(data) - buf.tell()} trailing bytes after the Avro body")
-    if not isinstance(datum, dict):
-        raise RecordDecodeError("Avro body is not a record")
+    datum = decode_turn_datum(data)
     producer = datum["producer"]
     return TurnRecord(
         project=datum["project"],
@@ -150,3 +200,27 @@ def decode_turn(data: bytes) -> TurnRecord:
         produced_at_micros=producer["producedAt"],
         attributes=producer.get("attributes", {}),
     )
+
+
+def decode_turn_datum(data: bytes) -> dict[str, Any]:
+    """Decode one topic record into the current schema's datum (a dict, as fastavro returns it).
+
+    What ``decode_turn`` builds its ``TurnRecord`` from; the projector reads the datum directly, which
+    saves building a 13-field frozen dataclass per record. Same errors as ``decode_turn``.
+    """
+    version = writer_version(data)
+    writer = SCHEMAS[version]
+    buf = io.BytesIO(data)
+    buf.seek(HEADER_BYTES)
+    try:
+        if version == CURRENT_VERSION:
+            datum = fastavro.schemaless_reader(buf, writer.parsed, None)
+        else:
+            datum = fastavro.schemaless_reader(buf, writer.parsed, _CURRENT.parsed)
+    except Exception as exc:  # fastavro raises many types (EOFError, UnicodeDecodeError, ...)
+        raise RecordDecodeError(f"Avro body does not decode: {type(exc).__name__}: {exc}") from None
+    if buf.tell() != len(data):
+        raise RecordDecodeError(f"{len(data) - buf.tell()} trailing bytes after the Avro body")
+    if not isinstance(datum, dict):
+        raise RecordDecodeError("Avro body is not a record")
+    return datum
