@@ -3,9 +3,9 @@
 One topic grows through the sizes (each step appends the next slice of the same workload); at each size
 ``throughline project --until-caught-up`` runs as a subprocess into a new file, and its peak RSS is the
 kernel's high-water mark ``VmHWM`` read from ``/proc/PID/status`` every 50 ms while it runs (the mark
-only rises, so the last reading is the peak). ``ru_maxrss`` from ``wait4`` is not used: Linux carries
-the parent's RSS at ``fork`` into the child's ``ru_maxrss`` across ``exec``, so it reports the
-benchmark's own size for any small child.
+only rises, so the last reading is the peak), plus that of its fetch worker process. ``ru_maxrss``
+from ``wait4`` is not used: Linux carries the parent's RSS at ``fork`` into the child's ``ru_maxrss``
+across ``exec``, so it reports the benchmark's own size for any small child.
 """
 
 from __future__ import annotations
@@ -56,17 +56,29 @@ def _vm_hwm_kib(pid: int) -> int:
     return 0
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def peak_rss(cmd: list[str], timeout_s: float = 1800.0) -> tuple[float, float]:
-    """Run ``cmd``; return (peak RSS MiB as the last VmHWM reading, wall seconds)."""
+    """Run ``cmd``; return (peak RSS MiB, wall seconds).
+
+    The peak is the projector's own last VmHWM reading plus that of each child it started (its fetch
+    worker), summed: an upper bound of what the two held at once.
+    """
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    hwm = [0]
+    peaks: dict[int, int] = {}
     done = threading.Event()
 
     def sample() -> None:
         # The child stays a zombie until wait4 reaps it below, so /proc/PID is never another process.
         while not done.is_set():
-            hwm[0] = max(hwm[0], _vm_hwm_kib(proc.pid))
+            for pid in (proc.pid, *_children(proc.pid)):
+                peaks[pid] = max(peaks.get(pid, 0), _vm_hwm_kib(pid))
             done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -88,7 +100,7 @@ def peak_rss(cmd: list[str], timeout_s: float = 1800.0) -> tuple[float, float]:
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
         raise RuntimeError(f"projector exited {proc.returncode}: {err[-2000:]}")
-    return hwm[0] / 1024, time.perf_counter() - start
+    return sum(peaks.values()) / 1024, time.perf_counter() - start
 
 
 def _append(bootstrap: str, topic: str, data: Encoded, lo: int, hi: int) -> None:
@@ -153,7 +165,8 @@ def measure(cfg: Config, bootstrap: str, workdir: Path) -> Section:
     ]
     sec.notes = [
         f"`{' '.join(project_command('B', 'T', Path('F'))[1:])}` (B, T, F: the broker, a topic, a new file) "
-        f"as a child process; turns of ~{cfg.memory_body_bytes} body bytes; {cfg.partitions} partitions.",
+        f"as a child process; turns of ~{cfg.memory_body_bytes} body bytes; {cfg.partitions} partitions. "
+        "The peak is the projector's plus its fetch worker's (each one's VmHWM, summed).",
         f"'Flat' is read as: peak RSS grows by at most {FLAT_FACTOR}x while the topic grows "
         f"{sizes[-1] / sizes[0]:.0f}x.",
     ]

@@ -82,6 +82,11 @@ def _add_tuning(parser: argparse.ArgumentParser) -> None:
         help="DuckDB memory beyond its indexes, which keeps the process's memory flat "
         "(default 128; 0 = DuckDB's default, 80%% of RAM)",
     )
+    group.add_argument(
+        "--no-fetch-worker",
+        action="store_true",
+        help="fetch and decode on the projector's own thread instead of a worker process (one core)",
+    )
     group.add_argument("-v", "--verbose", action="store_true", help="log what the projector does on stderr")
 
 
@@ -98,6 +103,8 @@ def _options(args: argparse.Namespace) -> Any:
         if not args.check_interval > 0:
             raise InputError("--check-interval must be positive", code="invalid_arguments")
         options = replace(options, check_interval=args.check_interval)
+    if args.no_fetch_worker:
+        options = replace(options, fetch_worker=False)
     return options
 
 
@@ -158,7 +165,9 @@ def _cmd_project(args: argparse.Namespace) -> int:
     ):
         projector = Projector(projection, servers, settings.topic, options=options)
         summary = _run_riding_out_outages(
-            lambda: projector.run(until_caught_up=args.until_caught_up, stop=stop), stop
+            lambda: projector.run(until_caught_up=args.until_caught_up, stop=stop),
+            stop,
+            wait_for_topic=not args.until_caught_up,
         )
     if summary is None:  # asked to stop while waiting for the broker to come back
         print(json.dumps({"db": settings.db, "topic": settings.topic, "stopped": True}))
@@ -171,21 +180,24 @@ def _cmd_project(args: argparse.Namespace) -> int:
 OUTAGE_WINDOW = 300.0
 
 
-def _run_riding_out_outages(run: Callable[[], T], stop: threading.Event) -> T | None:
+def _run_riding_out_outages(run: Callable[[], T], stop: threading.Event, *, wait_for_topic: bool = True) -> T | None:
     """Run ``run``; after a retriable failure (the broker went away) wait and run it again.
 
     Safe because every batch is committed whole and the projector seeks to its applied offsets on each
     start. Backoff 1 s doubling to 30 s; a failure that persists for ``OUTAGE_WINDOW`` seconds, or any
-    failure that is not retriable, is raised. ``None`` when asked to stop meanwhile.
+    failure that is not retriable, is raised. A missing topic is waited for only with
+    ``wait_for_topic`` (a long-running projector may start before the first producer creates it; a
+    run ``--until-caught-up`` has nothing to catch up with). ``None`` when asked to stop meanwhile.
     """
     from throughline.errors import ThroughlineError
+    from throughline.log.exceptions import TopicMissingError
 
     backoff, failing_since = 1.0, None
     while True:
         try:
             return run()
         except ThroughlineError as exc:
-            if not exc.retriable or stop.is_set():
+            if not exc.retriable or stop.is_set() or (isinstance(exc, TopicMissingError) and not wait_for_topic):
                 raise
             now = time.monotonic()
             failing_since = now if failing_since is None else failing_since

@@ -14,14 +14,16 @@ as one transaction (``DuckProjection.apply_prepared``): under light load a poll 
 record arrives, so batches are small and the lag stays small; under heavy load polls return full, so
 the load is absorbed in large transactions.
 
-Everything runs on the calling thread. A writer thread (DuckDB writing poll N while Python decodes
-poll N+1) was measured and dropped: on 2 cores it was 5-15% slower, because DuckDB's Python binding
-keeps taking the GIL back while a statement runs, so the two threads mostly took turns.
+Fetching, decoding and checking run in a fetch worker process (``throughline.projector.feed``) one
+poll ahead of the calling thread, which folds and writes. The worker is stateless: it starts at the
+applied offsets, and after a Kafka error or its own death it is started again from them. A writer
+thread instead of a process was measured and dropped: on 2 cores it was 5-15% slower, because
+DuckDB's Python binding keeps taking the GIL back while a statement runs. The calling thread keeps
+its own consumer for the checks above (end and first offsets); it fetches nothing.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -35,31 +37,15 @@ from kafka import KafkaConsumer, TopicPartition
 from throughline.log import TopicInfo, bootstrap_list, describe_topic, translate_kafka_error
 from throughline.log.exceptions import TopicMissingError
 from throughline.projector.exceptions import LogRewoundError, LogTruncatedError, ProjectorError
-from throughline.projector.store import BatchSummary, DuckProjection, PreparedBatch
+from throughline.projector.feed import DEFAULT_MAX_POLL_RECORDS as DEFAULT_MAX_POLL_RECORDS
+from throughline.projector.feed import Feed, FeedSpec, FetchWorkerError, open_consumer, open_feed
+from throughline.projector.feed import ProjectorOptions as ProjectorOptions
+from throughline.projector.store import BatchSummary, DuckProjection
+from throughline.runtime import fewer_gc_passes
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_POLL_RECORDS = 5000
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectorOptions:
-    """Tuning of the consume loop (the defaults suit both light and heavy load)."""
-
-    max_poll_records: int = DEFAULT_MAX_POLL_RECORDS
-    # Fetch sizes bound what kafka-python buffers (part of the projector's flat memory); a poll of
-    # 5000 turns of 1 KB is ~5 MB, so 4 MB per partition keeps every poll full under load.
-    fetch_max_bytes: int = 16 * 1024 * 1024
-    max_partition_fetch_bytes: int = 4 * 1024 * 1024
-    fetch_max_wait_ms: int = 100
-    poll_timeout: float = 0.5
-    check_interval: float = 5.0
-    timeout: float = 15.0  # bound on connecting and on each broker request
-    # Python's cyclic GC, at its default threshold (700 allocations), spent 25-35% of the apply time
-    # walking the thousands of objects each poll creates; runs raise it (process-wide, restored after).
-    gc_threshold: int | None = 50_000
-    client_id: str = "throughline-projector"
-
+_WORKER_RESTARTS = 3  # consecutive fetch worker failures without a batch before the run fails
 
 @dataclass(frozen=True, slots=True)
 class ProgressUpdate:
@@ -158,6 +144,7 @@ class Projector:
         self._servers = bootstrap_list(bootstrap_servers)
         self._topic = topic
         self._options = options or ProjectorOptions()
+        self._worker_failures = 0
 
     # -------------------------------------------------------------------------- checks
 
@@ -219,26 +206,8 @@ class Projector:
     # -------------------------------------------------------------------------- the loop
 
     def _consumer(self) -> KafkaConsumer:
-        o = self._options
-        timeout_ms = max(1000, int(o.timeout * 1000))
-        try:
-            return KafkaConsumer(
-                bootstrap_servers=self._servers,
-                client_id=o.client_id,
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="none",  # an out-of-range position is an error to explain, never a reset
-                isolation_level="read_committed",
-                allow_auto_create_topics=False,
-                max_poll_records=o.max_poll_records,
-                fetch_max_bytes=o.fetch_max_bytes,
-                max_partition_fetch_bytes=o.max_partition_fetch_bytes,
-                fetch_max_wait_ms=o.fetch_max_wait_ms,
-                request_timeout_ms=max(timeout_ms, o.fetch_max_wait_ms + 1000),
-                bootstrap_timeout_ms=timeout_ms,
-            )
-        except kafka_errors.KafkaError as exc:
-            raise translate_kafka_error(exc, self._servers) from exc
+        """The control consumer: end and first offsets for the checks (the feed fetches)."""
+        return open_consumer(self._servers, self._options)
 
     def run(
         self,
@@ -261,18 +230,15 @@ class Projector:
         if info.lossy_reasons:
             log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
         consumer = self._consumer()
-        thresholds = gc.get_threshold()
-        if self._options.gc_threshold is not None and thresholds[0] < self._options.gc_threshold:
-            gc.set_threshold(self._options.gc_threshold, *thresholds[1:])
+        feed: Feed | None = None
         try:
             tps = [TopicPartition(self._topic, p) for p in range(info.partitions)]
-            consumer.assign(tps)
             ends = self._check_offsets(consumer, tps)
             self._projection.bind_log(self._topic, info.topic_id, info.partitions)
             applied = self._projection.applied_offsets()
             start_offsets = {p: applied.get(p, 0) for p in range(info.partitions)}
-            for tp in tps:
-                consumer.seek(tp, start_offsets[tp.partition])
+            spec = FeedSpec(tuple(self._servers), self._topic, info.partitions, (), self._options).at(start_offsets)
+            feed = open_feed(spec)
             targets = dict(ends) if until_caught_up else None
             tally = _Tally(self._projection, progress, targets, start_offsets, started)
             log.info(
@@ -282,9 +248,11 @@ class Projector:
                 info.partitions,
                 start_offsets,
             )
-            caught_up = self._loop(consumer, tps, tally.add, stop, targets)
+            with fewer_gc_passes(self._options.gc_threshold):
+                caught_up = self._loop(consumer, feed, tps, tally.add, stop, targets)
         finally:
-            gc.set_threshold(*thresholds)
+            if feed is not None:
+                feed.close()
             consumer.close()
         return RunSummary(
             tally.total,
@@ -305,6 +273,7 @@ class Projector:
     def _loop(
         self,
         consumer: KafkaConsumer,
+        feed: Feed,
         tps: Sequence[TopicPartition],
         on_applied: Callable[[BatchSummary], None],
         stop: threading.Event,
@@ -319,20 +288,25 @@ class Projector:
                 if time.monotonic() >= next_check:
                     self._check_running(consumer, tps)
                     next_check = time.monotonic() + o.check_interval
-                batches = self._next_batches(consumer, tps)
+                batches = feed.next(o.poll_timeout)
             except kafka_errors.KafkaError as exc:
                 self._explain(consumer, tps, exc)
+                feed.restart(self._projection.applied_offsets())
+                continue
+            except FetchWorkerError as exc:
+                # The worker died (killed, out of memory): the log decides whether that was the log's
+                # fault; otherwise start it again, at most a few times in a row.
+                self._check_running(consumer, tps)
+                self._worker_failures += 1
+                if self._worker_failures > _WORKER_RESTARTS:
+                    raise
+                log.warning("restarting the fetch worker: %s", exc)
+                feed.restart(self._projection.applied_offsets())
                 continue
             if batches:
+                self._worker_failures = 0
                 on_applied(self._projection.apply_prepared(self._topic, batches))
         return self._caught_up(targets)
-
-    def _next_batches(self, consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> list[PreparedBatch]:
-        o = self._options
-        polled = consumer.poll(timeout_ms=max(1, int(o.poll_timeout * 1000)), max_records=o.max_poll_records)
-        # kafka-python's ConsumerRecord has the partition, offset, key and value a LogRecord has.
-        batches = [self._projection.prepare(tp.partition, records) for tp, records in polled.items() if records]
-        return batches or self._idle_advance(consumer, tps)
 
     def _explain(
         self,
@@ -360,21 +334,3 @@ class Projector:
             time.sleep(min(1.0, self._options.poll_timeout))
             return
         raise translate_kafka_error(exc, self._servers) from exc
-
-    def _idle_advance(
-        self,
-        consumer: KafkaConsumer,
-        tps: Sequence[TopicPartition],
-    ) -> list[PreparedBatch]:
-        """Offset-only batches for partitions whose position passed offsets that hold no record.
-
-        Transaction markers and aborted records take offsets the consumer never returns; without this
-        the applied offset would stay below the end offset and ``--until-caught-up`` would never end.
-        """
-        applied = self._projection.applied_offsets()
-        out: list[PreparedBatch] = []
-        for tp in tps:
-            position = consumer.position(tp)
-            if position is not None and position > applied.get(tp.partition, 0):
-                out.append(self._projection.prepare(tp.partition, [], next_offset=int(position)))
-        return out

@@ -28,7 +28,6 @@ is applied twice, because records below the stored offset are skipped.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import threading
 import time
@@ -38,17 +37,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from throughline.core.chain import CHAIN_ORIGIN
 from throughline.core.cursor import Cursor
-from throughline.core.fold import Append, ChainHead, Duplicate, fold_turn, record_problem
-from throughline.core.partitioning import partition_for
+from throughline.core.fold import Append, ChainHead, Duplicate, fold_turn
 from throughline.core.ports import SourceInfo, StoredTurn
-from throughline.core.turn import TurnRecord
 from throughline.projector.exceptions import (
     InvalidBatchError,
     ProjectionBusyError,
@@ -57,8 +54,16 @@ from throughline.projector.exceptions import (
     ProjectionStorageError,
     ProjectionTopicMismatchError,
 )
-from throughline.schemas.codec import decode_turn
-from throughline.schemas.exceptions import RecordDecodeError
+from throughline.projector.prepare import Q_CHAIN as Q_CHAIN
+from throughline.projector.prepare import Q_INVALID as Q_INVALID
+from throughline.projector.prepare import Q_MISPLACED as Q_MISPLACED
+from throughline.projector.prepare import Q_UNDECODABLE as Q_UNDECODABLE
+from throughline.projector.prepare import Q_UNKNOWN_SCHEMA as Q_UNKNOWN_SCHEMA
+from throughline.projector.prepare import LogRecord as LogRecord
+from throughline.projector.prepare import PreparedBatch as PreparedBatch
+from throughline.projector.prepare import RecordLike, RefusedRecord, SoundRecord
+from throughline.projector.prepare import prepare_batch as prepare_batch
+from throughline.projector.prepare import turn_key as turn_key
 
 SCHEMA_VERSION = "1"
 
@@ -67,7 +72,6 @@ PAGE_BUCKET_BITS = 6
 _MAX_BUCKET_LOOKUPS = 32  # wider ranges (never asked by the reader) fall back to a scan
 _MASK63 = (1 << 63) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
-_TURN_KEY_DOMAIN = b"throughline.turnid.v1\x00"
 _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes, more by one hash join
 
 #: DuckDB checkpoints its WAL into the file when the WAL reaches this size. DuckDB's default (16 MiB)
@@ -85,13 +89,6 @@ DEFAULT_MEMORY_HEADROOM = 128 * 1024 * 1024
 DEFAULT_SOURCE_CACHE = 100_000
 _MEMORY_CHECK_EVERY = 16  # commits between two looks at the ART indexes' size
 _OOM_RETRIES = 4
-
-# Quarantine codes (stable: operators filter on them).
-Q_UNDECODABLE = "record_undecodable"
-Q_UNKNOWN_SCHEMA = "unknown_schema"
-Q_INVALID = "record_invalid"
-Q_MISPLACED = "record_misplaced"
-Q_CHAIN = "chain_rejected"
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE meta (
@@ -217,37 +214,6 @@ def page_key(source_sha256: bytes, seq: int) -> int:
     return (int.from_bytes(source_sha256[:8], "big") + (seq >> PAGE_BUCKET_BITS) * _GOLDEN) & _MASK63
 
 
-def turn_key(source_sha256: bytes, turn_id: str) -> bytes:
-    """The 128-bit key of one (source, turn id) pair in ``turn_ids``."""
-    return hashlib.sha256(_TURN_KEY_DOMAIN + source_sha256 + turn_id.encode("utf-8")).digest()[:16]
-
-
-# ------------------------------------------------------------------------------------------ batch input
-
-
-class RecordLike(Protocol):
-    """What the apply path reads of a topic record (``LogRecord``, or kafka-python's ``ConsumerRecord``)."""
-
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class LogRecord:
-    """One topic record as the projector sees it: where it is and its raw bytes."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
 @dataclass(frozen=True, slots=True)
 class BatchSummary:
     """What applying some records did (also the counters kept per partition)."""
@@ -266,130 +232,6 @@ class BatchSummary:
             self.duplicates + other.duplicates,
             self.quarantined + other.quarantined,
         )
-
-
-class _Sound:
-    """A record that decoded and is sound on its own; the fold still has to place it."""
-
-    __slots__ = ("key", "offset", "record", "source", "turn_key", "value")
-
-    def __init__(self, offset: int, key: bytes | None, value: bytes, record: TurnRecord, source: bytes) -> None:
-        self.offset = offset
-        self.key = key
-        self.value = value
-        self.record = record
-        self.source = source
-        self.turn_key = turn_key(source, record.turn_id)
-
-
-class _Refused:
-    """A record quarantined before the fold (undecodable, unsound, on the wrong partition)."""
-
-    __slots__ = ("code", "key", "offset", "project", "reason", "source", "value")
-
-    def __init__(
-        self,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        code: str,
-        reason: str,
-        project: bytes | None = None,
-        source: bytes | None = None,
-    ) -> None:
-        self.offset = offset
-        self.key = key
-        self.value = value
-        self.code = code
-        self.reason = reason
-        self.project = project
-        self.source = source
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedBatch:
-    """The records of one partition, decoded and checked (no projection state needed to build it).
-
-    ``next_offset`` is the partition's applied offset once the batch is applied: one past its last
-    record, or later when the consumer's position skipped offsets that hold no record.
-    """
-
-    partition: int
-    items: tuple[_Sound | _Refused, ...]
-    next_offset: int
-
-
-def _refuse_decoded(offset: int, key: bytes | None, value: bytes, record: TurnRecord, reason: str, code: str) -> _Refused:
-    project = record.project_sha256 if isinstance(record.project_sha256, bytes) and len(record.project_sha256) == 32 else None
-    source = None
-    if project is not None:
-        try:
-            source = record.source_sha256
-        except Exception:  # unencodable host/thread: the record stays quarantined without a source hash
-            source = None
-    return _Refused(offset, key, value, code, reason, project, source)
-
-
-@functools.lru_cache(maxsize=65536)
-def _home_partition(project_sha256: bytes, partitions: int) -> int:
-    # murmur2 in pure Python costs more than decoding a record; projects repeat, so remember them.
-    return partition_for(project_sha256, partitions)
-
-
-def prepare_batch(
-    partition: int,
-    records: Sequence[RecordLike],
-    *,
-    partitions: int | None = None,
-    next_offset: int | None = None,
-) -> PreparedBatch:
-    """Decode and check the records of one partition (pure; safe on any thread).
-
-    ``key`` should be the project hash (``record_problem`` refuses another project's record under a
-    key; a record without a key is checked by its project alone). ``partitions`` is the topic's
-    partition count when known: a record whose project belongs on another partition is quarantined,
-    because the turns of one project must be totally ordered.
-    Raises ``InvalidBatchError`` when records are of another partition or not in ascending offsets.
-    """
-    items: list[_Sound | _Refused] = []
-    last = -1
-    for rec in records:
-        if rec.partition != partition:
-            raise InvalidBatchError(f"record of partition {rec.partition} in a batch of partition {partition}")
-        if rec.offset <= last:
-            raise InvalidBatchError(f"offsets must ascend within a batch ({rec.offset} after {last})")
-        last = rec.offset
-        key, value = rec.key, rec.value
-        if value is None:
-            items.append(_Refused(rec.offset, key, None, Q_UNDECODABLE, "record has no value (a tombstone)"))
-            continue
-        try:
-            turn = decode_turn(value)
-            problem = record_problem(turn, key)
-        except RecordDecodeError as exc:
-            items.append(_Refused(rec.offset, key, value, exc.code, exc.message))
-            continue
-        except Exception as exc:  # a poison record must never stop the projector: quarantine it, say why
-            items.append(_Refused(rec.offset, key, value, Q_UNDECODABLE, f"record could not be read: {type(exc).__name__}: {exc}"))
-            continue
-        if problem is not None:
-            items.append(_refuse_decoded(rec.offset, key, value, turn, problem, Q_INVALID))
-            continue
-        if partitions is not None:
-            # Every record of a project must be on the project's partition, or its turns would have no
-            # total order (and replay could fold them differently from streaming).
-            home = _home_partition(turn.project_sha256, partitions)
-            if home != partition:
-                reason = f"record is on partition {partition} but its project belongs on partition {home}"
-                items.append(_refuse_decoded(rec.offset, key, value, turn, reason, Q_MISPLACED))
-                continue
-        items.append(_Sound(rec.offset, key, value, turn, turn.source_sha256))
-    end = last + 1 if records else 0
-    if next_offset is not None:
-        if next_offset < end:
-            raise InvalidBatchError(f"next offset {next_offset} is below the batch's last offset {last}")
-        end = next_offset
-    return PreparedBatch(partition, tuple(items), end)
 
 
 # ---------------------------------------------------------------------------------------- fold state
@@ -1167,7 +1009,7 @@ class _BatchWork:
         self.p = projection
         self.cur = cur
         self.topic = topic
-        self.batches: list[tuple[PreparedBatch, list[_Sound | _Refused]]] = []
+        self.batches: list[tuple[PreparedBatch, list[SoundRecord | RefusedRecord]]] = []
         self.counters: dict[int, _PartitionCounters] = {}
         self.states: dict[bytes, _SourceState] = {}
         changes = False
@@ -1193,10 +1035,10 @@ class _BatchWork:
             except duckdb.Error:
                 pass  # the transaction failed: the registration goes with its rollback, keep the first error
 
-    def _probe_turn_ids(self, sound: list[_Sound]) -> tuple[set[bytes], dict[bytes, bytes], dict[bytes, bytes]]:
+    def _probe_turn_ids(self, sound: list[SoundRecord]) -> tuple[set[bytes], dict[bytes, bytes], dict[bytes, bytes]]:
         first: dict[bytes, bytes] = {}
         for it in sound:
-            first.setdefault(it.turn_key, it.record.content_digest)
+            first.setdefault(it.turn_key, it.content_digest)
         if not first:
             return set(), {}, first
         keys = list(first)
@@ -1272,7 +1114,7 @@ class _BatchWork:
     # -------------------------------------------------------------- the fold
 
     def run(self) -> BatchSummary:
-        sound = [it for _, items in self.batches for it in items if isinstance(it, _Sound)]
+        sound = [it for _, items in self.batches for it in items if isinstance(it, SoundRecord)]
         inserted_keys, existing, first_content = self._probe_turn_ids(sound)
 
         cache = self.p._cache
@@ -1299,15 +1141,14 @@ class _BatchWork:
             records = appended = rewinds = duplicates = quarantined = 0
             for it in items:
                 records += 1
-                if isinstance(it, _Refused):
+                if isinstance(it, RefusedRecord):
                     quarantined += 1
                     quarantine.append((part, it.offset, it.code, it.reason, it.project, it.source, it.key, it.value))
                     continue
-                rec = it.record
                 w = works.get(it.source)
                 if w is None:
                     state = cache.get(it.source) or loaded.get(it.source)
-                    state = state.copy() if state is not None else _SourceState(rec.project_sha256)
+                    state = state.copy() if state is not None else _SourceState(it.project_sha256)
                     w = works[it.source] = _Work(it.source, state, lookup)
                 st = w.state
                 tk = it.turn_key
@@ -1315,7 +1156,7 @@ class _BatchWork:
                 if applied is None:
                     applied = existing.get(tk)
                 outcome = fold_turn(
-                    ChainHead(st.length, st.chain_digest), rec, applied_content=applied, digest_at=w.digest_at
+                    ChainHead(st.length, st.chain_digest), it, applied_content=applied, digest_at=w.digest_at
                 )
                 if isinstance(outcome, Append):
                     seq = outcome.seq
@@ -1331,15 +1172,14 @@ class _BatchWork:
                             del w.pending[seq - w.cut :]
                         for row in moved:
                             superseded.append((it.source, st.project, row, part, it.offset))
-                    body = rec.body
                     w.pending.append(
                         (
                             seq,
-                            rec.turn_id,
-                            rec.completed_at_micros,
-                            body,
-                            len(body.encode("utf-8")),
-                            rec.content_digest,
+                            it.turn_id,
+                            it.completed_at_micros,
+                            it.body,
+                            it.body_bytes,
+                            it.content_digest,
                             outcome.chain_digest,
                             part,
                             it.offset,
@@ -1349,15 +1189,15 @@ class _BatchWork:
                     st.chain_digest = outcome.chain_digest
                     st.head_partition = part
                     st.head_offset = it.offset
-                    applied_now[tk] = rec.content_digest
-                    heads[rec.project_sha256] = it.source
+                    applied_now[tk] = it.content_digest
+                    heads[it.project_sha256] = it.source
                     appended += 1
                 elif isinstance(outcome, Duplicate):
                     duplicates += 1
                 else:
                     quarantined += 1
                     quarantine.append(
-                        (part, it.offset, Q_CHAIN, outcome.reason, rec.project_sha256, it.source, it.key, it.value)
+                        (part, it.offset, Q_CHAIN, outcome.reason, it.project_sha256, it.source, it.key, it.value)
                     )
                     if st.broken_reason is None:
                         st.broken_reason = outcome.reason

@@ -11,6 +11,8 @@ Each package keeps its own ``exceptions.py`` whose classes derive from these. Ev
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ThroughlineError(Exception):
     """Root of all throughline errors."""
@@ -30,6 +32,18 @@ class ThroughlineError(Exception):
     def to_json(self) -> dict[str, dict[str, str]]:
         """The error as the CLI and HTTP API print it."""
         return {"error": {"code": self.code, "message": self.message}}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take other constructor arguments, so rebuild from the instance's state instead:
+        # an error then crosses a process boundary (the projector's fetch worker) unchanged.
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore(cls: type[ThroughlineError], args: tuple[Any, ...], state: dict[str, Any]) -> ThroughlineError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InputError(ThroughlineError):

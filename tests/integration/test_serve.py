@@ -469,6 +469,7 @@ def test_sigterm_while_producing_loses_nothing(kafka_bootstrap: str, tmp_path: P
     serve = Serve(kafka_bootstrap, topic, db).start()
     producer_error: list[BaseException] = []
     halfway = threading.Event()
+    stopping = threading.Event()
 
     def producing() -> None:
         try:
@@ -476,6 +477,8 @@ def test_sigterm_while_producing_loses_nothing(kafka_bootstrap: str, tmp_path: P
                 for start in range(1, total, 100):
                     if start > total // 3:
                         halfway.set()
+                        # Keep sending (slowly) until serve is told to stop, whatever the two speeds.
+                        stopping.wait(2.0)
                     producer.send_many(_built(producer, turns[start : start + 100]))
         except BaseException as exc:  # reported by the assertion below
             producer_error.append(exc)
@@ -491,6 +494,7 @@ def test_sigterm_while_producing_loses_nothing(kafka_bootstrap: str, tmp_path: P
         time.sleep(0.02)
     serve.signal_stop()
     stopped_while_producing = thread.is_alive()
+    stopping.set()
     assert serve.terminate() == 0, serve.stderr()
     thread.join(timeout=120)
     assert not thread.is_alive() and not producer_error, producer_error

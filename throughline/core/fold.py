@@ -19,9 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from throughline.core.chain import CHAIN_ORIGIN, next_chain_digest
 from throughline.core.turn import TurnRecord, verify_turn
+
+
+class ChainLink(Protocol):
+    """What the fold reads of a record: a ``TurnRecord``, or the projector's flat ``SoundRecord``."""
+
+    @property
+    def seq(self) -> int | None: ...
+    @property
+    def content_digest(self) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +73,19 @@ Outcome = Append | Duplicate | Reject
 
 def record_problem(record: TurnRecord, partition_key: bytes | None) -> str | None:
     """Why a decoded record is unsound on its own (before any chain is consulted), or ``None``."""
-    problem = verify_turn(record)
-    if problem is not None:
-        return problem
-    if partition_key is not None and partition_key != record.project_sha256:
+    return verify_turn(record) or partition_key_problem(record.project_sha256, partition_key)
+
+
+def partition_key_problem(project_hash: bytes, partition_key: bytes | None) -> str | None:
+    """Why a record of project ``project_hash`` must not be under ``partition_key``, or ``None``."""
+    if partition_key is not None and partition_key != project_hash:
         return "record's project does not match its partition key"
     return None
 
 
 def fold_turn(
     head: ChainHead,
-    record: TurnRecord,
+    record: ChainLink,
     *,
     applied_content: bytes | None,
     digest_at: Callable[[int], bytes],

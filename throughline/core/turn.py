@@ -176,23 +176,41 @@ def verify_turn(record: TurnRecord) -> str | None:
     Runs the same checks as ``build_turn`` without building a second record (the projector calls it
     for every record it reads).
     """
+    return verify_turn_fields(
+        record.project,
+        record.project_sha256,
+        record.host,
+        record.thread,
+        record.turn_id,
+        record.seq,
+        record.completed_at_micros,
+        record.body,
+        record.content_digest,
+    )
+
+
+def verify_turn_fields(
+    project: str,
+    project_hash: bytes,
+    host: str,
+    thread: str,
+    turn_id: str,
+    seq: int | None,
+    completed_at_micros: int,
+    body: str,
+    content_digest: bytes,
+) -> str | None:
+    """``verify_turn`` on a turn's fields, for a caller that never builds the ``TurnRecord``."""
     try:
-        canonical, project_hash, text = _checked_fields(
-            record.project,
-            record.host,
-            record.thread,
-            record.turn_id,
-            record.completed_at_micros,
-            record.body,
-            record.seq,
-            MAX_BODY_BYTES,
+        canonical, expected_hash, text = _checked_fields(
+            project, host, thread, turn_id, completed_at_micros, body, seq, MAX_BODY_BYTES
         )
     except InputError as exc:  # InvalidTurnError, and InvalidProjectError for a bad project name
         return f"{exc.code}: {exc.message}"
-    if canonical != record.project:
+    if canonical != project:
         return "project is not in canonical form"
-    if project_hash != record.project_sha256:
+    if expected_hash != project_hash:
         return "projectSha256 does not match the project"
-    if content_digest_utf8(record.turn_id, record.completed_at_micros, text) != record.content_digest:
+    if content_digest_utf8(turn_id, completed_at_micros, text) != content_digest:
         return "contentDigest does not match the turn's content"
     return None

@@ -1,0 +1,378 @@
+"""Where the projector's batches come from: a ``Fetcher`` polls the topic and prepares each poll.
+
+Two feeds run the same ``Fetcher`` and answer the same ``Feed`` contract:
+
+- ``LocalFeed``: on the caller's thread. The projector then fetches, decodes, checks, folds and writes
+  one poll after the other on one core.
+- ``WorkerFeed`` (the default): in a child process. While the main process folds and writes poll N,
+  the worker fetches, decodes and checks poll N+1, so the projector uses two cores. A thread cannot do
+  this: DuckDB's binding and the decoder both hold the GIL most of the time (measured: a writer thread
+  was 5-15% slower than one thread). The worker holds no state worth keeping: it starts at the offsets
+  the projection applied, and after any failure it is started again from them.
+
+The worker is ``python -m throughline.projector.feed FD``: it reads a pickled ``FeedSpec`` from stdin
+and writes length-prefixed pickled frames to the pipe ``FD``, at most one poll ahead of the main
+process (a write blocks until the main process reads). It exits when its parent dies (``PDEATHSIG``
+on Linux, and a parent check each poll), so a killed projector leaves no fetcher behind.
+
+This module imports neither DuckDB nor Arrow, so the worker starts quickly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, BinaryIO, Protocol
+
+import kafka.errors as kafka_errors
+from kafka import KafkaConsumer, TopicPartition
+
+from throughline.log import translate_kafka_error
+from throughline.projector.exceptions import ProjectorError
+from throughline.projector.prepare import PreparedBatch, prepare_batch
+from throughline.runtime import BULK_GC_THRESHOLD, fewer_gc_passes
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_POLL_RECORDS = 5000
+
+_FRAME = struct.Struct(">Q")
+_F_SETPIPE_SZ = 1031  # fcntl: a 1 MiB pipe moves a poll of ~12 MB in fewer, larger copies
+_PIPE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectorOptions:
+    """Tuning of the consume loop (the defaults suit both light and heavy load)."""
+
+    max_poll_records: int = DEFAULT_MAX_POLL_RECORDS
+    # Fetch sizes bound what kafka-python buffers (part of the projector's flat memory); a poll of
+    # 5000 turns of 1 KB is ~5 MB, so 4 MB per partition keeps every poll full under load.
+    fetch_max_bytes: int = 16 * 1024 * 1024
+    max_partition_fetch_bytes: int = 4 * 1024 * 1024
+    fetch_max_wait_ms: int = 100
+    poll_timeout: float = 0.5
+    check_interval: float = 5.0
+    timeout: float = 15.0  # bound on connecting and on each broker request
+    # Python's cyclic GC, at its default threshold (700 allocations), spent 25-35% of the apply time
+    # walking the thousands of objects each poll creates; runs raise it (process-wide, restored after).
+    gc_threshold: int | None = BULK_GC_THRESHOLD
+    client_id: str = "throughline-projector"
+    # Fetch, decode and check in a child process (``WorkerFeed``) while this one folds and writes.
+    fetch_worker: bool = True
+
+
+class FetchWorkerError(ProjectorError):
+    """The fetch worker process failed or died; it is started again from the applied offsets."""
+
+    code = "fetch_worker_failed"
+    retriable = True
+
+
+def open_consumer(servers: Sequence[str], options: ProjectorOptions) -> KafkaConsumer:
+    """The projector's consumer: no group, no auto-commit, no offset reset, committed records only."""
+    timeout_ms = max(1000, int(options.timeout * 1000))
+    try:
+        return KafkaConsumer(
+            bootstrap_servers=list(servers),
+            client_id=options.client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="none",  # an out-of-range position is an error to explain, never a reset
+            isolation_level="read_committed",
+            allow_auto_create_topics=False,
+            max_poll_records=options.max_poll_records,
+            fetch_max_bytes=options.fetch_max_bytes,
+            max_partition_fetch_bytes=options.max_partition_fetch_bytes,
+            fetch_max_wait_ms=options.fetch_max_wait_ms,
+            request_timeout_ms=max(timeout_ms, options.fetch_max_wait_ms + 1000),
+            bootstrap_timeout_ms=timeout_ms,
+        )
+    except kafka_errors.KafkaError as exc:
+        raise translate_kafka_error(exc, list(servers)) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class FeedSpec:
+    """Everything a fetcher needs (it crosses to the worker process pickled)."""
+
+    servers: tuple[str, ...]
+    topic: str
+    partitions: int
+    start: tuple[tuple[int, int], ...]  # (partition, first offset to fetch)
+    options: ProjectorOptions
+
+    def at(self, offsets: Mapping[int, int]) -> FeedSpec:
+        """This spec starting at ``offsets`` (partitions not named start at 0)."""
+        return replace(self, start=tuple((p, int(offsets.get(p, 0))) for p in range(self.partitions)))
+
+
+class Feed(Protocol):
+    """A source of prepared batches, in log order per partition."""
+
+    def next(self, timeout: float) -> list[PreparedBatch]:
+        """The next poll's batches (one per partition), or ``[]`` when none came within ``timeout``.
+
+        Raises kafka-python's ``KafkaError`` as the consumer raised it, or ``FetchWorkerError``.
+        """
+        ...
+
+    def restart(self, offsets: Mapping[int, int]) -> None:
+        """Fetch from ``offsets`` on (after an error; batches not yet returned are dropped)."""
+        ...
+
+    def close(self) -> None:
+        """Release the consumer (and the worker process)."""
+        ...
+
+
+class Fetcher:
+    """Polls the topic's partitions and prepares each poll (what both feeds run)."""
+
+    def __init__(self, spec: FeedSpec) -> None:
+        self._spec = spec
+        self._consumer = open_consumer(spec.servers, spec.options)
+        try:
+            self._tps = [TopicPartition(spec.topic, p) for p in range(spec.partitions)]
+            self._consumer.assign(self._tps)
+            self._next: dict[int, int] = {}
+            self.seek(dict(spec.start))
+        except BaseException:
+            self._consumer.close()
+            raise
+
+    def seek(self, offsets: Mapping[int, int]) -> None:
+        """Fetch from ``offsets`` on."""
+        self._next = {tp.partition: int(offsets.get(tp.partition, 0)) for tp in self._tps}
+        for tp in self._tps:
+            self._consumer.seek(tp, self._next[tp.partition])
+
+    def fetch(self, timeout: float) -> list[PreparedBatch]:
+        """One poll, prepared; offset-only batches when the position passed offsets holding no record.
+
+        Transaction markers and aborted records take offsets the consumer never returns; without the
+        offset-only batches the applied offset would stay below the end offset and
+        ``--until-caught-up`` would never end.
+        """
+        o = self._spec.options
+        polled = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)), max_records=o.max_poll_records)
+        # kafka-python's ConsumerRecord has the partition, offset, key and value a LogRecord has.
+        batches = [
+            prepare_batch(tp.partition, records, partitions=self._spec.partitions)
+            for tp, records in polled.items()
+            if records
+        ]
+        if not batches:
+            for tp in self._tps:
+                position = self._consumer.position(tp)
+                if position is not None and position > self._next[tp.partition]:
+                    batches.append(prepare_batch(tp.partition, [], next_offset=int(position)))
+        for b in batches:
+            self._next[b.partition] = b.next_offset
+        return batches
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+
+class LocalFeed:
+    """The ``Fetcher`` on the caller's thread."""
+
+    def __init__(self, spec: FeedSpec) -> None:
+        self._fetcher = Fetcher(spec)
+
+    def next(self, timeout: float) -> list[PreparedBatch]:
+        """See ``Feed.next``."""
+        return self._fetcher.fetch(timeout)
+
+    def restart(self, offsets: Mapping[int, int]) -> None:
+        """See ``Feed.restart``."""
+        self._fetcher.seek(offsets)
+
+    def close(self) -> None:
+        """See ``Feed.close``."""
+        self._fetcher.close()
+
+
+def _read_exactly(fd: int, n: int) -> bytearray | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            return None
+        got += k
+    return buf
+
+
+class WorkerFeed:
+    """The ``Fetcher`` in a child process, one poll ahead of the caller."""
+
+    def __init__(self, spec: FeedSpec) -> None:
+        self._spec = spec
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._fd = -1
+        self._start(spec)
+
+    def _start(self, spec: FeedSpec) -> None:
+        read_fd, write_fd = os.pipe()
+        with contextlib.suppress(OSError):  # Linux only; elsewhere the default pipe size just costs copies
+            import fcntl
+
+            fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "throughline.projector.feed", str(write_fd)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(write_fd,),
+                close_fds=True,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)  # the child's copy is the only writer: its death is our EOF
+        self._proc, self._fd = proc, read_fd
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the worker died at once; ``next`` reports how
+
+    def next(self, timeout: float) -> list[PreparedBatch]:
+        """See ``Feed.next``."""
+        if self._proc is None:
+            raise FetchWorkerError("the fetch worker is closed")
+        ready, _, _ = select.select([self._fd], [], [], max(0.0, timeout))
+        if not ready:
+            return []
+        header = _read_exactly(self._fd, _FRAME.size)
+        frame = None if header is None else _read_exactly(self._fd, _FRAME.unpack(header)[0])
+        if frame is None:
+            code = self._reap()
+            raise FetchWorkerError(f"the fetch worker exited (exit code {code}) without saying why")
+        kind, payload = pickle.loads(frame)
+        if kind == "batches":
+            batches: list[PreparedBatch] = payload
+            return batches
+        self._reap()
+        raise payload
+
+    def restart(self, offsets: Mapping[int, int]) -> None:
+        """See ``Feed.restart``."""
+        self._reap()
+        self._start(self._spec.at(offsets))
+
+    def _reap(self) -> int | None:
+        proc, self._proc = self._proc, None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()  # stateless: nothing of it needs a clean shutdown
+        try:
+            return proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
+            return None
+
+    def close(self) -> None:
+        """See ``Feed.close``."""
+        self._reap()
+
+
+def open_feed(spec: FeedSpec) -> Feed:
+    """The feed ``spec.options`` asks for (``WorkerFeed`` unless ``fetch_worker`` is off)."""
+    return WorkerFeed(spec) if spec.options.fetch_worker else LocalFeed(spec)
+
+
+# ------------------------------------------------------------------------------------------ the worker
+
+
+def _dumps(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    # No memo: a frame holds no shared or recursive objects, and memoizing every body and digest of a
+    # poll cost more than pickling them.
+    pickler.fast = True
+    pickler.dump(obj)
+    return buf.getvalue()
+
+
+def _send(out: BinaryIO, kind: str, payload: Any) -> None:
+    try:
+        data = _dumps((kind, payload))
+    except Exception:  # an error that does not pickle still reaches the parent, as text
+        data = _dumps(("error", FetchWorkerError(f"the fetch worker failed: {payload!r}")))
+    out.write(_FRAME.pack(len(data)))
+    out.write(data)
+    out.flush()
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(Exception):  # Linux only; the parent check in the loop covers the rest
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def worker_main(fd: int) -> int:
+    """The worker process: fetch and prepare until the parent goes away or an error is sent."""
+    _die_with_parent()
+    parent = os.getppid()
+    spec: FeedSpec = pickle.load(sys.stdin.buffer)
+    out = os.fdopen(fd, "wb")
+    try:
+        with fewer_gc_passes(spec.options.gc_threshold):
+            return _serve(spec, parent, out)
+    except BrokenPipeError:
+        return 0  # the parent closed its end: it stopped, or restarts us
+    finally:
+        with contextlib.suppress(OSError):
+            out.close()
+
+
+def _serve(spec: FeedSpec, parent: int, out: BinaryIO) -> int:
+    try:
+        fetcher = Fetcher(spec)
+    except Exception as exc:  # a broker that does not answer, mostly: the parent explains it
+        _send(out, "error", exc)
+        return 1
+    try:
+        while os.getppid() == parent:
+            try:
+                batches = fetcher.fetch(spec.options.poll_timeout)
+            except kafka_errors.KafkaError as exc:
+                _send(out, "error", exc)
+                return 1
+            except Exception as exc:
+                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                _send(out, "error", FetchWorkerError(f"the fetch worker failed: {detail}"))
+                return 1
+            if batches:
+                _send(out, "batches", batches)
+    finally:
+        fetcher.close()
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle; it stops us
+    sys.exit(worker_main(int(sys.argv[1])))

@@ -1,0 +1,249 @@
+"""Prepare: decode and check the records of one partition, with no projection state.
+
+This is the half of applying a batch that needs nothing but the records' bytes, so it can run
+anywhere: on the projector's thread, or in the fetch worker process (``throughline.projector.feed``)
+while the main process folds and writes the previous batch. It imports neither DuckDB nor Arrow, so
+that worker starts quickly, and what it returns pickles cheaply: a sound record is a flat
+``NamedTuple`` of the fields the fold and the writes read, not a ``TurnRecord``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from throughline.core.fold import partition_key_problem
+from throughline.core.identity import source_sha256
+from throughline.core.partitioning import partition_for
+from throughline.core.turn import verify_turn_fields
+from throughline.projector.exceptions import InvalidBatchError
+from throughline.schemas.codec import decode_turn_datum
+from throughline.schemas.exceptions import RecordDecodeError
+
+# Quarantine codes (stable: operators filter on them).
+Q_UNDECODABLE = "record_undecodable"
+Q_UNKNOWN_SCHEMA = "unknown_schema"
+Q_INVALID = "record_invalid"
+Q_MISPLACED = "record_misplaced"
+Q_CHAIN = "chain_rejected"
+
+_TURN_KEY_DOMAIN = b"throughline.turnid.v1\x00"
+
+
+def turn_key(source_sha256: bytes, turn_id: str) -> bytes:
+    """The 128-bit key of one (source, turn id) pair in ``turn_ids``."""
+    return hashlib.sha256(_TURN_KEY_DOMAIN + source_sha256 + turn_id.encode("utf-8")).digest()[:16]
+
+
+class RecordLike(Protocol):
+    """What the apply path reads of a topic record (``LogRecord``, or kafka-python's ``ConsumerRecord``)."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One topic record as the projector sees it: where it is and its raw bytes."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class SoundRecord(NamedTuple):
+    """A record that decoded and is sound on its own; the fold still has to place it.
+
+    Only what the fold and the writes read (and the raw key and value, which a record the fold
+    rejects is quarantined with). A tuple, because thousands of them cross from the fetch worker to
+    the main process per poll and a tuple pickles at a fraction of a dataclass's cost.
+    """
+
+    offset: int
+    key: bytes | None
+    value: bytes
+    source: bytes
+    turn_key: bytes
+    project_sha256: bytes
+    turn_id: str
+    seq: int | None
+    completed_at_micros: int
+    body: str
+    body_bytes: int
+    content_digest: bytes
+
+
+class RefusedRecord(NamedTuple):
+    """A record quarantined before the fold (undecodable, unsound, on the wrong partition)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    code: str
+    reason: str
+    project: bytes | None = None
+    source: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBatch:
+    """The records of one partition, decoded and checked (no projection state needed to build it).
+
+    ``next_offset`` is the partition's applied offset once the batch is applied: one past its last
+    record, or later when the consumer's position skipped offsets that hold no record.
+    """
+
+    partition: int
+    items: tuple[SoundRecord | RefusedRecord, ...]
+    next_offset: int
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled column by column: a poll's thousands of records cross from the fetch worker as a
+        # dozen lists of plain values (~1 us a record each way instead of ~7 for the tuples).
+        sound = [it for it in self.items if type(it) is SoundRecord]
+        refused = [tuple(it) for it in self.items if type(it) is not SoundRecord]
+        columns = tuple(zip(*sound, strict=True))
+        return (_rebuild_batch, (self.partition, columns, refused, self.next_offset))
+
+
+def _rebuild_batch(
+    partition: int, columns: tuple[tuple[Any, ...], ...], refused: list[tuple[Any, ...]], next_offset: int
+) -> PreparedBatch:
+    items: list[SoundRecord | RefusedRecord] = list(map(SoundRecord._make, zip(*columns, strict=True)))
+    if refused:
+        items.extend(RefusedRecord._make(r) for r in refused)
+        items.sort(key=lambda it: it.offset)  # back in log order
+    return PreparedBatch(partition, tuple(items), next_offset)
+
+
+def _refuse_decoded(offset: int, key: bytes | None, value: bytes, datum: dict[str, Any], reason: str, code: str) -> RefusedRecord:
+    project = datum.get("projectSha256")
+    if not (isinstance(project, bytes) and len(project) == 32):
+        return RefusedRecord(offset, key, value, code, reason)
+    try:
+        source: bytes | None = source_sha256(project, datum["host"], datum["thread"])
+    except Exception:  # unencodable host/thread: the record stays quarantined without a source hash
+        source = None
+    return RefusedRecord(offset, key, value, code, reason, project, source)
+
+
+@functools.lru_cache(maxsize=65536)
+def _home_partition(project_sha256: bytes, partitions: int) -> int:
+    # murmur2 in pure Python costs more than decoding a record; projects repeat, so remember them.
+    return partition_for(project_sha256, partitions)
+
+
+@functools.lru_cache(maxsize=65536)
+def _source(project_hash: bytes, host: str, thread: str) -> bytes:
+    # A source writes many turns: its hash is worth remembering.
+    return source_sha256(project_hash, host, thread)
+
+
+def _problem(datum: dict[str, Any], key: bytes | None) -> str | None:
+    """``record_problem`` on a datum (the projector never builds the ``TurnRecord``)."""
+    project_hash = datum["projectSha256"]
+    return verify_turn_fields(
+        datum["project"],
+        project_hash,
+        datum["host"],
+        datum["thread"],
+        datum["turnId"],
+        datum["seq"],
+        datum["completedAt"],
+        datum["body"],
+        datum["contentDigest"],
+    ) or partition_key_problem(project_hash, key)
+
+
+def _sound(offset: int, key: bytes | None, value: bytes, datum: dict[str, Any]) -> SoundRecord:
+    project_hash = datum["projectSha256"]
+    source = _source(project_hash, datum["host"], datum["thread"])
+    turn_id = datum["turnId"]
+    body = datum["body"]
+    # A sound body is valid Unicode (verify_turn_fields encoded it); ASCII, the usual case, needs no copy.
+    size = len(body) if body.isascii() else len(body.encode("utf-8"))
+    return SoundRecord(
+        offset,
+        key,
+        value,
+        source,
+        turn_key(source, turn_id),
+        project_hash,
+        turn_id,
+        datum["seq"],
+        datum["completedAt"],
+        body,
+        size,
+        datum["contentDigest"],
+    )
+
+
+def prepare_batch(
+    partition: int,
+    records: Sequence[RecordLike],
+    *,
+    partitions: int | None = None,
+    next_offset: int | None = None,
+) -> PreparedBatch:
+    """Decode and check the records of one partition (pure; safe on any thread or process).
+
+    ``key`` should be the project hash (``record_problem``'s checks refuse another project's record under a
+    key; a record without a key is checked by its project alone). ``partitions`` is the topic's
+    partition count when known: a record whose project belongs on another partition is quarantined,
+    because the turns of one project must be totally ordered.
+    Raises ``InvalidBatchError`` when records are of another partition or not in ascending offsets.
+    """
+    items: list[SoundRecord | RefusedRecord] = []
+    last = -1
+    for rec in records:
+        if rec.partition != partition:
+            raise InvalidBatchError(
+                f"record of partition {rec.partition} in a batch of partition {partition}"
+            )
+        if rec.offset <= last:
+            raise InvalidBatchError(f"offsets must ascend within a batch ({rec.offset} after {last})")
+        last = rec.offset
+        key, value = rec.key, rec.value
+        if value is None:
+            items.append(
+                RefusedRecord(rec.offset, key, None, Q_UNDECODABLE, "record has no value (a tombstone)")
+            )
+            continue
+        try:
+            datum = decode_turn_datum(value)
+            problem = _problem(datum, key)
+        except RecordDecodeError as exc:
+            items.append(RefusedRecord(rec.offset, key, value, exc.code, exc.message))
+            continue
+        except Exception as exc:  # a poison record must never stop the projector: quarantine it, say why
+            reason = f"record could not be read: {type(exc).__name__}: {exc}"
+            items.append(RefusedRecord(rec.offset, key, value, Q_UNDECODABLE, reason))
+            continue
+        if problem is not None:
+            items.append(_refuse_decoded(rec.offset, key, value, datum, problem, Q_INVALID))
+            continue
+        if partitions is not None:
+            # Every record of a project must be on the project's partition, or its turns would have no
+            # total order (and replay could fold them differently from streaming).
+            home = _home_partition(datum["projectSha256"], partitions)
+            if home != partition:
+                reason = f"record is on partition {partition} but its project belongs on partition {home}"
+                items.append(_refuse_decoded(rec.offset, key, value, datum, reason, Q_MISPLACED))
+                continue
+        items.append(_sound(rec.offset, key, value, datum))
+    end = last + 1 if records else 0
+    if next_offset is not None:
+        if next_offset < end:
+            raise InvalidBatchError(f"next offset {next_offset} is below the batch's last offset {last}")
+        end = next_offset
+    return PreparedBatch(partition, tuple(items), end)

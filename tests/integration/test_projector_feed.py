@@ -1,0 +1,223 @@
+"""The projector's feeds against the real broker: one contract, run against the fetcher on the calling
+thread (``LocalFeed``) and in a worker process (``WorkerFeed``); then what only the worker can do
+wrong (die, outlive its parent) and the projector's answer to it."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from projector_env import assert_projection_equals_log, produce_all, read_topic
+from projector_env import history as make_history
+
+from throughline.core.turn import TurnRecord
+from throughline.projector.feed import (
+    FeedSpec,
+    FetchWorkerError,
+    LocalFeed,
+    ProjectorOptions,
+    WorkerFeed,
+)
+from throughline.projector.prepare import PreparedBatch, RefusedRecord, SoundRecord
+from throughline.projector.runner import Projector
+from throughline.projector.store import DuckProjection
+from throughline.testing import create_topic
+
+PARTITIONS = 3
+OPTIONS = ProjectorOptions(poll_timeout=0.2, check_interval=0.5, timeout=10.0, max_poll_records=37)
+
+
+def _drain(feed: LocalFeed | WorkerFeed, want: int, *, seconds: float = 60.0) -> list[PreparedBatch]:
+    """Batches until ``want`` records came (bounded in time)."""
+    got: list[PreparedBatch] = []
+    deadline = time.monotonic() + seconds
+    while sum(len(b.items) for b in got) < want:
+        assert time.monotonic() < deadline, f"only {sum(len(b.items) for b in got)} of {want} records came"
+        got.extend(feed.next(0.5))
+    return got
+
+
+def _by_partition(batches: list[PreparedBatch]) -> dict[int, list[SoundRecord | RefusedRecord]]:
+    out: dict[int, list[SoundRecord | RefusedRecord]] = {}
+    for b in batches:
+        out.setdefault(b.partition, []).extend(b.items)
+    return out
+
+
+@pytest.fixture(scope="module")
+def filled_topic(kafka_bootstrap: str) -> Iterator[tuple[str, list[TurnRecord]]]:
+    topic = f"feed-contract-{os.getpid()}-{random.randrange(1 << 30)}"
+    create_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
+    turns = make_history(random.Random(11), 600, projects=6)
+    produce_all(kafka_bootstrap, topic, PARTITIONS, turns)
+    yield topic, turns
+
+
+class FeedContract:
+    """What every feed must do (run against both below)."""
+
+    def open(self, spec: FeedSpec) -> LocalFeed | WorkerFeed:
+        raise NotImplementedError
+
+    def spec(self, bootstrap: str, topic: str, start: dict[int, int] | None = None) -> FeedSpec:
+        return FeedSpec((bootstrap,), topic, PARTITIONS, (), OPTIONS).at(start or {})
+
+    def test_every_record_arrives_once_in_log_order(
+        self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
+    ) -> None:
+        topic, turns = filled_topic
+        feed = self.open(self.spec(kafka_bootstrap, topic))
+        try:
+            batches = _drain(feed, len(turns))
+        finally:
+            feed.close()
+        assert all(len(b.items) <= OPTIONS.max_poll_records for b in batches)
+        log = read_topic(kafka_bootstrap, topic, PARTITIONS)
+        for partition, items in _by_partition(batches).items():
+            offsets = [it.offset for it in items]
+            assert offsets == list(range(log.ends[partition])), "a record came twice, out of order, or not at all"
+            assert all(isinstance(it, SoundRecord) for it in items)
+        ids = sorted(it.turn_id for b in batches for it in b.items if isinstance(it, SoundRecord))
+        assert ids == sorted(t.turn_id for t in turns)
+
+    def test_a_restart_fetches_again_from_the_given_offsets(
+        self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
+    ) -> None:
+        topic, turns = filled_topic
+        feed = self.open(self.spec(kafka_bootstrap, topic))
+        try:
+            _drain(feed, 50)
+            start = {0: 5, 1: 0, 2: 17}
+            feed.restart(start)
+            ends = read_topic(kafka_bootstrap, topic, PARTITIONS).ends
+            batches = _drain(feed, sum(ends[p] - start[p] for p in ends))
+        finally:
+            feed.close()
+        for partition, items in _by_partition(batches).items():
+            offsets = [it.offset for it in items]
+            assert offsets == list(range(start[partition], ends[partition]))
+
+    def test_an_idle_feed_returns_nothing_within_its_timeout(
+        self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
+    ) -> None:
+        topic, _ = filled_topic
+        ends = read_topic(kafka_bootstrap, topic, PARTITIONS).ends
+        feed = self.open(self.spec(kafka_bootstrap, topic, ends))
+        try:
+            started = time.monotonic()
+            assert feed.next(0.3) == []
+            assert time.monotonic() - started < 10
+        finally:
+            feed.close()
+
+
+class TestLocalFeed(FeedContract):
+    def open(self, spec: FeedSpec) -> LocalFeed:
+        return LocalFeed(spec)
+
+
+class TestWorkerFeed(FeedContract):
+    def open(self, spec: FeedSpec) -> WorkerFeed:
+        return WorkerFeed(spec)
+
+    def test_a_killed_worker_is_reported_and_a_restart_resumes(
+        self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
+    ) -> None:
+        topic, turns = filled_topic
+        feed = WorkerFeed(self.spec(kafka_bootstrap, topic))
+        try:
+            assert feed._proc is not None
+            feed._proc.kill()
+            feed._proc.wait(timeout=10)
+            with pytest.raises(FetchWorkerError) as caught:
+                for _ in range(200):  # frames already in the pipe come first
+                    feed.next(0.5)
+            assert caught.value.retriable and caught.value.code == "fetch_worker_failed"
+            feed.restart({})
+            assert sum(len(b.items) for b in _drain(feed, len(turns))) >= len(turns)
+        finally:
+            feed.close()
+
+    def test_a_broker_that_does_not_answer_reaches_the_caller_as_a_kafka_error(self) -> None:
+        spec = FeedSpec(("127.0.0.1:9",), "nowhere", 1, ((0, 0),), ProjectorOptions(timeout=1.0))
+        feed = WorkerFeed(spec)
+        try:
+            with pytest.raises(Exception) as caught:
+                for _ in range(40):
+                    feed.next(0.5)
+            assert caught.type.__name__ in {"BrokerUnavailableError", "NoBrokersAvailable", "KafkaConnectionError"}
+        finally:
+            feed.close()
+
+
+def test_the_worker_dies_with_its_parent(kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path) -> None:
+    topic, _ = filled_topic
+    pid_file = tmp_path / "worker.pid"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import time
+                from pathlib import Path
+                from throughline.projector.feed import FeedSpec, ProjectorOptions, WorkerFeed
+                feed = WorkerFeed(FeedSpec(({kafka_bootstrap!r},), {topic!r}, {PARTITIONS}, (), ProjectorOptions()).at({{}}))
+                Path({str(pid_file)!r}).write_text(str(feed._proc.pid))
+                time.sleep(120)
+                """
+            ),
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the parent never started its worker"
+            time.sleep(0.1)
+        worker = int(pid_file.read_text())
+        assert _alive(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while _alive(worker):
+            assert time.monotonic() < deadline, f"fetch worker {worker} outlived its killed parent"
+            time.sleep(0.1)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by init) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("fetch_worker", [True, False], ids=["worker", "local"])
+def test_both_feeds_project_the_same_tables(
+    kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path, fetch_worker: bool
+) -> None:
+    topic, _ = filled_topic
+    db = tmp_path / f"feed-{fetch_worker}.duckdb"
+    options = ProjectorOptions(
+        poll_timeout=0.2, check_interval=0.5, timeout=10.0, max_poll_records=53, fetch_worker=fetch_worker
+    )
+    with DuckProjection.open(db, topic=topic) as projection:
+        summary = Projector(projection, kafka_bootstrap, topic, options=options).run(until_caught_up=True)
+    assert summary.caught_up and summary.summary.records == 600
+    assert_projection_equals_log(db, read_topic(kafka_bootstrap, topic, PARTITIONS))

@@ -1,0 +1,123 @@
+"""Prepare (decode and check one partition's records) and the frame it crosses processes in."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from throughline.core.fold import record_problem
+from throughline.core.turn import build_turn
+from throughline.projector.feed import _dumps
+from throughline.projector.prepare import (
+    Q_INVALID,
+    Q_MISPLACED,
+    Q_UNDECODABLE,
+    LogRecord,
+    PreparedBatch,
+    RefusedRecord,
+    SoundRecord,
+    prepare_batch,
+)
+from throughline.runtime import fewer_gc_passes
+from throughline.schemas.codec import decode_turn, encode_turn
+
+
+def _turn(i: int, project: str = "/p/a", body: str = "body") -> bytes:
+    return encode_turn(
+        build_turn(project=project, host="h", thread="t", turn_id=f"id-{i}", completed_at_micros=1_000 + i, body=body)
+    )
+
+
+_values = st.one_of(
+    st.integers(0, 50).map(_turn),
+    st.integers(0, 50).map(lambda i: _turn(i, body="ünïcödé ✓ " * 3)),
+    st.binary(max_size=40),  # undecodable
+    st.none(),  # a tombstone
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_values, max_size=30), st.integers(0, 5))
+def test_a_prepared_batch_survives_the_frame_unchanged(values: list[bytes | None], extra: int) -> None:
+    records = [LogRecord(0, i * 2, None, v) for i, v in enumerate(values)]
+    batch = prepare_batch(0, records, partitions=1, next_offset=len(values) * 2 + extra)
+    again = pickle.loads(_dumps(batch))
+    assert again == batch
+    assert [type(it) for it in again.items] == [type(it) for it in batch.items]
+
+
+def test_a_sound_record_carries_what_the_turn_says() -> None:
+    value = _turn(7, body="héllo")
+    turn = decode_turn(value)
+    (item,) = prepare_batch(3, [LogRecord(3, 9, turn.project_sha256, value)]).items
+    assert isinstance(item, SoundRecord)
+    assert (item.offset, item.key, item.value) == (9, turn.project_sha256, value)
+    assert item.source == turn.source_sha256 and item.project_sha256 == turn.project_sha256
+    assert (item.turn_id, item.seq, item.completed_at_micros, item.body) == ("id-7", None, 1_007, "héllo")
+    assert item.body_bytes == len("héllo".encode()) and item.content_digest == turn.content_digest
+
+
+def test_refusals_agree_with_record_problem_and_keep_the_bytes() -> None:
+    good = _turn(1)
+    turn = decode_turn(good)
+    other_key = b"\x01" * 32
+    batch = prepare_batch(
+        0,
+        [
+            LogRecord(0, 0, other_key, good),  # another project's key
+            LogRecord(0, 1, None, b"\xc3\x01garbage"),
+            LogRecord(0, 2, None, None),
+        ],
+    )
+    wrong_key, garbage, tombstone = batch.items
+    assert isinstance(wrong_key, RefusedRecord) and wrong_key.code == Q_INVALID
+    assert wrong_key.reason == record_problem(turn, other_key)
+    assert (wrong_key.project, wrong_key.source, wrong_key.value) == (turn.project_sha256, turn.source_sha256, good)
+    assert isinstance(garbage, RefusedRecord) and garbage.value == b"\xc3\x01garbage"
+    assert isinstance(tombstone, RefusedRecord) and tombstone.code == Q_UNDECODABLE
+
+
+def test_a_record_on_another_partition_than_its_project_is_misplaced() -> None:
+    value = _turn(1)
+    batches = [prepare_batch(p, [LogRecord(p, 0, None, value)], partitions=2) for p in (0, 1)]
+    codes = sorted(type(b.items[0]).__name__ + ":" + getattr(b.items[0], "code", "") for b in batches)
+    assert codes == ["RefusedRecord:" + Q_MISPLACED, "SoundRecord:"]
+
+
+def test_an_offset_only_batch_frames_too() -> None:
+    batch = prepare_batch(2, [], next_offset=40)
+    assert pickle.loads(_dumps(batch)) == PreparedBatch(2, (), 40)
+
+
+def test_fewer_gc_passes_raises_the_threshold_and_restores_it() -> None:
+    before = gc.get_threshold()
+    with fewer_gc_passes(before[0] + 1000):
+        assert gc.get_threshold()[0] == before[0] + 1000
+    assert gc.get_threshold() == before
+    with fewer_gc_passes(None):
+        assert gc.get_threshold() == before
+    with fewer_gc_passes(1):  # never lowers it
+        assert gc.get_threshold() == before
+
+
+def test_throughline_errors_cross_the_worker_boundary_unchanged() -> None:
+    from throughline.log.exceptions import BrokerUnavailableError, LossyTopicError
+    from throughline.projector.feed import FetchWorkerError
+
+    for error in (
+        BrokerUnavailableError(["127.0.0.1:9"], "no answer"),
+        LossyTopicError("t", ["retention.ms=1"]),
+        FetchWorkerError("gone", retriable=False),
+    ):
+        again = pickle.loads(_dumps(error))
+        assert type(again) is type(error)
+        assert (again.code, again.message, again.retriable, str(again)) == (
+            error.code,
+            error.message,
+            error.retriable,
+            str(error),
+        )
+    assert pickle.loads(_dumps(BrokerUnavailableError(["a:1"], "x"))).servers == ("a:1",)
