@@ -1,5 +1,6 @@
-"""Profiles for missed targets: py-spy sampling this very process (every thread), summarised as the
-frames that held the most samples (self and inclusive)."""
+"""Profiles for missed targets: py-spy sampling this very process and its children (every thread, so
+the projector's fetch worker too), summarised as the frames that held the most samples (self and
+inclusive)."""
 
 from __future__ import annotations
 
@@ -91,12 +92,18 @@ def summarise(raw: Path, label: str) -> Profile:
             continue
         n = int(count)
         frames = stack.split(";")
-        thread = frames[0] if frames and frames[0].startswith(("thread", "process")) else ""
-        if thread:
-            frames = frames[1:]
+        lead: list[str] = []
+        while frames and frames[0].startswith(("thread", "process")):
+            lead.append(frames.pop(0))
         if not frames:
             continue
+        # With --subprocesses a child's stacks start with its parent's and its own process frame: the
+        # projector's fetch worker is named so, its threads apart from the main process's.
+        processes = [f for f in lead if f.startswith("process")]
+        thread = next((f for f in reversed(lead) if f.startswith("thread")), "")
         name = thread.split(": ", 1)[1] if ": " in thread else thread
+        if len(processes) > 1 and "projector.feed" in processes[-1]:
+            name = f"fetch worker {name}".strip()
         total += n
         short = [_short(f) for f in frames]
         if _IDLE.match(short[-1]):
@@ -137,7 +144,7 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
     out.unlink(missing_ok=True)
     proc = subprocess.Popen(
         [PY_SPY, "record", "--pid", str(pid or os.getpid()), "--rate", "200", "--format", "raw", "--threads",
-         "--nonblocking", "-o", str(out)],
+         "--subprocesses", "--nonblocking", "-o", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -10,10 +10,12 @@ Two feeds run the same ``Fetcher`` and answer the same ``Feed`` contract:
   was 5-15% slower than one thread). The worker holds no state worth keeping: it starts at the offsets
   the projection applied, and after any failure it is started again from them.
 
-The worker is ``python -m throughline.projector.feed FD``: it reads a pickled ``FeedSpec`` from stdin
-and writes length-prefixed pickled frames to the pipe ``FD``, at most one poll ahead of the main
-process (a write blocks until the main process reads). It exits when its parent dies (``PDEATHSIG``
-on Linux, and a parent check each poll), so a killed projector leaves no fetcher behind.
+The worker is ``python -m throughline.projector.feed FD PARENT_PID``: it reads a pickled ``FeedSpec``
+from stdin and writes length-prefixed pickled frames to the pipe ``FD``, at most one poll ahead of the
+main process (a write blocks until the main process reads). It exits when its parent dies
+(``PDEATHSIG`` on Linux, and a parent check each poll), so a killed projector leaves no fetcher
+behind. (``PDEATHSIG`` fires when the thread that started the worker ends; the projector's run,
+which that thread executes, always stops the worker before it returns.)
 
 This module imports neither DuckDB nor Arrow, so the worker starts quickly.
 """
@@ -235,7 +237,7 @@ class WorkerFeed:
             fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_BYTES)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "throughline.projector.feed", str(write_fd)],
+                [sys.executable, "-m", "throughline.projector.feed", str(write_fd), str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 pass_fds=(write_fd,),
@@ -333,10 +335,11 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def worker_main(fd: int) -> int:
+def worker_main(fd: int, parent: int) -> int:
     """The worker process: fetch and prepare until the parent goes away or an error is sent."""
     _die_with_parent()
-    parent = os.getppid()
+    if os.getppid() != parent:
+        return 0  # the parent died before PDEATHSIG was armed
     spec: FeedSpec = pickle.load(sys.stdin.buffer)
     out = os.fdopen(fd, "wb")
     try:
@@ -375,4 +378,4 @@ def _serve(spec: FeedSpec, parent: int, out: BinaryIO) -> int:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle; it stops us
-    sys.exit(worker_main(int(sys.argv[1])))
+    sys.exit(worker_main(int(sys.argv[1]), int(sys.argv[2])))
