@@ -25,6 +25,7 @@ its own consumer for the checks above (end and first offsets); it fetches nothin
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -239,6 +240,8 @@ class Projector:
             start_offsets = {p: applied.get(p, 0) for p in range(info.partitions)}
             spec = FeedSpec(tuple(self._servers), self._topic, info.partitions, (), self._options).at(start_offsets)
             feed = open_feed(spec)
+            if self._options.fetch_worker:
+                self._projection.limit_threads((os.cpu_count() or 2) - 1)  # one core is the worker's
             targets = dict(ends) if until_caught_up else None
             tally = _Tally(self._projection, progress, targets, start_offsets, started)
             log.info(

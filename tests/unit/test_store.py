@@ -499,3 +499,11 @@ def test_a_memory_limit_too_small_for_a_batch_is_raised_and_the_batch_redone(tmp
         assert summary.appended == 4000
         assert small._memory_limit > before
         assert_matches_book(small, book_of(placed), {0: 4000})
+
+
+def test_limit_threads_caps_duckdb_and_never_goes_below_one(tmp_path: Path) -> None:
+    with DuckProjection.open(tmp_path / "threads.duckdb", topic=TOPIC) as db:
+        for asked, expected in ((1, 1), (0, 1), (3, 3)):
+            db.limit_threads(asked)
+            row = db._con.execute("SELECT current_setting('threads')").fetchone()
+            assert row is not None and int(row[0]) == expected
