@@ -39,6 +39,7 @@ from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_tur
 from throughline.errors import ThroughlineError
 from throughline.log import (
     DEFAULT_PARTITIONS,
+    RECONNECT_BACKOFF_MAX_MS,
     BrokerUnavailableError,
     LogError,
     LossyTopicError,
@@ -209,6 +210,7 @@ class TurnProducer:
                 batch_size=BATCH_BYTES,
                 # Our topic is created on purpose (infinite retention); never let a send auto-create one.
                 allow_auto_create_topics=False,
+                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
             )
         except kafka_errors.KafkaError as exc:
             raise translate_kafka_error(exc, self._servers) from exc

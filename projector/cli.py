@@ -178,13 +178,15 @@ def _cmd_project(args: argparse.Namespace) -> int:
 
 #: How long ``project`` rides out a broker that is away (retriable failures) before it gives up.
 OUTAGE_WINDOW = 300.0
+#: The longest wait between two attempts: a restarted broker is noticed within this many seconds.
+OUTAGE_RETRY_MAX = 10.0
 
 
 def _run_riding_out_outages(run: Callable[[], T], stop: threading.Event, *, wait_for_topic: bool = True) -> T | None:
     """Run ``run``; after a retriable failure (the broker went away) wait and run it again.
 
     Safe because every batch is committed whole and the projector seeks to its applied offsets on each
-    start. Backoff 1 s doubling to 30 s; a failure that persists for ``OUTAGE_WINDOW`` seconds, or any
+    start. Backoff 1 s doubling to ``OUTAGE_RETRY_MAX``; a failure that persists for ``OUTAGE_WINDOW`` seconds, or any
     failure that is not retriable, is raised. A missing topic is waited for only with
     ``wait_for_topic`` (a long-running projector may start before the first producer creates it; a
     run ``--until-caught-up`` has nothing to catch up with). ``None`` when asked to stop meanwhile.
@@ -210,7 +212,7 @@ def _run_riding_out_outages(run: Callable[[], T], stop: threading.Event, *, wait
             )
             if stop.wait(backoff):
                 return None
-            backoff = min(backoff * 2, 30.0)
+            backoff = min(backoff * 2, OUTAGE_RETRY_MAX)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

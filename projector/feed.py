@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Protocol
 import kafka.errors as kafka_errors
 from kafka import KafkaConsumer, TopicPartition
 
-from throughline.log import translate_kafka_error
+from throughline.log import RECONNECT_BACKOFF_MAX_MS, translate_kafka_error
 from throughline.projector.exceptions import ProjectorError
 from throughline.projector.prepare import PreparedBatch, prepare_batch
 from throughline.runtime import BULK_GC_THRESHOLD, fewer_gc_passes
@@ -100,6 +100,7 @@ def open_consumer(servers: Sequence[str], options: ProjectorOptions) -> KafkaCon
             fetch_max_wait_ms=options.fetch_max_wait_ms,
             request_timeout_ms=max(timeout_ms, options.fetch_max_wait_ms + 1000),
             bootstrap_timeout_ms=timeout_ms,
+            reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
         )
     except kafka_errors.KafkaError as exc:
         raise translate_kafka_error(exc, list(servers)) from exc

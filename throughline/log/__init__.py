@@ -12,6 +12,7 @@ from throughline.log.exceptions import (
 from throughline.log.topic import (
     CHECKED_CONFIGS,
     DEFAULT_PARTITIONS,
+    RECONNECT_BACKOFF_MAX_MS,
     TopicInfo,
     TopicSettings,
     bootstrap_list,
@@ -25,6 +26,7 @@ from throughline.log.view import KafkaLog
 __all__ = [
     "CHECKED_CONFIGS",
     "DEFAULT_PARTITIONS",
+    "RECONNECT_BACKOFF_MAX_MS",
     "BrokerUnavailableError",
     "InvalidTopicError",
     "KafkaLog",

@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 CHECKED_CONFIGS = ("retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes")
 DEFAULT_PARTITIONS = 3
 DEFAULT_ADMIN_TIMEOUT = 15.0
+#: Longest wait between two reconnection attempts of our Kafka clients. kafka-python's backoff grows
+#: towards 30 s while a broker is away, so clients noticed a restarted broker up to ~40 s late.
+RECONNECT_BACKOFF_MAX_MS = 2000
 _UNKNOWN_TOPIC = kafka_errors.UnknownTopicOrPartitionError.errno
 _TOPIC_EXISTS = kafka_errors.TopicAlreadyExistsError.errno
 

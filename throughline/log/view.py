@@ -18,7 +18,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from throughline.core.partitioning import partition_for
 from throughline.log.exceptions import LogError, TopicMissingError
-from throughline.log.topic import bootstrap_list, translate_kafka_error
+from throughline.log.topic import RECONNECT_BACKOFF_MAX_MS, bootstrap_list, translate_kafka_error
 
 if TYPE_CHECKING:
     from throughline.core.ports import LogView
@@ -60,6 +60,7 @@ class KafkaLog:
                 allow_auto_create_topics=False,
                 bootstrap_timeout_ms=self._timeout_ms,
                 request_timeout_ms=self._timeout_ms,
+                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
             )
         except kafka_errors.KafkaError as exc:
             raise translate_kafka_error(exc, self._servers) from exc

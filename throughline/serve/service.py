@@ -49,7 +49,7 @@ _log = logging.getLogger("throughline.serve")
 #: Retriable projector failures (a broker away) are retried for this long before the service gives up.
 RETRY_WINDOW = 300.0
 RETRY_FIRST = 1.0
-RETRY_MAX = 30.0
+RETRY_MAX = 10.0  # a restarted broker is noticed within this many seconds
 #: A run that lasted this long was healthy: a failure after it starts a new retry window.
 HEALTHY_RUN = 60.0
 MAX_PROJECTOR_ATTEMPTS = 1_000_000
@@ -76,7 +76,7 @@ class ServeOptions:
 class ProjectorThread:
     """Runs a projector loop on a thread and remembers how it ended (implements ``ProjectorState``).
 
-    A retriable failure (the broker went away) restarts the loop after a backoff (1 s doubling to 30 s)
+    A retriable failure (the broker went away) restarts the loop after a backoff (1 s doubling to ``RETRY_MAX``)
     instead of ending the service; the service is then not ready. Failures that go on for longer than
     ``retry_window`` seconds without a healthy run in between, and any other failure, end the loop:
     the service then stops and exits 1, so that a supervisor restarts it or an operator sees why.
