@@ -24,6 +24,7 @@ its own consumer for the checks above (end and first offsets); it fetches nothin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -232,6 +233,7 @@ class Projector:
             log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
         consumer = self._consumer()
         feed: Feed | None = None
+        threads: int | None = None
         try:
             tps = [TopicPartition(self._topic, p) for p in range(info.partitions)]
             ends = self._check_offsets(consumer, tps)
@@ -240,8 +242,8 @@ class Projector:
             start_offsets = {p: applied.get(p, 0) for p in range(info.partitions)}
             spec = FeedSpec(tuple(self._servers), self._topic, info.partitions, (), self._options).at(start_offsets)
             feed = open_feed(spec)
-            if self._options.fetch_worker:
-                self._projection.limit_threads((os.cpu_count() or 2) - 1)  # one core is the worker's
+            if self._options.fetch_worker:  # one core is the worker's while this run lasts
+                threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
             targets = dict(ends) if until_caught_up else None
             tally = _Tally(self._projection, progress, targets, start_offsets, started)
             log.info(
@@ -256,6 +258,10 @@ class Projector:
         finally:
             if feed is not None:
                 feed.close()
+            if threads is not None:
+                # Best effort: a projection that just failed must not hide the run's own error.
+                with contextlib.suppress(Exception):
+                    self._projection.limit_threads(threads)
             consumer.close()
         return RunSummary(
             tally.total,

@@ -503,7 +503,9 @@ def test_a_memory_limit_too_small_for_a_batch_is_raised_and_the_batch_redone(tmp
 
 def test_limit_threads_caps_duckdb_and_never_goes_below_one(tmp_path: Path) -> None:
     with DuckProjection.open(tmp_path / "threads.duckdb", topic=TOPIC) as db:
+        before = db.limit_threads(2)
         for asked, expected in ((1, 1), (0, 1), (3, 3)):
             db.limit_threads(asked)
             row = db._con.execute("SELECT current_setting('threads')").fetchone()
             assert row is not None and int(row[0]) == expected
+        assert db.limit_threads(before) == 3
