@@ -174,19 +174,55 @@ TABLE_ORDER: dict[str, str] = {
     "quarantine": "log_partition, log_offset",
 }
 
-_TURN_COLUMNS = (
-    "source_sha256",
-    "seq",
-    "project_sha256",
-    "turn_id",
-    "completed_at_us",
-    "body",
-    "body_bytes",
-    "content_digest",
-    "chain_digest",
-    "log_partition",
-    "log_offset",
+#: The Arrow column types of the rows a batch writes, per table (names as in ``SCHEMA``).
+_ARROW_TURN = (
+    ("source_sha256", pa.binary()),
+    ("seq", pa.int64()),
+    ("project_sha256", pa.binary()),
+    ("turn_id", pa.string()),
+    ("completed_at_us", pa.int64()),
+    ("body", pa.string()),
+    ("body_bytes", pa.int64()),
+    ("content_digest", pa.binary()),
+    ("chain_digest", pa.binary()),
+    ("log_partition", pa.int32()),
+    ("log_offset", pa.int64()),
 )
+_ARROW_TURNS = (("page_key", pa.int64()), *_ARROW_TURN)
+_ARROW_SUPERSEDED = (*_ARROW_TURN, ("superseded_partition", pa.int32()), ("superseded_offset", pa.int64()))
+_ARROW_SOURCES = (
+    ("source_sha256", pa.binary()),
+    ("project_sha256", pa.binary()),
+    ("length", pa.int64()),
+    ("chain_digest", pa.binary()),
+    ("head_partition", pa.int32()),
+    ("head_offset", pa.int64()),
+    ("broken_reason", pa.string()),
+    ("broken_partition", pa.int32()),
+    ("broken_offset", pa.int64()),
+)
+_ARROW_HEADS = (("project_sha256", pa.binary()), ("source_sha256", pa.binary()))
+_ARROW_QUARANTINE = (
+    ("log_partition", pa.int32()),
+    ("log_offset", pa.int64()),
+    ("code", pa.string()),
+    ("reason", pa.string()),
+    ("project_sha256", pa.binary()),
+    ("source_sha256", pa.binary()),
+    ("record_key", pa.binary()),
+    ("record_value", pa.binary()),
+)
+_TURN_COLUMNS = tuple(name for name, _ in _ARROW_TURN)
+
+
+def _arrow_table(columns: Sequence[tuple[str, pa.DataType]], values: Sequence[Sequence[Any]]) -> pa.Table:
+    """An Arrow table of ``values``: one sequence per column, in the order of ``columns``."""
+    return pa.table({name: pa.array(col, kind) for (name, kind), col in zip(columns, values, strict=True)})
+
+
+def _rows_table(columns: Sequence[tuple[str, pa.DataType]], rows: Sequence[Sequence[Any]]) -> pa.Table:
+    """An Arrow table of ``rows`` (at least one), each in the order of ``columns``."""
+    return _arrow_table(columns, list(zip(*rows, strict=True)))
 _VIEW_COLUMNS = (
     "source_sha256",
     "seq",
@@ -1246,23 +1282,8 @@ class _BatchWork:
             raise InvalidBatchError(
                 f"projection holds {len(rows)} of the {last - first + 1} live turns a rewind supersedes (corrupt?)"
             )
-        table = pa.table(
-            {
-                "source_sha256": pa.array([r[1] for r in rows], pa.binary()),
-                "seq": pa.array([r[2] for r in rows], pa.int64()),
-                "project_sha256": pa.array([r[3] for r in rows], pa.binary()),
-                "turn_id": pa.array([r[4] for r in rows], pa.string()),
-                "completed_at_us": pa.array([r[5] for r in rows], pa.int64()),
-                "body": pa.array([r[6] for r in rows], pa.string()),
-                "body_bytes": pa.array([r[7] for r in rows], pa.int64()),
-                "content_digest": pa.array([r[8] for r in rows], pa.binary()),
-                "chain_digest": pa.array([r[9] for r in rows], pa.binary()),
-                "log_partition": pa.array([r[10] for r in rows], pa.int32()),
-                "log_offset": pa.array([r[11] for r in rows], pa.int64()),
-                "superseded_partition": pa.array([by_partition] * len(rows), pa.int32()),
-                "superseded_offset": pa.array([by_offset] * len(rows), pa.int64()),
-            }
-        )
+        # Each row is (row_id, *_TURN_COLUMNS): the stored turn, then who superseded it.
+        table = _rows_table(_ARROW_SUPERSEDED, [(*r[1:], by_partition, by_offset) for r in rows])
         with self._registered("tl_old", table):
             self.cur.execute("INSERT INTO superseded_turns BY NAME SELECT * FROM tl_old")
         row_ids = [int(r[0]) for r in rows]
@@ -1285,22 +1306,9 @@ class _BatchWork:
                 self._supersede_stored(source, first, last, by_p, by_o)
 
         if superseded:
-            table = pa.table(
-                {
-                    "source_sha256": pa.array([s[0] for s in superseded], pa.binary()),
-                    "seq": pa.array([s[2][0] for s in superseded], pa.int64()),
-                    "project_sha256": pa.array([s[1] for s in superseded], pa.binary()),
-                    "turn_id": pa.array([s[2][1] for s in superseded], pa.string()),
-                    "completed_at_us": pa.array([s[2][2] for s in superseded], pa.int64()),
-                    "body": pa.array([s[2][3] for s in superseded], pa.string()),
-                    "body_bytes": pa.array([s[2][4] for s in superseded], pa.int64()),
-                    "content_digest": pa.array([s[2][5] for s in superseded], pa.binary()),
-                    "chain_digest": pa.array([s[2][6] for s in superseded], pa.binary()),
-                    "log_partition": pa.array([s[2][7] for s in superseded], pa.int32()),
-                    "log_offset": pa.array([s[2][8] for s in superseded], pa.int64()),
-                    "superseded_partition": pa.array([s[3] for s in superseded], pa.int32()),
-                    "superseded_offset": pa.array([s[4] for s in superseded], pa.int64()),
-                }
+            table = _rows_table(
+                _ARROW_SUPERSEDED,
+                [(source, row[0], project, *row[1:], by_p, by_o) for source, project, row, by_p, by_o in superseded],
             )
             with self._registered("tl_superseded", table):
                 cur.execute("INSERT INTO superseded_turns BY NAME SELECT * FROM tl_superseded")
@@ -1318,67 +1326,23 @@ class _BatchWork:
                 srcs.extend([source] * n)
                 projects.extend([w.state.project] * n)
                 rows.extend(w.pending)
-            seq, tid, at, body, size, content, chain, log_part, log_off = zip(*rows, strict=True)
-            table = pa.table(
-                {
-                    "page_key": pa.array(keys, pa.int64()),
-                    "source_sha256": pa.array(srcs, pa.binary()),
-                    "seq": pa.array(seq, pa.int64()),
-                    "project_sha256": pa.array(projects, pa.binary()),
-                    "turn_id": pa.array(tid, pa.string()),
-                    "completed_at_us": pa.array(at, pa.int64()),
-                    "body": pa.array(body, pa.string()),
-                    "body_bytes": pa.array(size, pa.int64()),
-                    "content_digest": pa.array(content, pa.binary()),
-                    "chain_digest": pa.array(chain, pa.binary()),
-                    "log_partition": pa.array(log_part, pa.int32()),
-                    "log_offset": pa.array(log_off, pa.int64()),
-                }
-            )
+            seq, *rest = zip(*rows, strict=True)
+            table = _arrow_table(_ARROW_TURNS, [keys, srcs, seq, projects, *rest])
             with self._registered("tl_turns", table):
                 cur.execute("INSERT INTO turns BY NAME SELECT * FROM tl_turns")
 
         if works:
-            rows = [w.state.row(source) for source, w in works.items()]
-            table = pa.table(
-                {
-                    "source_sha256": pa.array([r[0] for r in rows], pa.binary()),
-                    "project_sha256": pa.array([r[1] for r in rows], pa.binary()),
-                    "length": pa.array([r[2] for r in rows], pa.int64()),
-                    "chain_digest": pa.array([r[3] for r in rows], pa.binary()),
-                    "head_partition": pa.array([r[4] for r in rows], pa.int32()),
-                    "head_offset": pa.array([r[5] for r in rows], pa.int64()),
-                    "broken_reason": pa.array([r[6] for r in rows], pa.string()),
-                    "broken_partition": pa.array([r[7] for r in rows], pa.int32()),
-                    "broken_offset": pa.array([r[8] for r in rows], pa.int64()),
-                }
-            )
+            table = _rows_table(_ARROW_SOURCES, [w.state.row(source) for source, w in works.items()])
             with self._registered("tl_sources_new", table):
                 cur.execute(f"INSERT OR REPLACE INTO sources BY NAME SELECT {_SOURCE_COLUMNS} FROM tl_sources_new")  # noqa: S608
 
         if heads:
-            table = pa.table(
-                {
-                    "project_sha256": pa.array(list(heads), pa.binary()),
-                    "source_sha256": pa.array(list(heads.values()), pa.binary()),
-                }
-            )
+            table = _arrow_table(_ARROW_HEADS, [list(heads), list(heads.values())])
             with self._registered("tl_heads", table):
                 cur.execute("INSERT OR REPLACE INTO project_heads BY NAME SELECT * FROM tl_heads")
 
         if quarantine:
-            table = pa.table(
-                {
-                    "log_partition": pa.array([q[0] for q in quarantine], pa.int32()),
-                    "log_offset": pa.array([q[1] for q in quarantine], pa.int64()),
-                    "code": pa.array([q[2] for q in quarantine], pa.string()),
-                    "reason": pa.array([q[3] for q in quarantine], pa.string()),
-                    "project_sha256": pa.array([q[4] for q in quarantine], pa.binary()),
-                    "source_sha256": pa.array([q[5] for q in quarantine], pa.binary()),
-                    "record_key": pa.array([q[6] for q in quarantine], pa.binary()),
-                    "record_value": pa.array([q[7] for q in quarantine], pa.binary()),
-                }
-            )
+            table = _rows_table(_ARROW_QUARANTINE, quarantine)
             with self._registered("tl_quarantine", table):
                 cur.execute("INSERT INTO quarantine BY NAME SELECT * FROM tl_quarantine")
 
