@@ -138,12 +138,6 @@ def _refuse_decoded(offset: int, key: bytes | None, value: bytes, datum: dict[st
 
 
 @functools.lru_cache(maxsize=65536)
-def _home_partition(project_sha256: bytes, partitions: int) -> int:
-    # murmur2 in pure Python costs more than decoding a record; projects repeat, so remember them.
-    return partition_for(project_sha256, partitions)
-
-
-@functools.lru_cache(maxsize=65536)
 def _source(project_hash: bytes, host: str, thread: str) -> bytes:
     # A source writes many turns: its hash is worth remembering.
     return source_sha256(project_hash, host, thread)
@@ -235,7 +229,7 @@ def prepare_batch(
         if partitions is not None:
             # Every record of a project must be on the project's partition, or its turns would have no
             # total order (and replay could fold them differently from streaming).
-            home = _home_partition(datum["projectSha256"], partitions)
+            home = partition_for(datum["projectSha256"], partitions)  # cached per project
             if home != partition:
                 reason = f"record is on partition {partition} but its project belongs on partition {home}"
                 items.append(_refuse_decoded(rec.offset, key, value, datum, reason, Q_MISPLACED))
