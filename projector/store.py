@@ -174,19 +174,40 @@ TABLE_ORDER: dict[str, str] = {
     "quarantine": "log_partition, log_offset",
 }
 
+# A literal tuple: SQL is built from these names, and tests/reliability/test_sql_parameterised.py
+# accepts only constants there.
+_TURN_COLUMNS = (
+    "source_sha256",
+    "seq",
+    "project_sha256",
+    "turn_id",
+    "completed_at_us",
+    "body",
+    "body_bytes",
+    "content_digest",
+    "chain_digest",
+    "log_partition",
+    "log_offset",
+)
 #: The Arrow column types of the rows a batch writes, per table (names as in ``SCHEMA``).
-_ARROW_TURN = (
-    ("source_sha256", pa.binary()),
-    ("seq", pa.int64()),
-    ("project_sha256", pa.binary()),
-    ("turn_id", pa.string()),
-    ("completed_at_us", pa.int64()),
-    ("body", pa.string()),
-    ("body_bytes", pa.int64()),
-    ("content_digest", pa.binary()),
-    ("chain_digest", pa.binary()),
-    ("log_partition", pa.int32()),
-    ("log_offset", pa.int64()),
+_ARROW_TURN = tuple(
+    zip(
+        _TURN_COLUMNS,
+        (
+            pa.binary(),
+            pa.int64(),
+            pa.binary(),
+            pa.string(),
+            pa.int64(),
+            pa.string(),
+            pa.int64(),
+            pa.binary(),
+            pa.binary(),
+            pa.int32(),
+            pa.int64(),
+        ),
+        strict=True,
+    )
 )
 _ARROW_TURNS = (("page_key", pa.int64()), *_ARROW_TURN)
 _ARROW_SUPERSEDED = (*_ARROW_TURN, ("superseded_partition", pa.int32()), ("superseded_offset", pa.int64()))
@@ -212,7 +233,6 @@ _ARROW_QUARANTINE = (
     ("record_key", pa.binary()),
     ("record_value", pa.binary()),
 )
-_TURN_COLUMNS = tuple(name for name, _ in _ARROW_TURN)
 
 
 def _arrow_table(columns: Sequence[tuple[str, pa.DataType]], values: Sequence[Sequence[Any]]) -> pa.Table:
