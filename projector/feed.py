@@ -41,6 +41,7 @@ import kafka.errors as kafka_errors
 from kafka import KafkaConsumer, TopicPartition
 
 from throughline.log import RECONNECT_BACKOFF_MAX_MS, translate_kafka_error
+from throughline.log.fetch import use_record_reader
 from throughline.projector.exceptions import ProjectorError
 from throughline.projector.prepare import PreparedBatch, prepare_batch
 from throughline.runtime import BULK_GC_THRESHOLD, fewer_gc_passes
@@ -86,7 +87,7 @@ def open_consumer(servers: Sequence[str], options: ProjectorOptions) -> KafkaCon
     """The projector's consumer: no group, no auto-commit, no offset reset, committed records only."""
     timeout_ms = max(1000, int(options.timeout * 1000))
     try:
-        return KafkaConsumer(
+        consumer = KafkaConsumer(
             bootstrap_servers=list(servers),
             client_id=options.client_id,
             group_id=None,
@@ -104,6 +105,8 @@ def open_consumer(servers: Sequence[str], options: ProjectorOptions) -> KafkaCon
         )
     except kafka_errors.KafkaError as exc:
         raise translate_kafka_error(exc, list(servers)) from exc
+    use_record_reader(consumer)  # its records are FetchedRecords: partition, offset, key, value
+    return consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +173,6 @@ class Fetcher:
         """
         o = self._spec.options
         polled = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)), max_records=o.max_poll_records)
-        # kafka-python's ConsumerRecord has the partition, offset, key and value a LogRecord has.
         batches = [
             prepare_batch(tp.partition, records, partitions=self._spec.partitions)
             for tp, records in polled.items()
