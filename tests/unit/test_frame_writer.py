@@ -1,0 +1,77 @@
+"""The fetch worker's frame writer: frames reach the pipe whole and in order, the last one (an error,
+typically) before the worker exits, and a reader that went away never hangs the worker."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+
+from throughline.projector.feed import _FRAME, FRAMES_AHEAD, _FrameWriter
+
+
+def _frames(fd: int) -> list[tuple[str, object]]:
+    out = []
+    with os.fdopen(fd, "rb") as f:
+        while header := f.read(_FRAME.size):
+            out.append(pickle.loads(f.read(_FRAME.unpack(header)[0])))
+    return out
+
+
+def test_frames_arrive_in_order_and_close_flushes_the_last():
+    r, w = os.pipe()
+    writer = _FrameWriter(os.fdopen(w, "wb"))
+    got: list = []
+    reader = threading.Thread(target=lambda: got.extend(_frames(r)))
+    reader.start()
+    for i in range(50):
+        writer.send("batches", [i] * 10_000)  # frames larger than the pipe
+    writer.send("error", ValueError("last words"))
+    writer.close()
+    writer._out.close()
+    reader.join(timeout=30)
+    assert [kind for kind, _ in got] == ["batches"] * 50 + ["error"]
+    assert [p[0] for k, p in got if k == "batches"] == list(range(50))
+    assert str(got[-1][1]) == "last words"
+
+
+def test_the_writer_runs_ahead_of_a_slow_reader_by_a_bounded_number_of_frames():
+    r, w = os.pipe()
+    writer = _FrameWriter(os.fdopen(w, "wb"))
+    sent = 0
+    blocked = threading.Event()
+
+    def produce() -> None:
+        nonlocal sent
+        for _ in range(FRAMES_AHEAD + 5):
+            writer.send("batches", b"x" * (2 << 20))  # two pipes' worth: the writer thread blocks on each
+            sent += 1
+        blocked.set()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    time.sleep(1.0)  # nobody reads: the writer holds one frame, the queue FRAMES_AHEAD more
+    assert not blocked.is_set()
+    assert sent == FRAMES_AHEAD + 1
+    got: list = []
+    reader = threading.Thread(target=lambda: got.extend(_frames(r)))
+    reader.start()  # reading unblocks the rest
+    producer.join(timeout=30)
+    assert blocked.is_set()
+    writer.close()
+    writer._out.close()
+    reader.join(timeout=30)
+    assert len(got) == FRAMES_AHEAD + 5
+
+
+def test_a_reader_that_went_away_stops_the_writer_without_hanging():
+    r, w = os.pipe()
+    os.close(r)
+    writer = _FrameWriter(os.fdopen(w, "wb"))
+    start = time.monotonic()
+    for _ in range(10):
+        writer.send("batches", b"x" * 100_000)
+    writer.close()
+    assert writer.broken.is_set()
+    assert time.monotonic() - start < 10
