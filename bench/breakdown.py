@@ -12,6 +12,7 @@ import argparse
 import io
 import pickle
 import re
+import struct
 import sys
 import tempfile
 import time
@@ -20,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+from kafka.consumer.fetcher import Fetcher
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+from kafka.structs import TopicPartition
 
 import throughline.core.turn as turn_mod
 import throughline.projector.feed as feed
@@ -31,6 +36,7 @@ from throughline.core.partitioning import partition_for
 from throughline.core.turn import (
     TurnRecord,
 )
+from throughline.log.fetch import RecordReader
 from throughline.runtime import fewer_gc_passes
 from throughline.schemas.codec import (
     CURRENT_VERSION,
@@ -102,6 +108,22 @@ def apply_breakdown(records: list[prepare.LogRecord], db: Path) -> tuple[float, 
     return prep / n * 1e6, apply / n * 1e6, stats
 
 
+def _record_batches(keys: list[bytes], values: list[bytes], per_batch: int = 500) -> bytes:
+    """The bytes a fetch returns for these records: v2 batches as kafka-python's producer builds them."""
+    out = bytearray()
+    for first in range(0, len(values), per_batch):
+        builder = DefaultRecordBatchBuilder(
+            magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+            batch_size=1 << 30,
+        )
+        for i in range(first, min(first + per_batch, len(values))):
+            builder.append(i - first, timestamp=0, key=keys[i], value=values[i], headers=[])
+        built = builder.build()
+        struct.pack_into(">q", built, 0, first)
+        out += built
+    return bytes(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the breakdown (with the cyclic GC tuned as the projector and ``send_many`` tune it)."""
     with fewer_gc_passes():
@@ -134,15 +156,22 @@ def _main(argv: list[str] | None) -> int:
             TurnRecord(d["project"], d["projectSha256"], d["host"], d["thread"], d["turnId"], d["seq"], d["completedAt"],  # type: ignore[index]
                        d["body"], d["contentDigest"], pr["name"], pr["version"], pr["producedAt"], pr.get("attributes", {}))  # type: ignore[index]
 
+    fetched = _record_batches(data.keys, data.values)
+    tp = TopicPartition("bench", 0)
+
     rows: list[tuple[str, float]] = []
+    rows.append(
+        ("kafka-python's record parsing of fetched batches (the ceiling's)", best(lambda: Fetcher.PartitionRecords(0, tp, MemoryRecords(fetched)).take(None), n))
+    )
+    rows.append(("throughline's record reader of the same batches (the projector's)", best(lambda: RecordReader(0, tp, MemoryRecords(fetched)).take(None), n)))
     rows.append(("fastavro decode of one value (the ceiling's per-record work besides fetching)", best(fastavro_only, n)))
-    rows.append(("decode_turn (fastavro + header check + TurnRecord)", best(lambda: [decode_turn(r.value) for r in recs], n)))  # type: ignore[arg-type]
+    rows.append(("decode_turn (header check, current-schema reader, TurnRecord)", best(lambda: [decode_turn(r.value) for r in recs], n)))  # type: ignore[arg-type]
     rows.append(("  of which TurnRecord(...) construction (frozen dataclass, 13 fields)", best(construct, n)))
     rows.append(("verify_turn", best(lambda: [turn_mod.verify_turn(t) for t in turns], n)))
     rows.append(("partition_for (pure-Python murmur2; prepare caches it per project)", best(lambda: [partition_for(t.project_sha256, 3) for t in turns], n)))
     rows.append(("source_sha256 (prepare caches it per source)", best(lambda: [source_sha256(t.project_sha256, t.host, t.thread) for t in turns], n)))
     rows.append(("turn_key", best(lambda: [prepare.turn_key(t.project_sha256, t.turn_id) for t in turns], n)))
-    rows.append(("decode_turn_datum (fastavro + header check, no TurnRecord)", best(lambda: [decode_turn_datum(r.value) for r in recs], n)))  # type: ignore[arg-type]
+    rows.append(("decode_turn_datum (header check, current-schema reader, no TurnRecord)", best(lambda: [decode_turn_datum(r.value) for r in recs], n)))  # type: ignore[arg-type]
     rows.append(("prepare_batch (decode, checks, partition check, SoundRecord)", best(lambda: prepare.prepare_batch(0, recs, partitions=1), n)))
     batch = prepare.prepare_batch(0, recs, partitions=1)
     frame = feed._dumps(batch)

@@ -12,6 +12,7 @@ import fastavro
 from kafka import KafkaConsumer, TopicPartition
 
 from bench.common import end_offsets
+from throughline.log.fetch import use_record_reader
 from throughline.schemas.codec import CURRENT_VERSION, HEADER_BYTES, SCHEMAS
 
 #: kafka-python's defaults, stated so the report can name them (the projector's consumer is compared
@@ -38,12 +39,19 @@ class ConsumeResult:
 
 
 def consume_and_decode(
-    bootstrap: str, topic: str, *, timeout_s: float = 600.0, settings: dict[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    *,
+    timeout_s: float = 600.0,
+    settings: dict[str, Any] | None = None,
+    record_reader: bool = False,
 ) -> ConsumeResult:
     """Read every partition of ``topic`` from offset 0 to the end offsets seen at the start, decoding
     each value with fastavro (schemaless, after the 10-byte single-object header); return the timing.
 
     The clock starts before the consumer is created, like a projector process that starts cold.
+    ``record_reader`` parses the fetched batches with throughline's record reader (what the
+    projector's consumer does) instead of kafka-python's own parser (the ceiling item 1 defines).
     """
     ends = end_offsets(bootstrap, topic)
     schema = SCHEMAS[CURRENT_VERSION].parsed
@@ -56,6 +64,8 @@ def consume_and_decode(
         auto_offset_reset="earliest",
         **(settings or CONSUMER_SETTINGS),
     )
+    if record_reader and not use_record_reader(consumer):
+        raise RuntimeError("throughline's record reader does not fit this kafka-python")
     records = 0
     size = 0
     try:
