@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,27 @@ class FeedContract:
             assert time.monotonic() - started < 10
         finally:
             feed.close()
+
+
+    def test_a_feed_behind_the_log_fills_its_polls_and_a_caught_up_one_does_not_wait(self, kafka_bootstrap: str) -> None:
+        topic = f"feed-fill-{os.getpid()}-{random.randrange(1 << 30)}"
+        create_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
+        turns = make_history(random.Random(5), 400, projects=4)
+        produce_all(kafka_bootstrap, topic, PARTITIONS, turns[:-1])
+        # Fetches of a few records each: only a poll that keeps fetching reaches 120 records.
+        options = replace(OPTIONS, max_partition_fetch_bytes=2048, max_poll_records=120, fill_seconds=20.0)
+        feed = self.open(replace(self.spec(kafka_bootstrap, topic), options=options))
+        try:
+            first = _drain(feed, 1)
+            assert sum(len(b.items) for b in first) == 120
+            _drain(feed, len(turns) - 1 - 120)  # now caught up
+            produce_all(kafka_bootstrap, topic, PARTITIONS, turns[-1:])
+            started = time.monotonic()
+            last = _drain(feed, 1)
+            assert time.monotonic() - started < options.fill_seconds, "a caught-up poll waited to fill up"
+        finally:
+            feed.close()
+        assert [it.turn_id for b in last for it in b.items if isinstance(it, SoundRecord)] == [turns[-1].turn_id]
 
 
 class TestLocalFeed(FeedContract):
