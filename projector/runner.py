@@ -40,7 +40,14 @@ from throughline.log import TopicInfo, bootstrap_list, describe_topic, translate
 from throughline.log.exceptions import TopicMissingError
 from throughline.projector.exceptions import LogRewoundError, LogTruncatedError, ProjectorError
 from throughline.projector.feed import DEFAULT_MAX_POLL_RECORDS as DEFAULT_MAX_POLL_RECORDS
-from throughline.projector.feed import Feed, FeedSpec, FetchWorkerError, open_consumer, open_feed
+from throughline.projector.feed import (
+    Feed,
+    FeedSpec,
+    FetchWorkerError,
+    open_consumer,
+    open_feed,
+    spawn_worker,
+)
 from throughline.projector.feed import ProjectorOptions as ProjectorOptions
 from throughline.projector.store import BatchSummary, DuckProjection
 from throughline.runtime import fewer_gc_passes
@@ -227,21 +234,24 @@ class Projector:
         """
         started = time.monotonic()
         stop = stop or threading.Event()
-        info = self._describe()
-        self._check_identity(info)
-        if info.lossy_reasons:
-            log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
-        consumer = self._consumer()
+        # Started first: its imports overlap the checks below instead of delaying the first batch.
+        worker = spawn_worker() if self._options.fetch_worker else None
+        consumer: KafkaConsumer | None = None
         feed: Feed | None = None
         threads: int | None = None
         try:
+            info = self._describe()
+            self._check_identity(info)
+            if info.lossy_reasons:
+                log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
+            consumer = self._consumer()
             tps = [TopicPartition(self._topic, p) for p in range(info.partitions)]
             ends = self._check_offsets(consumer, tps)
             self._projection.bind_log(self._topic, info.topic_id, info.partitions)
             applied = self._projection.applied_offsets()
             start_offsets = {p: applied.get(p, 0) for p in range(info.partitions)}
             spec = FeedSpec(tuple(self._servers), self._topic, info.partitions, (), self._options).at(start_offsets)
-            feed = open_feed(spec)
+            feed, worker = open_feed(spec, worker), None
             if self._options.fetch_worker:  # one core is the worker's while this run lasts
                 threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
             targets = dict(ends) if until_caught_up else None
@@ -256,13 +266,16 @@ class Projector:
             with fewer_gc_passes(self._options.gc_threshold):
                 caught_up = self._loop(consumer, feed, tps, tally.add, stop, targets)
         finally:
+            if worker is not None:  # the checks failed before the feed took it
+                worker.discard()
             if feed is not None:
                 feed.close()
             if threads is not None:
                 # Best effort: a projection that just failed must not hide the run's own error.
                 with contextlib.suppress(Exception):
                     self._projection.limit_threads(threads)
-            consumer.close()
+            if consumer is not None:
+                consumer.close()
         return RunSummary(
             tally.total,
             self._projection.applied_offsets(),

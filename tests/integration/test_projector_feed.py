@@ -20,6 +20,7 @@ from projector_env import assert_projection_equals_log, produce_all, read_topic
 from projector_env import history as make_history
 
 from throughline.core.turn import TurnRecord
+from throughline.log import TopicMissingError
 from throughline.projector.feed import (
     FeedSpec,
     FetchWorkerError,
@@ -243,3 +244,26 @@ def test_both_feeds_project_the_same_tables(
         summary = Projector(projection, kafka_bootstrap, topic, options=options).run(until_caught_up=True)
     assert summary.caught_up and summary.summary.records == 600
     assert_projection_equals_log(db, read_topic(kafka_bootstrap, topic, PARTITIONS))
+
+
+def _feed_children() -> list[str]:
+    """Command lines of this process's children that are fetch workers."""
+    found = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue  # it just exited
+            if "throughline.projector.feed" in cmdline:
+                found.append(cmdline)
+    return found
+
+
+def test_a_run_whose_checks_fail_leaves_no_worker_behind(kafka_bootstrap: str, tmp_path: Path) -> None:
+    # The worker is started before the checks (its imports overlap them); a failed check stops it.
+    missing = f"feed-missing-{os.getpid()}-{random.randrange(1 << 30)}"
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=missing) as proj:
+        with pytest.raises(TopicMissingError):
+            Projector(proj, kafka_bootstrap, missing, options=OPTIONS).run(until_caught_up=True)
+    assert _feed_children() == []
