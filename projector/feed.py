@@ -12,9 +12,9 @@ Two feeds run the same ``Fetcher`` and answer the same ``Feed`` contract:
 
 The worker is ``python -m throughline.projector.feed FD PARENT_PID``: it reads a pickled ``FeedSpec``
 from stdin and writes length-prefixed pickled frames to the pipe ``FD`` from a writer thread, at most
-``FRAMES_AHEAD`` polls ahead of the main process (then the fetch waits for the main process). It exits when its parent dies
-(``PDEATHSIG`` on Linux, and a parent check each poll), so a killed projector leaves no fetcher
-behind. (``PDEATHSIG`` fires when the thread that started the worker ends; the projector's run,
+``FRAMES_AHEAD + 1`` polls ahead of the main process (then the fetch waits for it). It exits when its
+parent dies (``PDEATHSIG`` on Linux, and a parent check each poll), so a killed projector leaves no
+fetcher behind. (``PDEATHSIG`` fires when the thread that started the worker ends; the projector's run,
 which that thread executes, always stops the worker before it returns.)
 
 This module imports neither DuckDB nor Arrow, so the worker starts quickly.
@@ -56,8 +56,9 @@ DEFAULT_MAX_POLL_RECORDS = 10_000
 _FRAME = struct.Struct(">Q")
 _F_SETPIPE_SZ = 1031  # fcntl: a 1 MiB pipe moves a poll of ~12 MB in fewer, larger copies
 _PIPE_BYTES = 1 << 20
-#: Frames the worker may have prepared ahead of the main process (each holds one poll).
-FRAMES_AHEAD = 2
+#: Frames that may wait in the worker's queue besides the one being written (each holds one poll).
+#: Two smoothed the pipeline no better than one and added a poll of latency under live load.
+FRAMES_AHEAD = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ class ProjectorOptions:
     fetch_max_bytes: int = 16 * 1024 * 1024
     max_partition_fetch_bytes: int = 2 * 1024 * 1024
     fetch_max_wait_ms: int = 100
-    # How long a poll may keep fetching to fill up while the projector is behind the log.
+    # How long a poll may keep fetching to fill up while the projector is far behind the log.
     fill_seconds: float = 0.2
     poll_timeout: float = 0.5
     check_interval: float = 5.0
@@ -184,11 +185,12 @@ class Fetcher:
         o = self._spec.options
         polled: dict[int, list[Any]] = {}
         got = self._poll_into(polled, timeout, o.max_poll_records)
-        # Behind the log, keep polling until the poll is full: kafka-python reads small fetches faster
-        # (its network thread competes for the GIL), and DuckDB commits large transactions cheaper a
-        # record; this gives both. Caught up, the records go at once, adding no latency.
+        # Far behind the log, keep polling until the poll is full: kafka-python reads small fetches
+        # faster (its network thread competes for the GIL), and DuckDB commits large transactions
+        # cheaper a record; this gives both. Only when the broker already holds the rest of the poll:
+        # under steady ingest the records go at once (waiting for more would add latency, not speed).
         deadline = time.monotonic() + o.fill_seconds
-        while 0 < got < o.max_poll_records and self._behind():
+        while 0 < got < o.max_poll_records and self._backlog() >= o.max_poll_records - got:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -207,13 +209,14 @@ class Fetcher:
             self._next[b.partition] = b.next_offset
         return batches
 
-    def _behind(self) -> bool:
-        """Whether the broker holds records past some partition's position (the last fetch said so)."""
+    def _backlog(self) -> int:
+        """Records the broker holds past the positions (as its last fetch responses reported)."""
+        backlog = 0
         for tp in self._tps:
             highwater = self._consumer.highwater(tp)
-            if highwater is not None and self._consumer.position(tp) < highwater:
-                return True
-        return False
+            if highwater is not None:
+                backlog += max(0, highwater - self._consumer.position(tp))
+        return backlog
 
     def _poll_into(self, polled: dict[int, list[Any]], timeout: float, max_records: int) -> int:
         """One consumer poll appended to ``polled`` (records by partition); how many records came."""
@@ -425,7 +428,7 @@ def worker_main(fd: int, parent: int) -> int:
 
 
 class _FrameWriter:
-    """Writes the worker's frames to the pipe from a thread, up to ``FRAMES_AHEAD`` behind the fetch.
+    """Writes the worker's frames to the pipe from a thread, up to ``FRAMES_AHEAD + 1`` behind the fetch.
 
     With the worker writing its frames itself, it waited for the main process to read each one (a
     frame of a full poll is several times the pipe), so any poll the main process took longer over
