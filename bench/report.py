@@ -177,7 +177,7 @@ def render(
             out.append("")
     analysis = REPO / "bench" / "ANALYSIS.md"
     if analysis.exists():
-        out.append("## Analysis of the misses (written by hand from the profiles of a full run)")
+        out.append("## Analysis (written by hand from the profiles and breakdowns behind this run)")
         out.append("")
         out.append(analysis.read_text(encoding="utf-8").strip())
         out.append("")
