@@ -23,6 +23,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from throughline.core.encoding import read_zigzag
 from throughline.core.turn import TurnRecord
 from throughline.schemas.exceptions import RecordDecodeError, UnknownSchemaError
 
@@ -227,24 +228,6 @@ def decode_turn_datum(data: bytes) -> dict[str, Any]:
     return datum
 
 
-def _read_long(data: bytes, p: int) -> tuple[int, int]:
-    """Avro's zig-zag varint at ``p``: its value and the position after it."""
-    b = data[p]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), p + 1
-    result = b & 0x7F
-    shift = 7
-    while True:
-        p += 1
-        b = data[p]
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), p + 1
-        shift += 7
-        if shift > 63:
-            raise ValueError("a long of more than ten bytes")
-
-
 def _read_string(data: bytes, p: int) -> tuple[str, int]:
     # A slice past the end is cut short rather than refused: the caller's final position check
     # refuses the record then (the position runs past the end); only a negative size must stop here.
@@ -254,7 +237,7 @@ def _read_string(data: bytes, p: int) -> tuple[str, int]:
         if b & 1:
             raise ValueError(f"a string of negative size at byte {p}")
         return data[p + 1 : end].decode("utf-8"), end
-    size, p = _read_long(data, p)
+    size, p = read_zigzag(data, p)
     if size < 0:
         raise ValueError(f"a string of negative size at byte {p}")
     end = p + size
@@ -274,31 +257,31 @@ def _read_current(data: bytes) -> dict[str, Any]:
     host, p = _read_string(data, p)
     thread, p = _read_string(data, p)
     turn_id, p = _read_string(data, p)
-    branch, p = _read_long(data, p)
+    branch, p = read_zigzag(data, p)
     if branch == 1:
         seq: int | None
-        seq, p = _read_long(data, p)
+        seq, p = read_zigzag(data, p)
     elif branch == 0:
         seq = None
     else:
         raise ValueError(f"union branch {branch} of seq does not exist")
-    completed_at, p = _read_long(data, p)
+    completed_at, p = read_zigzag(data, p)
     body, p = _read_string(data, p)
     content_digest = data[p : p + 32]
     p += 32
     name, p = _read_string(data, p)
     version, p = _read_string(data, p)
-    produced_at, p = _read_long(data, p)
+    produced_at, p = read_zigzag(data, p)
     attributes: dict[str, str] = {}
-    count, p = _read_long(data, p)
+    count, p = read_zigzag(data, p)
     while count:
         if count < 0:  # a block that also states its size in bytes
             count = -count
-            _, p = _read_long(data, p)
+            _, p = read_zigzag(data, p)
         for _ in range(count):
             key, p = _read_string(data, p)
             attributes[key], p = _read_string(data, p)
-        count, p = _read_long(data, p)
+        count, p = read_zigzag(data, p)
     if p != len(data):  # past the end: a field was cut short
         raise RecordDecodeError(
             f"{len(data) - p} trailing bytes after the Avro body" if p < len(data) else "the body ends inside a field"

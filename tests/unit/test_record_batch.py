@@ -157,6 +157,12 @@ def test_a_batch_that_ends_inside_a_record_is_refused():
         read_records(raw, 0, len(raw), 1, 0, 0, [])
 
 
+def test_a_varint_longer_than_64_bits_is_refused():
+    raw = b"\xff" * 10 + b"\x01" + b"\x00" * 20  # the record's length
+    with pytest.raises(RecordBatchError, match="64 bits"):
+        read_records(raw, 0, len(raw), 1, 0, 0, [])
+
+
 def test_other_message_formats_are_named_not_parsed():
     data = bytearray(_batch([(b"k", b"v", [], 0)], base_offset=0))
     assert batch_magics(bytes(data)) == {2}

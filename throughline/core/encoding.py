@@ -1,4 +1,5 @@
-"""Small shared encodings for opaque strings (cursors, page tokens)."""
+"""Small shared encodings: opaque strings (cursors, page tokens) and zig-zag varints (Avro longs, the
+varints of Kafka's v2 records: one encoding)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,24 @@ def b64url_decode(text: str) -> bytes | None:
         return None
     # Reject non-canonical encodings (stray bits in the last character) so each value has one spelling.
     return data if b64url_encode(data) == text else None
+
+
+def read_zigzag(buf: bytes, p: int) -> tuple[int, int]:
+    """The zig-zag varint at ``p`` of ``buf``: its value and the position after it.
+
+    Raises ``IndexError`` when ``buf`` ends inside it and ``ValueError`` when it runs past 64 bits.
+    """
+    b = buf[p]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p + 1
+    result = b & 0x7F
+    shift = 7
+    while True:
+        p += 1
+        b = buf[p]
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), p + 1
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint longer than 64 bits")

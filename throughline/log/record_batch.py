@@ -26,6 +26,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from throughline.core.encoding import read_zigzag
+
 BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
 #: Bytes before ``batchLength`` counts (baseOffset and batchLength themselves).
 LOG_OVERHEAD = 12
@@ -137,21 +139,6 @@ def split_batches(data: bytes) -> list[BatchHeader]:
     return batches
 
 
-def _varint(buf: bytes, p: int) -> tuple[int, int]:
-    """A zigzag varint at ``p`` of any length: its value and the position after it."""
-    result = 0
-    shift = 0
-    while True:
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), p
-        shift += 7
-        if shift > 63:
-            raise RecordBatchError("a varint longer than 64 bits")
-
-
 def read_records(
     buf: bytes, pos: int, end: int, count: int, base_offset: int, partition: int, out: list[FetchedRecord]
 ) -> None:
@@ -171,26 +158,26 @@ def read_records(
                 length = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                length, p = _varint(buf, p)
+                length, p = read_zigzag(buf, p)
             start = p
             p += 1  # attributes (int8, unused)
             b = buf[p]
             if b < 0x80:
                 p += 1
             else:
-                _, p = _varint(buf, p)  # timestamp delta (the projector reads the turn's own time)
+                _, p = read_zigzag(buf, p)  # timestamp delta (the projector reads the turn's own time)
             b = buf[p]
             if b < 0x80:
                 delta = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                delta, p = _varint(buf, p)
+                delta, p = read_zigzag(buf, p)
             b = buf[p]
             if b < 0x80:
                 size = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                size, p = _varint(buf, p)
+                size, p = read_zigzag(buf, p)
             if size >= 0:
                 key: bytes | None = buf[p : p + size]
                 p += size
@@ -201,7 +188,7 @@ def read_records(
                 size = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                size, p = _varint(buf, p)
+                size, p = read_zigzag(buf, p)
             if size >= 0:
                 value: bytes | None = buf[p : p + size]
                 p += size
@@ -212,7 +199,7 @@ def read_records(
                 headers = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                headers, p = _varint(buf, p)
+                headers, p = read_zigzag(buf, p)
             if headers:
                 p = _skip_headers(buf, p, headers)
             if p - start != length:
@@ -222,6 +209,10 @@ def read_records(
             append(FetchedRecord(partition, base_offset + delta, key, value))
     except IndexError:
         raise RecordBatchError(f"batch at offset {base_offset} ends inside a record") from None
+    except RecordBatchError:
+        raise
+    except ValueError as exc:  # a varint longer than 64 bits
+        raise RecordBatchError(f"batch at offset {base_offset}: {exc}") from None
     if p != end:
         raise RecordBatchError(f"batch at offset {base_offset} has {end - p} bytes after its {count} records")
 
@@ -230,11 +221,11 @@ def _skip_headers(buf: bytes, p: int, count: int) -> int:
     if count < 0:
         raise RecordBatchError(f"a record with {count} headers")
     for _ in range(count):
-        size, p = _varint(buf, p)
+        size, p = read_zigzag(buf, p)
         if size < 0:
             raise RecordBatchError("a record header without a key")
         p += size
-        size, p = _varint(buf, p)
+        size, p = read_zigzag(buf, p)
         if size > 0:
             p += size
     return p
@@ -243,13 +234,13 @@ def _skip_headers(buf: bytes, p: int, count: int) -> int:
 def control_type(buf: bytes, pos: int) -> int | None:
     """The type of the control record starting at ``pos`` (``CONTROL_ABORT``, ``CONTROL_COMMIT``, ...)."""
     try:
-        _, p = _varint(buf, pos)  # length
+        _, p = read_zigzag(buf, pos)  # length
         p += 1  # attributes
-        _, p = _varint(buf, p)  # timestamp delta
-        _, p = _varint(buf, p)  # offset delta
-        size, p = _varint(buf, p)
+        _, p = read_zigzag(buf, p)  # timestamp delta
+        _, p = read_zigzag(buf, p)  # offset delta
+        size, p = read_zigzag(buf, p)
         if size < 4:
             return None
         return int.from_bytes(buf[p + 2 : p + 4], "big", signed=True)  # key: version int16, type int16
-    except (IndexError, RecordBatchError):
+    except (IndexError, ValueError):
         return None
