@@ -268,15 +268,18 @@ class WorkerProcess:
     proc: subprocess.Popen[bytes]
     read_fd: int
 
-    def discard(self) -> None:
-        """Stop it unused."""
+    def stop(self) -> int | None:
+        """Kill it (stateless: nothing of it needs a clean shutdown) and return its exit code."""
         os.close(self.read_fd)
         if self.proc.poll() is None:
             self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+        with contextlib.suppress(OSError):
             if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            self.proc.wait(timeout=10)
+                self.proc.stdin.close()  # still open when it is stopped before it got its spec
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
+            return None
 
 
 def spawn_worker() -> WorkerProcess:
@@ -311,8 +314,7 @@ class WorkerFeed:
 
     def __init__(self, spec: FeedSpec, process: WorkerProcess | None = None) -> None:
         self._spec = spec
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._fd = -1
+        self._worker: WorkerProcess | None = None
         self._header = bytearray(_FRAME.size)
         # One buffer for every frame, grown to the largest: a new one per frame (~10 MB) cost its
         # zero-fill and page faults, ~9% of the main process's time.
@@ -321,7 +323,7 @@ class WorkerFeed:
 
     def _start(self, spec: FeedSpec, process: WorkerProcess | None = None) -> None:
         process = process or spawn_worker()
-        self._proc, self._fd = process.proc, process.read_fd
+        self._worker = process
         assert process.proc.stdin is not None
         try:
             process.proc.stdin.write(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
@@ -331,19 +333,20 @@ class WorkerFeed:
 
     def next(self, timeout: float) -> list[PreparedBatch]:
         """See ``Feed.next``."""
-        if self._proc is None:
+        if self._worker is None:
             raise FetchWorkerError("the fetch worker is closed")
-        ready, _, _ = select.select([self._fd], [], [], max(0.0, timeout))
+        fd = self._worker.read_fd
+        ready, _, _ = select.select([fd], [], [], max(0.0, timeout))
         if not ready:
             return []
         header = memoryview(self._header)
         frame = None
-        if _read_into(self._fd, header):
+        if _read_into(fd, header):
             size = _FRAME.unpack(header)[0]
             if size > len(self._frame):
                 self._frame = bytearray(size)
             frame = memoryview(self._frame)[:size]
-            if not _read_into(self._fd, frame):
+            if not _read_into(fd, frame):
                 frame = None
         if frame is None:
             code = self._reap()
@@ -361,18 +364,8 @@ class WorkerFeed:
         self._start(self._spec.at(offsets))
 
     def _reap(self) -> int | None:
-        proc, self._proc = self._proc, None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.kill()  # stateless: nothing of it needs a clean shutdown
-        try:
-            return proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
-            return None
+        worker, self._worker = self._worker, None
+        return None if worker is None else worker.stop()
 
     def close(self) -> None:
         """See ``Feed.close``."""
@@ -384,7 +377,7 @@ def open_feed(spec: FeedSpec, worker: WorkerProcess | None = None) -> Feed:
     when one was started ahead (``spawn_worker``)."""
     if not spec.options.fetch_worker:
         if worker is not None:
-            worker.discard()
+            worker.stop()
         return LocalFeed(spec)
     return WorkerFeed(spec, worker)
 

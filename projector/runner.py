@@ -267,7 +267,7 @@ class Projector:
                 caught_up = self._loop(consumer, feed, tps, tally.add, stop, targets)
         finally:
             if worker is not None:  # the checks failed before the feed took it
-                worker.discard()
+                worker.stop()
             if feed is not None:
                 feed.close()
             if threads is not None:

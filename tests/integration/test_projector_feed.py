@@ -157,9 +157,9 @@ class TestWorkerFeed(FeedContract):
         topic, turns = filled_topic
         feed = WorkerFeed(self.spec(kafka_bootstrap, topic))
         try:
-            assert feed._proc is not None
-            feed._proc.kill()
-            feed._proc.wait(timeout=10)
+            assert feed._worker is not None
+            feed._worker.proc.kill()
+            feed._worker.proc.wait(timeout=10)
             with pytest.raises(FetchWorkerError) as caught:
                 for _ in range(200):  # frames already in the pipe come first
                     feed.next(0.5)
@@ -194,7 +194,7 @@ def test_the_worker_dies_with_its_parent(kafka_bootstrap: str, filled_topic: tup
                 from pathlib import Path
                 from throughline.projector.feed import FeedSpec, ProjectorOptions, WorkerFeed
                 feed = WorkerFeed(FeedSpec(({kafka_bootstrap!r},), {topic!r}, {PARTITIONS}, (), ProjectorOptions()).at({{}}))
-                Path({str(pid_file)!r}).write_text(str(feed._proc.pid))
+                Path({str(pid_file)!r}).write_text(str(feed._worker.proc.pid))
                 time.sleep(120)
                 """
             ),
