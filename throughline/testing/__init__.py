@@ -1,10 +1,11 @@
 """Test support for throughline: a real Apache Kafka broker, provisioned three ways.
 
-See :mod:`throughline.testing.kafka` for the details, and :mod:`throughline.testing.pytest_plugin`
-for the pytest fixtures (``kafka_bootstrap``, ``kafka_broker``, ``kafka_topic_name``, ...).
+See the package :mod:`throughline.testing.kafka` for the details, and
+:mod:`throughline.testing.pytest_plugin` for the pytest fixtures (``kafka_bootstrap``, ``kafka_broker``,
+``kafka_topic_name``, ...).
 
-The names below are re-exported lazily, so that ``python -m throughline.testing.kafka`` does not
-import the module twice.
+The names below are re-exported lazily, so that importing ``throughline.testing`` loads neither
+kafka-python nor the harness until a name is used.
 """
 
 from __future__ import annotations
