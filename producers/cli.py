@@ -1,6 +1,6 @@
 """``throughline ingest FILE|- [--follow] [--state STATE] [--partitions N] [--allow-lossy-topic]``.
 
-Appends completed turns from JSON Lines (see ``throughline.producers.ingest``). On stderr: one
+Appends completed turns from JSON Lines (see the ``throughline.producers.ingest`` package). On stderr: one
 ``line N: CODE: message`` per rejected line, progress every 2 s (only when stderr is a terminal, or
 with ``--progress``; ``--no-progress`` silences it), and at the end the summary
 ``ingested N turns from FILE, M lines rejected``.

@@ -1,0 +1,304 @@
+"""One ingest run: read lines, send turns, collect acknowledgements, save state, report.
+
+A bad line is reported on stderr as ``line N: CODE: message`` and does not stop the good lines.
+
+Resuming: every line up to the one the state names was either acknowledged by the broker or rejected,
+so a restart resumes right after it and neither skips nor re-sends a line. A restart reads the file from
+0 instead when the path now names another file, when the file is shorter than the offset, or when the
+recorded line is no longer where the state says (the file was rewritten in place while ingest was
+stopped, e.g. by ``logrotate copytruncate``). The one remaining window: a crash after the broker
+acknowledged turns but before the state recording them was written re-sends those turns on restart;
+the projector applies a re-sent turn id once (same content: ``Duplicate``), so the chains do not change.
+Lines appended to a file after it was rotated away while ingest was stopped are not found on restart
+(ingest starts the new file at 0).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
+
+from throughline.core.turn import TurnRecord
+from throughline.errors import InputError, ThroughlineError
+from throughline.producers.exceptions import InvalidLineError, ProducerError, SendFailedError
+from throughline.producers.ingest.lines import MAX_LINE_BYTES, parse_turn_line
+from throughline.producers.ingest.state import FileId, IngestState, save_state
+from throughline.producers.ingest.tail import Line, LineReader, Stopped
+
+STATE_SAVE_INTERVAL = 0.5
+PROGRESS_INTERVAL = 2.0
+#: Turns handed to the producer whose acknowledgement has not been collected yet (backpressure: when
+#: either bound is reached, ingest waits for them). kafka-python 3 has no bounded send buffer of its own.
+MAX_IN_FLIGHT = 10_000
+MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
+
+
+class Sender(Protocol):
+    """What ingest needs of a producer (``TurnProducer`` is one)."""
+
+    def send_async(self, turn: TurnRecord, *, validated: bool = False) -> Any:
+        """Hand a turn over; the result has ``done`` and ``result()``."""
+        ...
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for every handed-over turn."""
+        ...
+
+
+@dataclass
+class IngestStats:
+    """Counters of one ingest run."""
+
+    lines_read: int = 0
+    turns_sent: int = 0  # acknowledged by the broker
+    rejected: int = 0
+    started: float = 0.0
+
+    def rate(self) -> float:
+        """Lines read per second since the start."""
+        elapsed = time.monotonic() - self.started
+        return self.lines_read / elapsed if elapsed > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """What ingest keeps of a line while its turn is in flight: where it is, not its bytes."""
+
+    number: int
+    end: int
+    file: FileId | None
+    start: int
+    sha256: bytes | None
+
+
+@dataclass(slots=True)
+class _Entry:
+    line: _Mark
+    pending: Any  # a PendingSend, or None for a blank or rejected line
+    size: int = 0
+
+
+class Ingest:
+    """One ingest run: read lines, send turns, collect acknowledgements, save state, report."""
+
+    def __init__(
+        self,
+        reader: LineReader,
+        producer: Sender,
+        *,
+        state_path: str | None = None,
+        stop: threading.Event | None = None,
+        max_idle: float | None = None,
+        progress: bool = False,
+        err: IO[str] | None = None,
+        producer_name: str = "throughline-ingest",
+        producer_version: str = "0",
+    ) -> None:
+        self.reader = reader
+        self.producer = producer
+        self.state_path = state_path
+        self.stop = stop or threading.Event()
+        self.max_idle = max_idle
+        self.progress = progress
+        self.err = err or sys.stderr
+        self.producer_name = producer_name
+        self.producer_version = producer_version
+        self.stats = IngestStats(started=time.monotonic())
+        self._inflight: deque[_Entry] = deque()
+        self._inflight_bytes = 0
+        self._covered: _Mark | None = None  # last line all of whose predecessors are acknowledged/rejected
+        self._saved: _Mark | None = None
+        self._last_save = 0.0
+        self._last_progress = time.monotonic()
+
+    # -- reporting
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.err, flush=True)
+
+    def _reject(self, line: Line | _Mark, error: ThroughlineError) -> None:
+        self.stats.rejected += 1
+        self._say(f"line {line.number}: {error.code}: {error.message}")
+
+    def _maybe_progress(self, force: bool = False) -> None:
+        if not self.progress:
+            return
+        now = time.monotonic()
+        if force or now - self._last_progress >= PROGRESS_INTERVAL:
+            self._last_progress = now
+            s = self.stats
+            self._say(
+                f"progress: {s.lines_read} lines read, {s.turns_sent} turns sent, "
+                f"{s.rejected} rejected, {s.rate():.0f} lines/s"
+            )
+
+    # -- acknowledgements and state
+
+    def _collect(self, *, wait: bool) -> None:
+        """Move the covered position over every finished entry at the front (all of them when ``wait``)."""
+        while self._inflight:
+            entry = self._inflight[0]
+            if entry.pending is not None:
+                if not wait and not entry.pending.done:
+                    break
+                try:
+                    entry.pending.result()
+                    self.stats.turns_sent += 1
+                except SendFailedError as exc:
+                    if exc.retriable:
+                        raise
+                    self._reject(entry.line, exc)  # the broker refuses this record for good; go on
+            self._inflight.popleft()
+            self._inflight_bytes -= entry.size
+            self._covered = entry.line
+
+    def save(self, *, force: bool = False) -> None:
+        """Write the state when it moved (at most every ``STATE_SAVE_INTERVAL`` unless ``force``)."""
+        if self.state_path is None or self._covered is None or self._covered is self._saved:
+            return
+        if self._covered.file is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_save < STATE_SAVE_INTERVAL:
+            return
+        line = self._covered
+        assert line.file is not None
+        state = IngestState(line.file, line.end, line.number, line.start, line.sha256)
+        try:
+            save_state(self.state_path, state, source_path=self.reader.path)
+        except OSError as exc:
+            raise ProducerError(
+                f"cannot write ingest state {self.state_path}: {exc.strerror or exc}", code="state_write_failed"
+            ) from exc
+        self._saved, self._last_save = line, now
+
+    # -- the loop
+
+    def _handle(self, line: Line) -> None:
+        self.stats.lines_read += 1
+        digest = None if line.too_long or line.file is None else hashlib.sha256(line.data).digest()
+        mark = _Mark(line.number, line.end, line.file, line.start, digest)
+        pending = None
+        if line.too_long:
+            self._reject(line, InvalidLineError(
+                f"line is longer than {MAX_LINE_BYTES} bytes ({line.too_long} bytes)", code="line_too_long"
+            ))
+        else:
+            try:
+                turn = parse_turn_line(
+                    line.data,
+                    producer_name=self.producer_name,
+                    producer_version=self.producer_version,
+                    produced_at_micros=time.time_ns() // 1000,
+                    attributes={"ingest.line": str(line.number)},
+                )
+            except InputError as exc:
+                self._reject(line, exc)
+            else:
+                if turn is not None:
+                    try:
+                        pending = self.producer.send_async(turn, validated=True)
+                    except SendFailedError as exc:
+                        if exc.retriable:
+                            raise
+                        self._reject(line, exc)
+        if pending is None and not self._inflight:
+            self._covered = mark  # nothing in flight before it: a blank or rejected line is covered at once
+        else:
+            size = len(line.data) if pending is not None else 0
+            self._inflight.append(_Entry(mark, pending, size))
+            self._inflight_bytes += size
+        if len(self._inflight) >= MAX_IN_FLIGHT or self._inflight_bytes >= MAX_IN_FLIGHT_BYTES:
+            self._collect(wait=True)
+
+    def _settle(self) -> None:
+        self.producer.flush()
+        self._collect(wait=True)
+
+    def run(self) -> IngestStats:
+        """Ingest until the end of input (or, following, until stopped or idle for ``max_idle``)."""
+        idle_since = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                got = False
+                try:
+                    for line in self.reader.lines():
+                        got = True
+                        self._handle(line)
+                        self._collect(wait=False)
+                        self.save()
+                        self._maybe_progress()
+                        if self.stop.is_set():
+                            break
+                except Stopped:
+                    break
+                if self.stop.is_set():
+                    break
+                if not self.reader.follow or self.reader.eof:
+                    break
+                for line in self.reader.check_file():
+                    got = True
+                    self._handle(line)
+                now = time.monotonic()
+                if got:
+                    idle_since = now
+                # Idle: everything handed over so far is acknowledged before the state is written.
+                self._settle()
+                self.save(force=True)
+                self._maybe_progress()
+                if self.max_idle is not None and now - idle_since >= self.max_idle:
+                    break
+                self.stop.wait(self.reader.poll_interval)
+            self._settle()
+        finally:
+            # Whatever happened, record what is certainly in the log (never more).
+            try:
+                self._collect(wait=False)
+            except ThroughlineError:
+                pass  # the failure that matters is already on its way up
+            finally:
+                self.save(force=True)
+                self.reader.close()
+        self._maybe_progress(force=True)
+        return self.stats
+
+
+class StopOnSignals:
+    """Turn SIGINT/SIGTERM into a stop request while ingesting (restored on exit).
+
+    The first signal sets ``stop``; ingest then flushes, saves its state and returns. A blocking read
+    of stdin is interrupted at once. A second signal interrupts whatever is running.
+    """
+
+    def __init__(self, stop: threading.Event, reader: LineReader | None = None) -> None:
+        self.stop = stop
+        self.reader = reader
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        self.signum = signum
+        self.stop.set()
+        if self.reader is not None and self.reader.blocking:
+            raise Stopped
+
+    def __enter__(self) -> StopOnSignals:
+        import signal
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)

@@ -1,0 +1,114 @@
+"""The resume state of an ingest run: which line of which file the broker has acknowledged up to.
+
+The state file records the file identity (device, inode), the byte offset after, the number of, and
+the byte range and SHA-256 of, the last line covered by the state. It is written atomically and durably
+(temp file, fsync, rename, fsync of the folder) only after the broker acknowledged every turn it covers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from throughline.producers.exceptions import IngestStateError
+from throughline.producers.ingest.lines import field_errors
+
+STATE_SCHEMA = "throughline.ingest_state.v1"
+STATE_SUFFIX = ".ingest-state"
+
+
+@dataclass(frozen=True, slots=True)
+class FileId:
+    """A file's identity on disk (what ``tail -F`` compares to notice a rotation)."""
+
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileId:
+        """The identity of a stat result."""
+        return cls(st.st_dev, st.st_ino)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestState:
+    """Where a resumed ingest starts: right after line ``line`` ending at byte ``offset`` of file ``file``.
+
+    ``line_start`` and ``line_sha256`` (the byte range and SHA-256 of that line's text) let a resume check
+    that the file still holds that line where the state says, so a file rewritten in place while ingest
+    was stopped (``logrotate copytruncate``, an editor) is read again from 0 instead of being skipped.
+    """
+
+    file: FileId
+    offset: int
+    line: int
+    line_start: int | None = None
+    line_sha256: bytes | None = None
+
+
+class _StateDoc(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True, populate_by_name=True)
+
+    schema_: str = Field(alias="schema")
+    device: int = Field(ge=0)
+    inode: int = Field(ge=0)
+    offset: int = Field(ge=0)
+    line: int = Field(ge=0)
+    line_start: int | None = Field(default=None, ge=0, alias="lineStart")
+    line_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$", alias="lineSha256")
+
+
+def default_state_path(path: str) -> str:
+    """The state file of a followed file when ``--state`` is not given."""
+    return path + STATE_SUFFIX
+
+
+def load_state(state_path: str) -> IngestState | None:
+    """Read a state file; ``None`` when it does not exist. A damaged file raises ``IngestStateError``
+    (never silently ignored: starting over would send the whole file again)."""
+    try:
+        with open(state_path, "rb") as f:
+            text = f.read(64 * 1024)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise IngestStateError(f"cannot read ingest state {state_path}: {exc.strerror}") from None
+    try:
+        doc = _StateDoc.model_validate_json(text)
+    except ValidationError as exc:
+        raise IngestStateError(f"{state_path} is not an ingest state file ({field_errors(exc)})") from None
+    if doc.schema_ != STATE_SCHEMA:
+        raise IngestStateError(f"{state_path} has schema {doc.schema_!r}; expected {STATE_SCHEMA!r}")
+    digest = bytes.fromhex(doc.line_sha256) if doc.line_sha256 else None
+    return IngestState(FileId(doc.device, doc.inode), doc.offset, doc.line, doc.line_start, digest)
+
+
+def save_state(state_path: str, state: IngestState, *, source_path: str | None = None) -> None:
+    """Write the state atomically and durably: temp file, fsync, rename over, fsync of the folder."""
+    doc = {
+        "schema": STATE_SCHEMA,
+        "path": os.path.abspath(source_path) if source_path else None,
+        "device": state.file.device,
+        "inode": state.file.inode,
+        "offset": state.offset,
+        "line": state.line,
+        "lineStart": state.line_start,
+        "lineSha256": state.line_sha256.hex() if state.line_sha256 else None,
+        "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    folder = os.path.dirname(os.path.abspath(state_path))
+    tmp = f"{state_path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(doc, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, state_path)
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

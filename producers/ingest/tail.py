@@ -1,0 +1,221 @@
+"""Reading complete lines from a file, optionally following it like ``tail -F``, or from stdin.
+
+Following survives truncation (the file shrinks below our read position: read again from 0) and
+rotation (the path names another inode: the rest of the old file is read first, then the new file from
+0). A line is only complete once its newline was written; without ``--follow`` a last line without a
+newline is taken as is.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO
+
+from throughline.errors import InputError
+from throughline.producers.ingest.lines import MAX_LINE_BYTES
+from throughline.producers.ingest.state import FileId, IngestState
+
+POLL_INTERVAL = 0.2
+_READ_BYTES = 64 * 1024
+
+
+def _holds_line(fh: IO[bytes], state: IngestState) -> bool:
+    """Whether the file still holds, at the saved range, the line whose digest the state recorded."""
+    if state.line_start is None or state.line_sha256 is None:
+        return True  # nothing to check (an over-long line, or a state written without the check)
+    fh.seek(state.line_start)
+    data = fh.read(max(0, state.offset - state.line_start))
+    line = data[:-1] if data.endswith(b"\n") else data
+    return hashlib.sha256(line).digest() == state.line_sha256
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One complete line of input: its number, bytes (without the newline) and where it ends."""
+
+    number: int
+    data: bytes
+    end: int  # byte offset just after the line (and its newline)
+    file: FileId | None  # None for stdin
+    too_long: int = 0  # when > 0 the line was longer than MAX_LINE_BYTES (its bytes were dropped)
+    start: int = 0  # byte offset of the line's first byte
+
+
+class Stopped(Exception):
+    """Raised from the signal handler to break out of a blocking read of stdin."""
+
+
+class LineReader:
+    """Reads complete lines from a file (optionally following it like ``tail -F``) or from stdin.
+
+    Every wait is bounded: ``poll`` sleeps at most ``poll_interval`` and returns, so the caller can
+    collect acknowledgements, save state and notice a stop request in between.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        follow: bool = False,
+        start: IngestState | None = None,
+        poll_interval: float = POLL_INTERVAL,
+        notice: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self.path = path
+        self.follow = follow
+        self.poll_interval = poll_interval
+        self._notice = notice
+        self._stdin = path == "-"
+        self._fh: IO[bytes] | None = None
+        self.file: FileId | None = None
+        self._pos = 0  # byte offset of the start of the bytes in _partial
+        self._partial = bytearray()
+        self._too_long = 0  # bytes dropped from the current (over-long) line
+        self._line = 0
+        self.eof = False  # a non-following reader reached the end
+        self.blocking = False
+        self._start = start
+        if self._stdin:
+            self._fh = sys.stdin.buffer
+            return
+        if not self._open(start):
+            self._notice(f"{self.path}: does not exist yet; waiting for it")
+
+    # -- opening
+
+    def _open(self, start: IngestState | None) -> bool:
+        try:
+            fh = open(self.path, "rb")  # kept open across polls while following
+        except FileNotFoundError:
+            if not self.follow:
+                raise InputError(f"{self.path}: no such file", code="file_not_found") from None
+            return False
+        except OSError as exc:
+            raise InputError(f"{self.path}: {exc.strerror}", code="file_unreadable") from None
+        st = os.fstat(fh.fileno())
+        self._fh, self.file = fh, FileId.of(st)
+        self._pos, self._line = 0, 0
+        self._partial.clear()
+        self._too_long = 0
+        if start is not None:
+            if start.file != self.file:
+                self._notice(f"{self.path}: the state names another file (rotated?); starting at line 1")
+            elif st.st_size < start.offset:
+                self._notice(f"{self.path}: shorter than the saved position (truncated?); starting at line 1")
+            elif not _holds_line(fh, start):
+                self._notice(f"{self.path}: no longer holds the saved line (rewritten?); starting at line 1")
+                fh.seek(0)
+            else:
+                fh.seek(start.offset)
+                self._pos, self._line = start.offset, start.line
+        return True
+
+    def close(self) -> None:
+        """Close the file (never stdin)."""
+        if self._fh is not None and not self._stdin:
+            self._fh.close()
+        self._fh = None
+
+    # -- reading
+
+    def _take(self, chunk: bytes) -> Line | None:
+        """Add bytes read; return a complete line when ``chunk`` ended one."""
+        complete = chunk.endswith(b"\n")
+        body = chunk[:-1] if complete else chunk
+        if self._too_long or len(self._partial) + len(body) > MAX_LINE_BYTES:
+            self._too_long += len(self._partial) + len(body)
+            self._partial.clear()
+        else:
+            self._partial += body
+        if not complete:
+            return None
+        return self._emit(newline=True)
+
+    def _emit(self, *, newline: bool) -> Line:
+        self._line += 1
+        end = self._pos + len(self._partial) + self._too_long + (1 if newline else 0)
+        if self._too_long:
+            # _pos tracked the line start; the dropped bytes are accounted for in ``end``.
+            line = Line(self._line, b"", end, self.file, too_long=self._too_long, start=self._pos)
+        else:
+            line = Line(self._line, bytes(self._partial), end, self.file, start=self._pos)
+        self._pos = end
+        self._partial.clear()
+        self._too_long = 0
+        return line
+
+    def _read_chunk(self) -> bytes:
+        assert self._fh is not None
+        # Small reads: BufferedReader.readline(limit) allocates ``limit`` bytes up front on every call.
+        limit = min(_READ_BYTES, MAX_LINE_BYTES + 1 - len(self._partial)) if not self._too_long else _READ_BYTES
+        self.blocking = self._stdin
+        try:
+            return self._fh.readline(max(1, limit))
+        finally:
+            self.blocking = False
+
+    def lines(self) -> Iterator[Line]:
+        """Complete lines available now; in follow mode stops at the current end (call again later)."""
+        if self._fh is None:
+            return
+        while True:
+            chunk = self._read_chunk()
+            if not chunk:
+                break
+            # the bytes of an unfinished line stay in _partial; _pos is their start
+            line = self._take(chunk)
+            if line is not None:
+                yield line
+        if not self.follow or self._stdin:
+            # the end of input: a last line without a newline is still a line
+            if self._partial or self._too_long:
+                yield self._emit(newline=False)
+            self.eof = True
+
+    def check_file(self) -> Iterator[Line]:
+        """Following: notice a truncation or rotation of the path (yields the old file's last lines)."""
+        if self._stdin or not self.follow:
+            return
+        if self._fh is None:
+            if self._open(self._start):
+                self._notice(f"{self.path}: appeared; following it")
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return  # rotated away and not yet replaced: keep reading the old file
+        except OSError as exc:
+            if exc.errno == errno.EACCES:
+                return
+            raise
+        if FileId.of(st) != self.file:
+            # Rotation: finish the old file (the writer may have appended before switching), then switch.
+            yield from self._drain_old()
+            self.close()
+            self._notice(f"{self.path}: rotated; following the new file from its start")
+            self._open(None)
+            return
+        read_to = self._pos + len(self._partial) + self._too_long
+        if st.st_size < read_to:
+            self._notice(f"{self.path}: truncated; reading it again from its start")
+            assert self._fh is not None
+            self._fh.seek(0)
+            self._pos, self._line = 0, 0
+            self._partial.clear()
+            self._too_long = 0
+
+    def _drain_old(self) -> Iterator[Line]:
+        while True:
+            chunk = self._read_chunk()
+            if not chunk:
+                break
+            line = self._take(chunk)
+            if line is not None:
+                yield line
+        if self._partial or self._too_long:
+            yield self._emit(newline=False)
