@@ -1,4 +1,9 @@
-"""``throughline ingest FILE|- [--follow] [--state STATE] [--partitions N] [--allow-lossy-topic]``.
+"""``throughline ingest [--format {jsonl,claude-code,codex}] PATH... [--follow] [--state STATE]``.
+
+``--format jsonl`` (the default) takes one FILE (``-`` = stdin) of JSON Lines; the host formats take
+session files or folders searched for them, the host's default root when no PATH is given (see
+``throughline.producers.ingest.sessions`` and docs/hosts.md). This module also registers
+``throughline hook`` (``throughline.producers.hook``).
 
 Appends completed turns from JSON Lines (see the ``throughline.producers.ingest`` package). On stderr: one
 ``line N: CODE: message`` per rejected line, progress every 2 s (only when stderr is a terminal, or
@@ -19,14 +24,18 @@ input has no state.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import sys
 import threading
 from typing import Any
 
 from throughline.cli import emit_error
-from throughline.errors import ThroughlineError
+from throughline.errors import InputError, ThroughlineError
 from throughline.log import DEFAULT_PARTITIONS
+from throughline.producers import hook
 from throughline.producers.exceptions import IngestStateError, LinesRejectedError
+from throughline.producers.hosts.files import FORMATS, default_roots
 from throughline.producers.ingest import (
     POLL_INTERVAL,
     Ingest,
@@ -35,6 +44,13 @@ from throughline.producers.ingest import (
     default_state_path,
     load_state,
 )
+from throughline.producers.ingest.sessions import (
+    SESSION_POLL_INTERVAL,
+    SessionDecoder,
+    SessionFiles,
+    SessionsState,
+)
+from throughline.producers.ingest.state import load_session_states
 from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
 from throughline.settings import add_connection_options, settings_from
 
@@ -62,15 +78,33 @@ def _seconds(text: str) -> float:
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``ingest`` subcommand."""
+    """Add the ``ingest`` and ``hook`` subcommands."""
     p = subparsers.add_parser(
         "ingest",
-        help="append completed turns from JSON Lines to the log",
-        description="Append completed turns from JSON Lines (one turn a line) to the topic.",
+        help="append completed turns from JSON Lines or a host's transcripts to the log",
+        description="Append completed turns to the topic: from JSON Lines (one turn a line), or from "
+        "Claude Code or Codex session files (a file, or a folder searched for them; the host's default "
+        "root without PATH).",
     )
-    p.add_argument("file", metavar="FILE", help="JSON Lines file, or - for standard input")
-    p.add_argument("--follow", action="store_true", help="keep reading as the file grows (like tail -F)")
-    p.add_argument("--state", default=None, help="resume state file (default with --follow: FILE.ingest-state)")
+    p.add_argument(
+        "paths",
+        metavar="PATH",
+        nargs="*",
+        help="jsonl: one FILE, or - for standard input; claude-code/codex: session files or folders",
+    )
+    p.add_argument(
+        "--format",
+        choices=("jsonl", *FORMATS),
+        default="jsonl",
+        help="jsonl (default): throughline's JSON Lines; claude-code or codex: the host's own transcripts",
+    )
+    p.add_argument("--follow", action="store_true", help="keep reading as files grow (like tail -F) and find new ones")
+    p.add_argument(
+        "--state",
+        default=None,
+        help="resume state file (default with --follow: FILE.ingest-state for jsonl, "
+        "$XDG_STATE_HOME/throughline/ingest-FORMAT-*.json for a host format)",
+    )
     p.add_argument(
         "--partitions",
         metavar="N",
@@ -93,9 +127,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--connect-timeout", type=_seconds, default=15.0, help="seconds to wait for the broker at start")
     # For tests and scripts: stop following after this much time without new input.
     p.add_argument("--max-idle", type=_seconds, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--poll-interval", type=_seconds, default=POLL_INTERVAL, help=argparse.SUPPRESS)
+    p.add_argument("--poll-interval", type=_seconds, default=None, help=argparse.SUPPRESS)
     add_connection_options(p)
     p.set_defaults(func=run_ingest)
+    hook.register(subparsers)
 
 
 def _state_path(args: argparse.Namespace) -> str | None:
@@ -108,8 +143,22 @@ def _state_path(args: argparse.Namespace) -> str | None:
     return default_state_path(args.file) if args.follow else None
 
 
+def default_sessions_state_path(format: str, roots: list[str]) -> str:
+    """Where a following host-format ingest keeps its state when ``--state`` is not given."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    key = hashlib.sha256("\0".join(sorted(os.path.abspath(r) for r in roots)).encode()).hexdigest()[:16]
+    return os.path.join(base, "throughline", f"ingest-{format}-{key}.json")
+
+
 def run_ingest(args: argparse.Namespace) -> int:
     """Run ``throughline ingest``; returns the exit code."""
+    if args.format != "jsonl":
+        return run_sessions_ingest(args)
+    if len(args.paths) != 1:
+        raise InputError("--format jsonl takes exactly one FILE (or - for standard input)", code="invalid_arguments")
+    args.file = args.paths[0]
+    if args.poll_interval is None:
+        args.poll_interval = POLL_INTERVAL
     settings = settings_from(args)
     servers = settings.require_bootstrap()
     state_path = _state_path(args)
@@ -166,5 +215,73 @@ def run_ingest(args: argparse.Namespace) -> int:
         emit_error(
             LinesRejectedError(f"{stats.rejected} of {stats.lines_read} lines rejected (see the lines above)")
         )
+        return LinesRejectedError.exit_code
+    return 0
+
+
+def run_sessions_ingest(args: argparse.Namespace) -> int:
+    """Run ``throughline ingest --format claude-code|codex``; returns the exit code."""
+    settings = settings_from(args)
+    servers = settings.require_bootstrap()
+    roots = list(args.paths) or default_roots(args.format)
+    state_path = args.state or (default_sessions_state_path(args.format, roots) if args.follow else None)
+    saved = load_session_states(state_path, format=args.format) if state_path else {}
+
+    def notice(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    if state_path and not args.state:
+        notice(f"resume state: {state_path}")
+    poll = SESSION_POLL_INTERVAL if args.poll_interval is None else args.poll_interval
+    files = SessionFiles(args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=notice)
+    decoder = SessionDecoder(files, warn=notice, producer_name=INGEST_PRODUCER_NAME, producer_version=PRODUCER_VERSION)
+    progress = args.progress if args.progress is not None else sys.stderr.isatty()
+    stop = threading.Event()
+    label = " ".join(roots)
+    ingest: Ingest | None = None
+    try:
+        with TurnProducer(
+            servers,
+            settings.topic,
+            partitions=args.partitions,
+            allow_lossy=args.allow_lossy_topic,
+            send_timeout=max(1.0, args.send_timeout),
+            connect_timeout=max(1.0, args.connect_timeout),
+            producer_name=INGEST_PRODUCER_NAME,
+        ) as producer, StopOnSignals(stop) as signals:
+            ingest = Ingest(
+                files,
+                producer,
+                state_path=state_path,
+                state=SessionsState(state_path, files, saved) if state_path else None,
+                stop=stop,
+                max_idle=args.max_idle,
+                progress=progress,
+                decoder=decoder,
+            )
+            covered = ingest.covered
+
+            def covered_end(path: str) -> int | None:
+                mark = covered().get(path)
+                return mark.end if mark is not None else None
+
+            files.covered_end = covered_end
+            stats = ingest.run()
+    except ThroughlineError:
+        if ingest is not None:
+            s = ingest.stats
+            notice(f"ingested {s.turns_sent} turns from {label} (stopped by an error)")
+        raise
+    finally:
+        files.close()
+    notice(
+        f"ingested {stats.turns_sent} turns from {len(files.tracked)} {args.format} session files under {label}, "
+        f"{decoder.skipped} lines skipped"
+    )
+    if signals.signum is not None and not args.follow:
+        emit_error(ThroughlineError("interrupted before the end of the input", code="interrupted"))
+        return 130
+    if stats.rejected:
+        emit_error(LinesRejectedError(f"{stats.rejected} turns refused by the broker (see the lines above)"))
         return LinesRejectedError.exit_code
     return 0

@@ -25,6 +25,7 @@ __all__ = [
     "RecordTooLargeError",
     "SendFailedError",
     "TopicMissingError",
+    "TranscriptLineError",
 ]
 
 
@@ -62,3 +63,13 @@ class IngestStateError(InputError):
     """The ingest state file cannot be used (unreadable, not ours, or a state for stdin)."""
 
     code = "invalid_ingest_state"
+
+
+class TranscriptLineError(InputError):
+    """One line of a host transcript cannot be read (not JSON, not an object, a turn without a project).
+
+    Ingest reports it with the file and line number and goes on: hosts add line types in every release,
+    and a transcript being written can end in a partial line.
+    """
+
+    code = "invalid_transcript_line"

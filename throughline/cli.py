@@ -64,7 +64,13 @@ def emit_error(error: ThroughlineError) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if argv[:1] == ["hook"] and exc.code == 2:
+            return 1  # a host takes exit 2 from its Stop hook as "keep going": a hook never says 2
+        raise
     try:
         code = args.func(args)
     except ThroughlineError as exc:

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -66,20 +67,110 @@ class IngestStats:
 
 
 @dataclass(frozen=True, slots=True)
-class _Mark:
-    """What ingest keeps of a line while its turn is in flight: where it is, not its bytes."""
+class LineMark:
+    """What ingest keeps of a line while its turns are in flight: where it is, not its bytes."""
 
     number: int
     end: int
     file: FileId | None
     start: int
     sha256: bytes | None
+    path: str = ""
+
+    def state(self) -> IngestState | None:
+        """The resume state that covers this line (``None`` for standard input)."""
+        if self.file is None:
+            return None
+        return IngestState(self.file, self.end, self.number, self.start, self.sha256)
+
+
+class LineSource(Protocol):
+    """Where ingest reads lines from: one file (``LineReader``) or many (``SessionFiles``)."""
+
+    path: str
+    follow: bool
+    eof: bool
+    poll_interval: float
+
+    def lines(self) -> Iterator[Line]:
+        """Complete lines available now."""
+        ...
+
+    def check_file(self) -> Iterator[Line]:
+        """Following: notice truncation, rotation, new files (may yield the last lines of an old file)."""
+        ...
+
+    def close(self) -> None:
+        """Release the files."""
+        ...
+
+
+class LineDecoder(Protocol):
+    """How a line becomes turns (``InputError`` rejects the line)."""
+
+    def turns(self, line: Line) -> list[TurnRecord]:
+        """The turns a line holds or completes (none for a blank line)."""
+        ...
+
+    def label(self, line: Line | LineMark) -> str:
+        """How a line is named in a report."""
+        ...
+
+
+class StateWriter(Protocol):
+    """Saves the resume state: the last covered line of each file."""
+
+    def write(self, covered: Mapping[str, LineMark]) -> None:
+        """Write the state durably (``OSError`` when it cannot)."""
+        ...
+
+
+class JsonLinesDecoder:
+    """The JSON Lines format of ``throughline ingest`` (one turn a line, ``parse_turn_line``)."""
+
+    def __init__(self, producer_name: str = "throughline-ingest", producer_version: str = "0") -> None:
+        self.producer_name = producer_name
+        self.producer_version = producer_version
+
+    def turns(self, line: Line) -> list[TurnRecord]:
+        """The line's turn (none for a blank line); ``InputError`` for a bad line."""
+        if line.too_long:
+            raise InvalidLineError(
+                f"line is longer than {MAX_LINE_BYTES} bytes ({line.too_long} bytes)", code="line_too_long"
+            )
+        turn = parse_turn_line(
+            line.data,
+            producer_name=self.producer_name,
+            producer_version=self.producer_version,
+            produced_at_micros=time.time_ns() // 1000,
+            attributes={"ingest.line": str(line.number)},
+        )
+        return [] if turn is None else [turn]
+
+    def label(self, line: Line | LineMark) -> str:
+        """``line N``."""
+        return f"line {line.number}"
+
+
+class SingleFileState:
+    """The state file of one ingested file (``throughline.ingest_state.v1``)."""
+
+    def __init__(self, state_path: str, source_path: str) -> None:
+        self.state_path = state_path
+        self.source_path = source_path
+
+    def write(self, covered: Mapping[str, LineMark]) -> None:
+        """Save the covered line of the one file (nothing for standard input)."""
+        mark = covered.get(self.source_path)
+        state = mark.state() if mark is not None else None
+        if state is not None:
+            save_state(self.state_path, state, source_path=self.source_path)
 
 
 @dataclass(slots=True)
 class _Entry:
-    line: _Mark
-    pending: Any  # a PendingSend, or None for a blank or rejected line
+    line: LineMark
+    pending: list[Any]  # PendingSends; empty for a blank or rejected line or one that completes no turn
     size: int = 0
 
 
@@ -88,7 +179,7 @@ class Ingest:
 
     def __init__(
         self,
-        reader: LineReader,
+        reader: LineSource,
         producer: Sender,
         *,
         state_path: str | None = None,
@@ -98,6 +189,8 @@ class Ingest:
         err: IO[str] | None = None,
         producer_name: str = "throughline-ingest",
         producer_version: str = "0",
+        decoder: LineDecoder | None = None,
+        state: StateWriter | None = None,
     ) -> None:
         self.reader = reader
         self.producer = producer
@@ -106,13 +199,16 @@ class Ingest:
         self.max_idle = max_idle
         self.progress = progress
         self.err = err or sys.stderr
-        self.producer_name = producer_name
-        self.producer_version = producer_version
+        self.decoder = decoder or JsonLinesDecoder(producer_name, producer_version)
+        if state is None and state_path is not None:
+            state = SingleFileState(state_path, reader.path)
+        self.state = state
         self.stats = IngestStats(started=time.monotonic())
         self._inflight: deque[_Entry] = deque()
         self._inflight_bytes = 0
-        self._covered: _Mark | None = None  # last line all of whose predecessors are acknowledged/rejected
-        self._saved: _Mark | None = None
+        # per file: the last line all of whose predecessors are acknowledged or rejected
+        self._covered: dict[str, LineMark] = {}
+        self._saved: dict[str, LineMark] = {}
         self._last_save = 0.0
         self._last_progress = time.monotonic()
 
@@ -121,9 +217,9 @@ class Ingest:
     def _say(self, text: str) -> None:
         print(text, file=self.err, flush=True)
 
-    def _reject(self, line: Line | _Mark, error: ThroughlineError) -> None:
+    def _reject(self, line: Line | LineMark, error: ThroughlineError) -> None:
         self.stats.rejected += 1
-        self._say(f"line {line.number}: {error.code}: {error.message}")
+        self._say(f"{self.decoder.label(line)}: {error.code}: {error.message}")
 
     def _maybe_progress(self, force: bool = False) -> None:
         if not self.progress:
@@ -139,15 +235,24 @@ class Ingest:
 
     # -- acknowledgements and state
 
+    @property
+    def in_flight(self) -> int:
+        """Lines whose turns are handed over but not all acknowledged yet."""
+        return len(self._inflight)
+
+    def covered(self) -> dict[str, LineMark]:
+        """The last covered line of each file so far."""
+        return dict(self._covered)
+
     def _collect(self, *, wait: bool) -> None:
         """Move the covered position over every finished entry at the front (all of them when ``wait``)."""
         while self._inflight:
             entry = self._inflight[0]
-            if entry.pending is not None:
-                if not wait and not entry.pending.done:
-                    break
+            if not wait and not all(p.done for p in entry.pending):
+                break
+            for pending in entry.pending:
                 try:
-                    entry.pending.result()
+                    pending.result()
                     self.stats.turns_sent += 1
                 except SendFailedError as exc:
                     if exc.retriable:
@@ -155,62 +260,48 @@ class Ingest:
                     self._reject(entry.line, exc)  # the broker refuses this record for good; go on
             self._inflight.popleft()
             self._inflight_bytes -= entry.size
-            self._covered = entry.line
+            self._covered[entry.line.path] = entry.line
 
     def save(self, *, force: bool = False) -> None:
         """Write the state when it moved (at most every ``STATE_SAVE_INTERVAL`` unless ``force``)."""
-        if self.state_path is None or self._covered is None or self._covered is self._saved:
-            return
-        if self._covered.file is None:
+        if self.state is None or self._covered == self._saved:
             return
         now = time.monotonic()
         if not force and now - self._last_save < STATE_SAVE_INTERVAL:
             return
-        line = self._covered
-        assert line.file is not None
-        state = IngestState(line.file, line.end, line.number, line.start, line.sha256)
+        covered = dict(self._covered)
         try:
-            save_state(self.state_path, state, source_path=self.reader.path)
+            self.state.write(covered)
         except OSError as exc:
             raise ProducerError(
                 f"cannot write ingest state {self.state_path}: {exc.strerror or exc}", code="state_write_failed"
             ) from exc
-        self._saved, self._last_save = line, now
+        self._saved, self._last_save = covered, now
 
     # -- the loop
 
     def _handle(self, line: Line) -> None:
         self.stats.lines_read += 1
         digest = None if line.too_long or line.file is None else hashlib.sha256(line.data).digest()
-        mark = _Mark(line.number, line.end, line.file, line.start, digest)
-        pending = None
-        if line.too_long:
-            self._reject(line, InvalidLineError(
-                f"line is longer than {MAX_LINE_BYTES} bytes ({line.too_long} bytes)", code="line_too_long"
-            ))
+        mark = LineMark(line.number, line.end, line.file, line.start, digest, line.path)
+        pending: list[Any] = []
+        size = 0
+        try:
+            turns = self.decoder.turns(line)
+        except InputError as exc:
+            self._reject(line, exc)
         else:
-            try:
-                turn = parse_turn_line(
-                    line.data,
-                    producer_name=self.producer_name,
-                    producer_version=self.producer_version,
-                    produced_at_micros=time.time_ns() // 1000,
-                    attributes={"ingest.line": str(line.number)},
-                )
-            except InputError as exc:
-                self._reject(line, exc)
-            else:
-                if turn is not None:
-                    try:
-                        pending = self.producer.send_async(turn, validated=True)
-                    except SendFailedError as exc:
-                        if exc.retriable:
-                            raise
-                        self._reject(line, exc)
-        if pending is None and not self._inflight:
-            self._covered = mark  # nothing in flight before it: a blank or rejected line is covered at once
+            for turn in turns:
+                try:
+                    pending.append(self.producer.send_async(turn, validated=True))
+                    size += len(turn.body)
+                except SendFailedError as exc:
+                    if exc.retriable:
+                        raise
+                    self._reject(line, exc)
+        if not pending and not self._inflight:
+            self._covered[mark.path] = mark  # nothing in flight before it: covered at once
         else:
-            size = len(line.data) if pending is not None else 0
             self._inflight.append(_Entry(mark, pending, size))
             self._inflight_bytes += size
         if len(self._inflight) >= MAX_IN_FLIGHT or self._inflight_bytes >= MAX_IN_FLIGHT_BYTES:

@@ -100,15 +100,99 @@ def save_state(state_path: str, state: IngestState, *, source_path: str | None =
         "lineSha256": state.line_sha256.hex() if state.line_sha256 else None,
         "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    folder = os.path.dirname(os.path.abspath(state_path))
-    tmp = f"{state_path}.tmp-{os.getpid()}"
+    write_durably(state_path, json.dumps(doc, sort_keys=True) + "\n")
+
+
+def write_durably(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically and durably: temp file, fsync, rename, fsync of the folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(doc, sort_keys=True) + "\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, state_path)
+    os.replace(tmp, path)
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+# ------------------------------------------------------------------------------------------------ many files
+
+SESSIONS_STATE_SCHEMA = "throughline.ingest_sessions_state.v1"
+
+
+class _FileDoc(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True, populate_by_name=True)
+
+    device: int = Field(ge=0)
+    inode: int = Field(ge=0)
+    offset: int = Field(ge=0)
+    line: int = Field(ge=0)
+    line_start: int | None = Field(default=None, ge=0, alias="lineStart")
+    line_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$", alias="lineSha256")
+
+
+class _SessionsDoc(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True, populate_by_name=True)
+
+    schema_: str = Field(alias="schema")
+    format: str
+    files: dict[str, _FileDoc]
+
+
+def load_session_states(state_path: str, *, format: str) -> dict[str, IngestState]:
+    """The per-file states of a host-format ingest (path -> state); empty when the file does not exist.
+
+    A damaged file, or one written for another format, raises ``IngestStateError``.
+    """
+    try:
+        with open(state_path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise IngestStateError(f"cannot read ingest state {state_path}: {exc.strerror}") from None
+    try:
+        doc = _SessionsDoc.model_validate_json(text)
+    except ValidationError as exc:
+        raise IngestStateError(f"{state_path} is not a session ingest state file ({field_errors(exc)})") from None
+    if doc.schema_ != SESSIONS_STATE_SCHEMA:
+        raise IngestStateError(f"{state_path} has schema {doc.schema_!r}; expected {SESSIONS_STATE_SCHEMA!r}")
+    if doc.format != format:
+        raise IngestStateError(f"{state_path} is the state of --format {doc.format}, not {format}")
+    return {
+        path: IngestState(
+            FileId(f.device, f.inode),
+            f.offset,
+            f.line,
+            f.line_start,
+            bytes.fromhex(f.line_sha256) if f.line_sha256 else None,
+        )
+        for path, f in doc.files.items()
+    }
+
+
+def save_session_states(state_path: str, states: dict[str, IngestState], *, format: str) -> None:
+    """Write the per-file states of a host-format ingest atomically and durably."""
+    files = {
+        path: {
+            "device": st.file.device,
+            "inode": st.file.inode,
+            "offset": st.offset,
+            "line": st.line,
+            "lineStart": st.line_start,
+            "lineSha256": st.line_sha256.hex() if st.line_sha256 else None,
+        }
+        for path, st in sorted(states.items())
+    }
+    doc = {
+        "schema": SESSIONS_STATE_SCHEMA,
+        "format": format,
+        "files": files,
+        "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_durably(state_path, json.dumps(doc, sort_keys=True) + "\n")

@@ -34,6 +34,20 @@ def _holds_line(fh: IO[bytes], state: IngestState) -> bool:
     return hashlib.sha256(line).digest() == state.line_sha256
 
 
+def state_problem(fh: IO[bytes], st: os.stat_result, state: IngestState) -> str | None:
+    """Why a saved state does not fit the open file ``fh`` (``None`` when reading may resume there).
+
+    Moves the file position.
+    """
+    if state.file != FileId.of(st):
+        return "the state names another file (rotated?)"
+    if st.st_size < state.offset:
+        return "shorter than the saved position (truncated?)"
+    if not _holds_line(fh, state):
+        return "no longer holds the saved line (rewritten?)"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Line:
     """One complete line of input: its number, bytes (without the newline) and where it ends."""
@@ -44,6 +58,8 @@ class Line:
     file: FileId | None  # None for stdin
     too_long: int = 0  # when > 0 the line was longer than MAX_LINE_BYTES (its bytes were dropped)
     start: int = 0  # byte offset of the line's first byte
+    path: str = ""  # the file it was read from ("-" for stdin)
+    generation: int = 0  # how many times the reader started the path over (truncated, replaced)
 
 
 class Stopped(Exception):
@@ -65,8 +81,16 @@ class LineReader:
         start: IngestState | None = None,
         poll_interval: float = POLL_INTERVAL,
         notice: Callable[[str], None] = lambda message: None,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        partial_last_line: bool = True,
     ) -> None:
+        """``partial_last_line=False``: at the end of a file that is not followed, a last line without
+        its newline is not a line (a host may still be writing it); it is said in a notice."""
         self.path = path
+        self.max_line_bytes = max_line_bytes
+        self.partial_last_line = partial_last_line
+        self.generation = 0
+        self._suspended = False
         self.follow = follow
         self.poll_interval = poll_interval
         self._notice = notice
@@ -103,12 +127,9 @@ class LineReader:
         self._partial.clear()
         self._too_long = 0
         if start is not None:
-            if start.file != self.file:
-                self._notice(f"{self.path}: the state names another file (rotated?); starting at line 1")
-            elif st.st_size < start.offset:
-                self._notice(f"{self.path}: shorter than the saved position (truncated?); starting at line 1")
-            elif not _holds_line(fh, start):
-                self._notice(f"{self.path}: no longer holds the saved line (rewritten?); starting at line 1")
+            problem = state_problem(fh, st, start)
+            if problem is not None:
+                self._notice(f"{self.path}: {problem}; starting at line 1")
                 fh.seek(0)
             else:
                 fh.seek(start.offset)
@@ -120,6 +141,59 @@ class LineReader:
         if self._fh is not None and not self._stdin:
             self._fh.close()
         self._fh = None
+        self._suspended = False
+
+    def size(self) -> int | None:
+        """The size of the open file now (``None`` when none is open)."""
+        if self._fh is None or self._stdin:
+            return None
+        return os.fstat(self._fh.fileno()).st_size
+
+    def fits(self, state: IngestState) -> str | None:
+        """Why ``state`` does not fit the open file (``None`` when it does); the read position stays."""
+        if self._fh is None or self._stdin:
+            return "no file is open"
+        where = self._fh.tell()
+        try:
+            return state_problem(self._fh, os.fstat(self._fh.fileno()), state)
+        finally:
+            self._fh.seek(where)
+
+    def suspend(self) -> None:
+        """Close the file until the next read, keeping the position (a follower of thousands of files
+        keeps none of them open between polls). Reading again reopens the path: the same file resumes
+        where it stopped; another file (replaced: a new inode) or a shorter one starts over at 0."""
+        if self._stdin or self._fh is None:
+            return
+        self._fh.close()
+        self._fh = None
+        self._suspended = True
+
+    def _resume(self) -> bool:
+        try:
+            fh = open(self.path, "rb")
+        except OSError:
+            return False  # deleted or unreadable meanwhile: nothing to read now
+        st = os.fstat(fh.fileno())
+        read_to = self._pos + len(self._partial) + self._too_long
+        self._suspended = False
+        self._fh = fh
+        if FileId.of(st) != self.file or st.st_size < read_to:
+            what = "replaced" if FileId.of(st) != self.file else "truncated"
+            self._notice(f"{self.path}: {what}; reading it again from its start")
+            self.file = FileId.of(st)
+            self._restart()
+        else:
+            fh.seek(read_to)
+        return True
+
+    def _restart(self) -> None:
+        assert self._fh is not None
+        self._fh.seek(0)
+        self._pos, self._line = 0, 0
+        self._partial.clear()
+        self._too_long = 0
+        self.generation += 1
 
     # -- reading
 
@@ -127,7 +201,7 @@ class LineReader:
         """Add bytes read; return a complete line when ``chunk`` ended one."""
         complete = chunk.endswith(b"\n")
         body = chunk[:-1] if complete else chunk
-        if self._too_long or len(self._partial) + len(body) > MAX_LINE_BYTES:
+        if self._too_long or len(self._partial) + len(body) > self.max_line_bytes:
             self._too_long += len(self._partial) + len(body)
             self._partial.clear()
         else:
@@ -141,9 +215,11 @@ class LineReader:
         end = self._pos + len(self._partial) + self._too_long + (1 if newline else 0)
         if self._too_long:
             # _pos tracked the line start; the dropped bytes are accounted for in ``end``.
-            line = Line(self._line, b"", end, self.file, too_long=self._too_long, start=self._pos)
+            line = Line(
+                self._line, b"", end, self.file, self._too_long, self._pos, self.path, self.generation
+            )
         else:
-            line = Line(self._line, bytes(self._partial), end, self.file, start=self._pos)
+            line = Line(self._line, bytes(self._partial), end, self.file, 0, self._pos, self.path, self.generation)
         self._pos = end
         self._partial.clear()
         self._too_long = 0
@@ -152,7 +228,7 @@ class LineReader:
     def _read_chunk(self) -> bytes:
         assert self._fh is not None
         # Small reads: BufferedReader.readline(limit) allocates ``limit`` bytes up front on every call.
-        limit = min(_READ_BYTES, MAX_LINE_BYTES + 1 - len(self._partial)) if not self._too_long else _READ_BYTES
+        limit = min(_READ_BYTES, self.max_line_bytes + 1 - len(self._partial)) if not self._too_long else _READ_BYTES
         self.blocking = self._stdin
         try:
             return self._fh.readline(max(1, limit))
@@ -161,6 +237,8 @@ class LineReader:
 
     def lines(self) -> Iterator[Line]:
         """Complete lines available now; in follow mode stops at the current end (call again later)."""
+        if self._fh is None and self._suspended and not self._resume():
+            return
         if self._fh is None:
             return
         while True:
@@ -172,9 +250,12 @@ class LineReader:
             if line is not None:
                 yield line
         if not self.follow or self._stdin:
-            # the end of input: a last line without a newline is still a line
+            # the end of input: a last line without a newline is still a line (unless told otherwise)
             if self._partial or self._too_long:
-                yield self._emit(newline=False)
+                if self.partial_last_line or self._stdin:
+                    yield self._emit(newline=False)
+                else:
+                    self._notice(f"{self.path}: the last line has no newline yet (still being written?); not read")
             self.eof = True
 
     def check_file(self) -> Iterator[Line]:
@@ -199,15 +280,12 @@ class LineReader:
             self.close()
             self._notice(f"{self.path}: rotated; following the new file from its start")
             self._open(None)
+            self.generation += 1
             return
         read_to = self._pos + len(self._partial) + self._too_long
         if st.st_size < read_to:
             self._notice(f"{self.path}: truncated; reading it again from its start")
-            assert self._fh is not None
-            self._fh.seek(0)
-            self._pos, self._line = 0, 0
-            self._partial.clear()
-            self._too_long = 0
+            self._restart()
 
     def _drain_old(self) -> Iterator[Line]:
         while True:

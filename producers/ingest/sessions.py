@@ -1,0 +1,299 @@
+"""Ingesting hosts' session files (``ingest --format claude-code|codex``): many files, one loop.
+
+``SessionFiles`` is the line source: it finds the session files under each PATH, reads each with a
+``LineReader`` (the same tail machinery as JSON Lines: complete lines only, truncation and replacement
+noticed) and, following, polls them all from one thread: a file is opened only when ``stat`` shows it
+changed and is closed again after the read (``LineReader.suspend``), new files are found by a rescan
+every ``RESCAN_INTERVAL`` seconds, a deleted file is forgotten, and the parser of a file idle for
+``EVICT_AFTER`` seconds is dropped (it is rebuilt from the file if the file grows again). Thousands of
+files cost a ``stat`` each per poll, no thread and no descriptor each.
+
+``SessionDecoder`` feeds each line to its file's parser (``throughline.producers.hosts``) and builds
+the completed turns. Resuming: the state (``throughline.ingest_sessions_state.v1``) records, per file,
+the last line whose turns the broker acknowledged. A file with new bytes is parsed again from its start
+(a parser's state is the whole file before it) and the turns completed by lines up to the saved one are
+not sent again; a file that did not change since is not read at all. A file that no longer holds the
+saved line (rewritten, replaced) is read from its start and its turns are all sent (the projector
+applies a repeated turn once).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from throughline.core.turn import TurnRecord, build_turn
+from throughline.errors import InputError
+from throughline.producers.exceptions import TranscriptLineError
+from throughline.producers.hosts.files import SessionParser, new_parser, session_files
+from throughline.producers.hosts.render import HostTurn
+from throughline.producers.ingest.run import LineMark
+from throughline.producers.ingest.state import FileId, IngestState, save_session_states
+from throughline.producers.ingest.tail import Line, LineReader
+
+#: A transcript line holds whole tool outputs and pasted images; lines longer than this are skipped.
+MAX_TRANSCRIPT_LINE_BYTES = 64 * 1024 * 1024
+SESSION_POLL_INTERVAL = 0.5
+RESCAN_INTERVAL = 2.0
+EVICT_AFTER = 300.0
+
+
+@dataclass(slots=True)
+class _Tracked:
+    path: str
+    saved: IngestState | None  # the saved state at start (None: never ingested)
+    reader: LineReader | None = None
+    parser: SessionParser | None = None
+    generation: int = 0
+    skip_to: int = 0  # turns completed by lines ending at or before this offset are not sent again
+    seen: tuple[FileId, int] | None = None  # (file, size) at the last read
+    active_at: float = field(default_factory=time.monotonic)
+
+
+class SessionFiles:
+    """The session files of one host format under some paths, read (and followed) as one line source."""
+
+    blocking = False
+
+    def __init__(
+        self,
+        format: str,
+        roots: list[str],
+        *,
+        follow: bool = False,
+        states: Mapping[str, IngestState] | None = None,
+        poll_interval: float = SESSION_POLL_INTERVAL,
+        notice: Callable[[str], None] = lambda message: None,
+        rescan_interval: float = RESCAN_INTERVAL,
+        evict_after: float = EVICT_AFTER,
+    ) -> None:
+        self.format = format
+        self.roots = [os.path.abspath(r) for r in roots]
+        self.path = ", ".join(roots)
+        self.follow = follow
+        self.eof = False
+        self.poll_interval = poll_interval
+        self.rescan_interval = rescan_interval
+        self.evict_after = evict_after
+        self._notice = notice
+        self._states = dict(states or {})
+        self.tracked: dict[str, _Tracked] = {}
+        #: the end offset of the last acknowledged line of a file (set by the runner; eviction needs it)
+        self.covered_end: Callable[[str], int | None] = lambda path: None
+        self._last_scan = 0.0
+        for root in self.roots:
+            if not os.path.exists(root):
+                if not follow:
+                    raise InputError(f"{root}: no such file or directory", code="file_not_found")
+                self._notice(f"{root}: does not exist yet; waiting for it")
+        self._scan()
+
+    # ------------------------------------------------------------------------------------------ files
+
+    def _scan(self) -> None:
+        self._last_scan = time.monotonic()
+        for root in self.roots:
+            for path in session_files(self.format, root):
+                if path not in self.tracked:
+                    self.tracked[path] = _Tracked(path, self._states.get(path))
+
+    def _activate(self, t: _Tracked) -> bool:
+        """Open a file for reading from its start (its parser is built from the whole file)."""
+        try:
+            reader = LineReader(
+                t.path,
+                follow=self.follow,
+                poll_interval=self.poll_interval,
+                notice=self._notice,
+                max_line_bytes=MAX_TRANSCRIPT_LINE_BYTES,
+                partial_last_line=False,
+            )
+        except InputError as exc:
+            self._notice(f"{t.path}: {exc.message}; skipped")
+            return False
+        t.skip_to = 0
+        if t.saved is not None:
+            problem = reader.fits(t.saved)
+            if problem is None:
+                t.skip_to = t.saved.offset
+            else:
+                self._notice(f"{t.path}: {problem}; sending its turns again from line 1")
+        t.reader = reader
+        t.generation = reader.generation
+        t.parser = new_parser(self.format, t.path)
+        return True
+
+    def _unchanged(self, t: _Tracked, st: os.stat_result) -> bool:
+        now = (FileId.of(st), st.st_size)
+        if t.reader is None and t.parser is None and t.saved is not None:
+            # dormant: nothing to read while the file is still exactly what the state covers
+            return now == (t.saved.file, t.saved.offset)
+        return t.seen == now
+
+    def lines(self) -> Iterator[Line]:
+        """Complete lines available now, file by file."""
+        for path in list(self.tracked):
+            t = self.tracked.get(path)
+            if t is None:
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                if self.follow:
+                    self._forget(t, "deleted")
+                continue
+            if self._unchanged(t, st):
+                continue
+            if t.reader is None and not self._activate(t):
+                continue
+            assert t.reader is not None
+            yield from t.reader.lines()
+            t.active_at = time.monotonic()
+            size = t.reader.size()
+            t.seen = (t.reader.file, size) if t.reader.file is not None and size is not None else None
+            if self.follow:
+                t.reader.suspend()
+            else:
+                t.reader.close()
+        if not self.follow:
+            self.eof = True
+
+    def check_file(self) -> Iterator[Line]:
+        """Following: find new session files and let idle ones go (lines are read in ``lines``)."""
+        now = time.monotonic()
+        if now - self._last_scan >= self.rescan_interval:
+            before = len(self.tracked)
+            self._scan()
+            if len(self.tracked) > before:
+                self._notice(f"{len(self.tracked) - before} new session file(s); following them")
+        for t in self.tracked.values():
+            if t.parser is None or t.reader is None or now - t.active_at < self.evict_after:
+                continue
+            if t.parser.open_turn:
+                continue  # a turn in progress: keep its parser (rebuilding it would be just as right, but slower)
+            end = self.covered_end(t.path)
+            if end is None or t.seen is None or end != t.seen[1]:
+                continue
+            t.saved = IngestState(t.seen[0], end, 0)
+            t.reader.close()
+            t.reader, t.parser = None, None
+        return iter(())
+
+    def _forget(self, t: _Tracked, why: str) -> None:
+        if t.reader is not None:
+            t.reader.close()
+        del self.tracked[t.path]
+        self._notice(f"{t.path}: {why}; no longer followed")
+
+    def parser_of(self, line: Line) -> tuple[_Tracked, SessionParser] | None:
+        """The file a line was read from and its parser (built anew after a restart of the file)."""
+        t = self.tracked.get(line.path)
+        if t is None or t.parser is None:
+            return None
+        if line.generation != t.generation:
+            t.generation = line.generation
+            t.parser = new_parser(self.format, t.path)
+            t.skip_to = 0
+        return t, t.parser
+
+    def close(self) -> None:
+        """Close every file."""
+        for t in self.tracked.values():
+            if t.reader is not None:
+                t.reader.close()
+
+
+class SessionDecoder:
+    """Lines of host session files into completed turns; unreadable lines are reported and skipped."""
+
+    def __init__(
+        self,
+        files: SessionFiles,
+        *,
+        warn: Callable[[str], None],
+        producer_name: str = "throughline-ingest",
+        producer_version: str = "0",
+    ) -> None:
+        self.files = files
+        self.warn = warn
+        self.producer_name = producer_name
+        self.producer_version = producer_version
+        self.skipped = 0
+
+    def label(self, line: Line | LineMark) -> str:
+        """``FILE:N``."""
+        return f"{line.path}:{line.number}"
+
+    def _skip(self, line: Line, code: str, message: str) -> None:
+        self.skipped += 1
+        self.warn(f"{self.label(line)}: {code}: {message}")
+
+    def turns(self, line: Line) -> list[TurnRecord]:
+        """The turns a line completes and that were not acknowledged before."""
+        found = self.files.parser_of(line)
+        if found is None:
+            return []
+        tracked, parser = found
+        if line.too_long:
+            self._skip(line, "line_too_long", f"a line of {line.too_long} bytes; skipped")
+            return []
+        try:
+            host_turns = parser.feed(line.number, line.data)
+        except TranscriptLineError as exc:
+            self._skip(line, exc.code, exc.message)
+            return []
+        for problem in parser.problems:
+            self._skip(line, "turn_left_out", problem)
+        parser.problems.clear()
+        if line.end <= tracked.skip_to:
+            return []  # acknowledged by an earlier run
+        out = []
+        for ht in host_turns:
+            try:
+                out.append(self.build(ht))
+            except InputError as exc:
+                self._skip(line, exc.code, f"turn {ht.turn_id}: {exc.message}")
+        return out
+
+    def build(self, ht: HostTurn) -> TurnRecord:
+        """The topic record of a host turn."""
+        return build_turn(
+            project=ht.project,
+            host=ht.host,
+            thread=ht.thread,
+            turn_id=ht.turn_id,
+            completed_at_micros=ht.completed_at_micros,
+            body=ht.body,
+            seq=ht.seq,
+            producer_name=self.producer_name,
+            producer_version=self.producer_version,
+            produced_at_micros=time.time_ns() // 1000,
+            attributes=ht.attributes,
+        )
+
+
+class SessionsState:
+    """The state file of a host-format ingest: per file, the last acknowledged line."""
+
+    def __init__(self, state_path: str, files: SessionFiles, saved: Mapping[str, IngestState]) -> None:
+        self.state_path = state_path
+        self.files = files
+        self._base = dict(saved)
+
+    def write(self, covered: Mapping[str, LineMark]) -> None:
+        """Save every followed file's covered line (files not read this run keep their saved state)."""
+        states: dict[str, IngestState] = {}
+        for path, tracked in self.files.tracked.items():
+            mark = covered.get(path)
+            state = mark.state() if mark is not None else None
+            base = self._base.get(path)
+            # While a file is parsed again from its start, its covered line trails the saved one, which
+            # still holds while it was found valid (the turns up to it are skipped, not sent).
+            resuming = base is not None and tracked.skip_to >= base.offset > (state.offset if state else -1)
+            if state is None or resuming:
+                state = base
+            if state is not None:
+                states[path] = state
+        save_session_states(self.state_path, states, format=self.files.format)
