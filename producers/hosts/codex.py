@@ -82,7 +82,8 @@ class CodexSession:
         self._meta_cwd: str | None = None
         self._cwd: str | None = None
         self._open: _Turn | None = None
-        self._user_turns: list[bool] = []  # the thread's user turns, oldest first: True = in the chain
+        # the thread's user turns, oldest first: the project of a completed turn, None for one aborted
+        self._user_turns: list[str | None] = []
         self._started = 0
         self.problems: list[str] = []
 
@@ -180,7 +181,7 @@ class CodexSession:
     def _abandon(self) -> None:
         """The open turn ends without completing (aborted, superseded): a user turn Codex counts."""
         if self._open is not None and self._open.prompt():
-            self._user_turns.append(False)
+            self._user_turns.append(None)
         self._open = None
 
     def _complete(self, number: int, entry: dict[str, Any], payload: dict[str, Any]) -> list[HostTurn]:
@@ -200,7 +201,7 @@ class CodexSession:
             completed = None
         if project is None or completed is None:
             self.problems.append(f"turn {turn_id} has no {'cwd' if project is None else 'timestamp'}; left out")
-            self._user_turns.append(False)
+            self._user_turns.append(None)
             return []
         last = payload.get("last_agent_message")
         if isinstance(last, str) and last:
@@ -209,8 +210,9 @@ class CodexSession:
             reply = turn.agent_events[-1]
         else:
             reply = turn.agent_items[-1] if turn.agent_items else ""
-        seq = sum(self._user_turns) + 1
-        self._user_turns.append(True)
+        # a chain is one (project, host, thread): seq counts the thread's live turns in this project
+        seq = self._user_turns.count(project) + 1
+        self._user_turns.append(project)
         body, attributes = render_body(prompt, turn.tools, reply)
         return [
             HostTurn(
