@@ -62,6 +62,17 @@ class HookError(InputError):
     code = "hook_input"
 
 
+def hook_argv(argv: list[str]) -> list[str]:
+    """``argv`` with a trailing JSON payload moved next to the host name.
+
+    Codex's ``notify`` appends its JSON after whatever the configuration lists, options included
+    (``["throughline", "hook", "codex", "--timeout", "3"]``); argparse takes positionals only before them.
+    """
+    if len(argv) > 3 and argv[-1].lstrip().startswith("{") and not argv[-2].startswith("--"):
+        return [*argv[:2], argv[-1], *argv[2:-1]]
+    return argv
+
+
 def default_state_dir() -> str:
     """``$XDG_STATE_HOME/throughline/hooks`` (``~/.local/state/throughline/hooks`` by default)."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")

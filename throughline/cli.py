@@ -65,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["hook"]:
+        from throughline.producers.hook import hook_argv
+
+        argv = hook_argv(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
