@@ -188,6 +188,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             send_timeout=max(1.0, args.send_timeout),
             connect_timeout=max(1.0, args.connect_timeout),
             producer_name=INGEST_PRODUCER_NAME,
+            kafka_config=settings.kafka_config(),
         ) as producer, StopOnSignals(stop, reader) as signals:
             ingest = Ingest(
                 reader,

@@ -29,9 +29,6 @@ from importlib import metadata
 from types import TracebackType
 from typing import Any
 
-import kafka.errors as kafka_errors
-from kafka import KafkaProducer
-
 from throughline.core.chain import micros_since_epoch
 from throughline.core.exceptions import InvalidTurnError
 from throughline.core.partitioning import partition_for
@@ -39,15 +36,17 @@ from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_tur
 from throughline.errors import ThroughlineError
 from throughline.log import (
     DEFAULT_PARTITIONS,
-    RECONNECT_BACKOFF_MAX_MS,
     BrokerUnavailableError,
+    KafkaClientConfig,
+    KafkaErrors,
+    KafkaSecurityError,
     LogError,
     LossyTopicError,
     TopicInfo,
     bootstrap_list,
+    clients,
     describe_topic,
     ensure_topic,
-    translate_kafka_error,
 )
 from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
 from throughline.runtime import fewer_gc_passes
@@ -147,8 +146,9 @@ class PendingSend:
         """Wait for the acknowledgement (at most ``timeout``, default the producer's send timeout + 5 s)."""
         wait = self._owner.send_timeout + 5.0 if timeout is None else timeout
         try:
-            meta = self._future.get(timeout=wait)
-        except kafka_errors.KafkaError as exc:
+            with self._owner.kafka_errors:
+                meta = self._future.get(timeout=wait)
+        except LogError as exc:
             raise self._owner.send_error(exc) from exc
         return LogPosition(int(meta.partition), int(meta.offset))
 
@@ -168,12 +168,15 @@ class TurnProducer:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         producer_name: str = DEFAULT_PRODUCER_NAME,
         client_id: str | None = None,
+        kafka_config: KafkaClientConfig | None = None,
     ) -> None:
         """Check (``ensure``: create when missing) the topic, then connect an idempotent producer.
 
-        Raises ``BrokerUnavailableError`` when no broker answers within ``connect_timeout``,
-        ``TopicMissingError`` when ``ensure`` is false and the topic does not exist, and
-        ``LossyTopicError`` when the topic would lose records and ``allow_lossy`` is false.
+        Raises ``BrokerUnavailableError`` when no broker answers within ``connect_timeout``, a
+        ``KafkaSecurityError`` when the connection's settings do not fit the listener (a wrong password,
+        an untrusted certificate, ...), ``TopicMissingError`` when ``ensure`` is false and the topic does
+        not exist, and ``LossyTopicError`` when the topic would lose records and ``allow_lossy`` is
+        false. ``kafka_config``: how to connect (``None``: ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT).
         """
         if not send_timeout >= 1.0:
             raise ValueError("send_timeout must be at least 1 second")
@@ -181,39 +184,42 @@ class TurnProducer:
         self._topic = topic
         self.send_timeout = float(send_timeout)
         self._producer_name = producer_name
+        self.kafka_errors = KafkaErrors(self._servers, kafka_config)
         if ensure:
             info = ensure_topic(
-                self._servers, topic, partitions=partitions, allow_lossy=allow_lossy, timeout=connect_timeout
+                self._servers,
+                topic,
+                partitions=partitions,
+                allow_lossy=allow_lossy,
+                timeout=connect_timeout,
+                kafka_config=kafka_config,
             )
         else:
-            info = describe_topic(self._servers, topic, timeout=connect_timeout)
+            info = describe_topic(self._servers, topic, timeout=connect_timeout, kafka_config=kafka_config)
             if info.lossy_reasons and not allow_lossy:
                 raise LossyTopicError(topic, info.lossy_reasons)
         self._info = info
         self._partitions = info.partitions
         delivery_ms = int(self.send_timeout * 1000)
-        try:
-            self._producer = KafkaProducer(
-                bootstrap_servers=self._servers,
-                client_id=client_id or f"{producer_name}-producer",
-                acks="all",
-                enable_idempotence=True,
-                max_in_flight_requests_per_connection=5,
-                retries=MAX_RETRIES,
-                delivery_timeout_ms=delivery_ms,
-                # Kafka requires delivery >= linger + request timeout.
-                request_timeout_ms=min(30_000, delivery_ms - LINGER_MS),
-                max_block_ms=delivery_ms,
-                bootstrap_timeout_ms=max(1000, int(connect_timeout * 1000)),
-                max_request_size=TOPIC_MAX_MESSAGE_BYTES,
-                linger_ms=LINGER_MS,
-                batch_size=BATCH_BYTES,
-                # Our topic is created on purpose (infinite retention); never let a send auto-create one.
-                allow_auto_create_topics=False,
-                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
-            )
-        except kafka_errors.KafkaError as exc:
-            raise translate_kafka_error(exc, self._servers) from exc
+        self._producer = clients.producer(
+            self._servers,
+            client_id=client_id or f"{producer_name}-producer",
+            connect_timeout=connect_timeout,
+            kafka_config=kafka_config,
+            acks="all",
+            enable_idempotence=True,
+            max_in_flight_requests_per_connection=5,
+            retries=MAX_RETRIES,
+            delivery_timeout_ms=delivery_ms,
+            # Kafka requires delivery >= linger + request timeout.
+            request_timeout_ms=min(30_000, delivery_ms - LINGER_MS),
+            max_block_ms=delivery_ms,
+            max_request_size=TOPIC_MAX_MESSAGE_BYTES,
+            linger_ms=LINGER_MS,
+            batch_size=BATCH_BYTES,
+            # Our topic is created on purpose (infinite retention); never let a send auto-create one.
+            allow_auto_create_topics=False,
+        )
         self._closed = False
 
     # ------------------------------------------------------------------------------------------ facts
@@ -260,8 +266,9 @@ class TurnProducer:
             prepared = [self._prepare(t) for t in turns]
             pending = [self._submit(turn, value) for turn, value in prepared]
         try:
-            self._producer.flush(timeout=self.send_timeout + 5.0)
-        except kafka_errors.KafkaError:
+            with self.kafka_errors:
+                self._producer.flush(timeout=self.send_timeout + 5.0)
+        except LogError:
             pass  # each pending send below reports its own failure
         positions: list[LogPosition] = []
         first_error: Exception | None = None
@@ -338,8 +345,9 @@ class TurnProducer:
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every handed-over turn is acknowledged or failed (bounded by the send timeout)."""
         try:
-            self._producer.flush(timeout=self.send_timeout + 5.0 if timeout is None else timeout)
-        except kafka_errors.KafkaError as exc:
+            with self.kafka_errors:
+                self._producer.flush(timeout=self.send_timeout + 5.0 if timeout is None else timeout)
+        except LogError as exc:
             raise self.send_error(exc) from exc
 
     def close(self, timeout: float | None = None) -> None:
@@ -349,8 +357,9 @@ class TurnProducer:
             return
         self._closed = True
         try:
-            self._producer.close(timeout=self.send_timeout + 5.0 if timeout is None else timeout)
-        except kafka_errors.KafkaError as exc:
+            with self.kafka_errors:
+                self._producer.close(timeout=self.send_timeout + 5.0 if timeout is None else timeout)
+        except LogError as exc:
             # kafka-python leaves its sender thread running when the final flush times out.
             sender = getattr(self._producer, "_sender", None)
             if sender is not None:
@@ -395,19 +404,20 @@ class TurnProducer:
             raise ProducerError("the producer is closed", code="producer_closed")
         partition = partition_for(turn.project_sha256, self._partitions)
         try:
-            future = self._producer.send(self._topic, value=value, key=turn.project_sha256, partition=partition)
-        except kafka_errors.KafkaError as exc:
+            with self.kafka_errors:
+                future = self._producer.send(self._topic, value=value, key=turn.project_sha256, partition=partition)
+        except LogError as exc:
             raise self.send_error(exc) from exc
         return PendingSend(self, future, turn)
 
-    def send_error(self, exc: BaseException) -> Exception:
-        """The throughline error for a kafka-python error raised while sending."""
-        if isinstance(exc, kafka_errors.KafkaTimeoutError | kafka_errors.KafkaConnectionError | kafka_errors.NodeNotReadyError):
-            return BrokerUnavailableError(
-                self._servers, f"no acknowledgement within {self.send_timeout:g}s ({exc})"
-            )
-        if isinstance(exc, kafka_errors.MessageSizeTooLargeError):
-            return SendFailedError(f"the broker refused the record as too large: {exc}", retriable=False)
-        if isinstance(exc, kafka_errors.IllegalStateError):
-            return ProducerError(f"the producer cannot send: {exc}", code="producer_closed")
-        return SendFailedError(f"the broker refused the turn: {exc}", retriable=bool(getattr(exc, "retriable", False)))
+    def send_error(self, exc: LogError) -> Exception:
+        """The producer's error for a (translated) Kafka error raised while sending."""
+        if isinstance(exc, BrokerUnavailableError):
+            return BrokerUnavailableError(self._servers, f"no acknowledgement within {self.send_timeout:g}s ({exc.detail})")
+        if isinstance(exc, KafkaSecurityError):
+            return exc  # a setting to fix, with its own code
+        if exc.code == "message_too_large":
+            return SendFailedError(exc.message, retriable=False)
+        if exc.code == "client_closed":
+            return ProducerError(f"the producer cannot send: {exc.message}", code="producer_closed")
+        return SendFailedError(f"the broker refused the turn: {exc.message}", retriable=exc.retriable)

@@ -159,11 +159,12 @@ def _cmd_project(args: argparse.Namespace) -> int:
     servers = settings.require_bootstrap()
     options = _options(args)
     headroom = _memory_headroom(args)
+    kafka_config = settings.kafka_config()  # a broken file fails before the projection is opened
     with (
         DuckProjection.open(settings.db, topic=settings.topic, memory_headroom=headroom) as projection,
         _stop_on_signals() as (stop, received),
     ):
-        projector = Projector(projection, servers, settings.topic, options=options)
+        projector = Projector(projection, servers, settings.topic, options=options, kafka_config=kafka_config)
         summary = _run_riding_out_outages(
             lambda: projector.run(until_caught_up=args.until_caught_up, stop=stop),
             stop,
@@ -240,6 +241,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 stop=stop,
                 options=options,
                 memory_headroom=_memory_headroom(args),
+                kafka_config=settings.kafka_config(),
             )
         finally:
             if bar is not None:
@@ -263,7 +265,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     settings = settings_from(args)
-    doc = collect_status(settings.db, settings.topic, settings.bootstrap_servers, latest=max(0, args.quarantine))
+    doc = collect_status(
+        settings.db,
+        settings.topic,
+        settings.bootstrap_servers,
+        latest=max(0, args.quarantine),
+        kafka_config=settings.kafka_config(),
+    )
     print(json.dumps(doc, indent=2) if args.json else render_status(doc))
     log_error = doc["log"].get("error")
     if settings.bootstrap_servers and log_error is not None:

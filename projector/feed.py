@@ -36,15 +36,11 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, Protocol
 
-import kafka.errors as kafka_errors
-from kafka import KafkaConsumer, TopicPartition
-
-from throughline.log import RECONNECT_BACKOFF_MAX_MS, translate_kafka_error
-from throughline.log.fetch import use_record_reader
+from throughline.log import KafkaClientConfig, LogError, PartitionConsumer
 from throughline.projector.exceptions import ProjectorError
 from throughline.projector.prepare import PreparedBatch, prepare_batch
 from throughline.runtime import BULK_GC_THRESHOLD, fewer_gc_passes
@@ -94,30 +90,22 @@ class FetchWorkerError(ProjectorError):
     retriable = True
 
 
-def open_consumer(servers: Sequence[str], options: ProjectorOptions) -> KafkaConsumer:
-    """The projector's consumer: no group, no auto-commit, no offset reset, committed records only."""
-    timeout_ms = max(1000, int(options.timeout * 1000))
-    try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=list(servers),
-            client_id=options.client_id,
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="none",  # an out-of-range position is an error to explain, never a reset
-            isolation_level="read_committed",
-            allow_auto_create_topics=False,
-            max_poll_records=options.max_poll_records,
-            fetch_max_bytes=options.fetch_max_bytes,
-            max_partition_fetch_bytes=options.max_partition_fetch_bytes,
-            fetch_max_wait_ms=options.fetch_max_wait_ms,
-            request_timeout_ms=max(timeout_ms, options.fetch_max_wait_ms + 1000),
-            bootstrap_timeout_ms=timeout_ms,
-            reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
-        )
-    except kafka_errors.KafkaError as exc:
-        raise translate_kafka_error(exc, list(servers)) from exc
-    use_record_reader(consumer)  # its records are FetchedRecords: partition, offset, key, value
-    return consumer
+def open_consumer(spec: FeedSpec) -> PartitionConsumer:
+    """The projector's consumer of ``spec``'s topic: no group, no auto-commit, no offset reset,
+    committed records only, its polls returning ``FetchedRecord``s (partition, offset, key, value)."""
+    o = spec.options
+    return PartitionConsumer(
+        spec.servers,
+        spec.topic,
+        spec.partitions,
+        client_id=o.client_id,
+        timeout=o.timeout,
+        max_poll_records=o.max_poll_records,
+        fetch_max_bytes=o.fetch_max_bytes,
+        max_partition_fetch_bytes=o.max_partition_fetch_bytes,
+        fetch_max_wait_ms=o.fetch_max_wait_ms,
+        kafka_config=spec.kafka_config,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +117,8 @@ class FeedSpec:
     partitions: int
     start: tuple[tuple[int, int], ...]  # (partition, first offset to fetch)
     options: ProjectorOptions
+    # How to connect; it crosses to the worker on its stdin pipe (never on a command line).
+    kafka_config: KafkaClientConfig | None = None
 
     def at(self, offsets: Mapping[int, int]) -> FeedSpec:
         """This spec starting at ``offsets`` (partitions not named start at 0)."""
@@ -141,7 +131,7 @@ class Feed(Protocol):
     def next(self, timeout: float) -> list[PreparedBatch]:
         """The next poll's batches (one per partition), or ``[]`` when none came within ``timeout``.
 
-        Raises kafka-python's ``KafkaError`` as the consumer raised it, or ``FetchWorkerError``.
+        Raises the consumer's ``LogError``, or ``FetchWorkerError``.
         """
         ...
 
@@ -159,10 +149,8 @@ class Fetcher:
 
     def __init__(self, spec: FeedSpec) -> None:
         self._spec = spec
-        self._consumer = open_consumer(spec.servers, spec.options)
+        self._consumer = open_consumer(spec)
         try:
-            self._tps = [TopicPartition(spec.topic, p) for p in range(spec.partitions)]
-            self._consumer.assign(self._tps)
             self._next: dict[int, int] = {}
             self.seek(dict(spec.start))
         except BaseException:
@@ -171,9 +159,9 @@ class Fetcher:
 
     def seek(self, offsets: Mapping[int, int]) -> None:
         """Fetch from ``offsets`` on."""
-        self._next = {tp.partition: int(offsets.get(tp.partition, 0)) for tp in self._tps}
-        for tp in self._tps:
-            self._consumer.seek(tp, self._next[tp.partition])
+        self._next = {p: int(offsets.get(p, 0)) for p in range(self._spec.partitions)}
+        for p, offset in self._next.items():
+            self._consumer.seek(p, offset)
 
     def fetch(self, timeout: float) -> list[PreparedBatch]:
         """One poll, prepared; offset-only batches when the position passed offsets holding no record.
@@ -201,10 +189,10 @@ class Fetcher:
             if records
         ]
         if not batches:
-            for tp in self._tps:
-                position = self._consumer.position(tp)
-                if position is not None and position > self._next[tp.partition]:
-                    batches.append(prepare_batch(tp.partition, [], next_offset=int(position)))
+            for p in range(self._spec.partitions):
+                position = self._consumer.position(p)
+                if position is not None and position > self._next[p]:
+                    batches.append(prepare_batch(p, [], next_offset=position))
         for b in batches:
             self._next[b.partition] = b.next_offset
         return batches
@@ -212,17 +200,17 @@ class Fetcher:
     def _backlog(self) -> int:
         """Records the broker holds past the positions (as its last fetch responses reported)."""
         backlog = 0
-        for tp in self._tps:
-            highwater = self._consumer.highwater(tp)
+        for p in range(self._spec.partitions):
+            highwater = self._consumer.highwater(p)
             if highwater is not None:
-                backlog += max(0, highwater - self._consumer.position(tp))
+                backlog += max(0, highwater - (self._consumer.position(p) or 0))
         return backlog
 
     def _poll_into(self, polled: dict[int, list[Any]], timeout: float, max_records: int) -> int:
         """One consumer poll appended to ``polled`` (records by partition); how many records came."""
         got = 0
-        for tp, records in self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)), max_records=max_records).items():
-            polled.setdefault(tp.partition, []).extend(records)
+        for partition, records in self._consumer.poll(timeout, max_records).items():
+            polled.setdefault(partition, []).extend(records)
             got += len(records)
         return got
 
@@ -489,7 +477,7 @@ def _fetch_until_stopped(spec: FeedSpec, parent: int, writer: _FrameWriter) -> i
         while os.getppid() == parent and not writer.broken.is_set():
             try:
                 batches = fetcher.fetch(spec.options.poll_timeout)
-            except kafka_errors.KafkaError as exc:
+            except LogError as exc:
                 writer.send("error", exc)
                 return 1
             except Exception as exc:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from throughline.log import KafkaClientConfig
 from throughline.projector.exceptions import ReplayTargetError
 from throughline.projector.runner import Progress, ProgressUpdate, Projector, ProjectorOptions, RunSummary
 from throughline.projector.store import DuckProjection
@@ -46,10 +47,12 @@ def replay(
     stop: threading.Event | None = None,
     options: ProjectorOptions | None = None,
     memory_headroom: int | None = None,
+    kafka_config: KafkaClientConfig | None = None,
 ) -> RunSummary:
     """Rebuild the projection of ``topic`` from offset 0 into the new file ``db``.
 
-    ``memory_headroom`` bounds DuckDB's memory beyond its indexes (see ``DuckProjection.open``).
+    ``memory_headroom`` bounds DuckDB's memory beyond its indexes (see ``DuckProjection.open``);
+    ``kafka_config``: how to connect (``None``: ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT).
     Raises ``ReplayTargetError`` when ``db`` exists and is not empty. The log errors of the projector
     (``TopicMissingError``, ``BrokerUnavailableError``, ``LogRewoundError``...) propagate; the partial
     file is removed then.
@@ -64,7 +67,7 @@ def replay(
     try:
         projection = DuckProjection.open(partial, topic=topic, memory_headroom=memory_headroom)
         try:
-            summary = Projector(projection, bootstrap_servers, topic, options=options).run(
+            summary = Projector(projection, bootstrap_servers, topic, options=options, kafka_config=kafka_config).run(
                 until_caught_up=True, stop=stop, progress=progress
             )
             if not summary.caught_up:

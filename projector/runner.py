@@ -33,10 +33,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import kafka.errors as kafka_errors
-from kafka import KafkaConsumer, TopicPartition
-
-from throughline.log import TopicInfo, bootstrap_list, describe_topic, translate_kafka_error
+from throughline.log import (
+    KafkaClientConfig,
+    KafkaLog,
+    LogError,
+    PositionOutOfRangeError,
+    TopicInfo,
+    bootstrap_list,
+    describe_topic,
+    resolve_kafka_config,
+)
 from throughline.log.exceptions import TopicMissingError
 from throughline.projector.exceptions import LogRewoundError, LogTruncatedError, ProjectorError
 from throughline.projector.feed import DEFAULT_MAX_POLL_RECORDS as DEFAULT_MAX_POLL_RECORDS
@@ -44,7 +50,6 @@ from throughline.projector.feed import (
     Feed,
     FeedSpec,
     FetchWorkerError,
-    open_consumer,
     open_feed,
     spawn_worker,
 )
@@ -148,17 +153,21 @@ class Projector:
         topic: str,
         *,
         options: ProjectorOptions | None = None,
+        kafka_config: KafkaClientConfig | None = None,
     ) -> None:
+        """A projector of ``topic`` into ``projection``; ``kafka_config``: how to connect (``None``:
+        ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT), for every client of the run and its fetch worker."""
         self._projection = projection
         self._servers = bootstrap_list(bootstrap_servers)
         self._topic = topic
         self._options = options or ProjectorOptions()
+        self._kafka_config = resolve_kafka_config() if kafka_config is None else kafka_config
         self._worker_failures = 0
 
     # -------------------------------------------------------------------------- checks
 
     def _describe(self) -> TopicInfo:
-        return describe_topic(self._servers, self._topic, timeout=self._options.timeout)
+        return describe_topic(self._servers, self._topic, timeout=self._options.timeout, kafka_config=self._kafka_config)
 
     def _check_identity(self, info: TopicInfo) -> None:
         recorded = self._projection.topic_id
@@ -177,11 +186,10 @@ class Projector:
                 code="partition_count_changed",
             )
 
-    def _check_offsets(self, consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> dict[int, int]:
+    def _check_offsets(self, log: KafkaLog) -> dict[int, int]:
         """Compare the log's offsets with the applied ones; return the end offsets."""
-        timeout_ms = int(self._options.timeout * 1000)
-        ends = {tp.partition: int(o) for tp, o in consumer.end_offsets(list(tps), timeout_ms=timeout_ms).items()}
-        begins = {tp.partition: int(o) for tp, o in consumer.beginning_offsets(list(tps), timeout_ms=timeout_ms).items()}
+        ends = log.end_offsets()
+        begins = log.beginning_offsets()
         applied = self._projection.applied_offsets()
         for p in sorted(ends):
             done = applied.get(p, 0)
@@ -200,7 +208,7 @@ class Projector:
                 )
         return ends
 
-    def _check_running(self, consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> dict[int, int]:
+    def _check_running(self, log: KafkaLog) -> dict[int, int]:
         try:
             info = self._describe()
         except TopicMissingError:
@@ -210,13 +218,14 @@ class Projector:
                 "under that name later is another log. Rebuild with `throughline replay --db NEW_FILE`"
             ) from None
         self._check_identity(info)
-        return self._check_offsets(consumer, tps)
+        return self._check_offsets(log)
 
     # -------------------------------------------------------------------------- the loop
 
-    def _consumer(self) -> KafkaConsumer:
-        """The control consumer: end and first offsets for the checks (the feed fetches)."""
-        return open_consumer(self._servers, self._options)
+    def _log_view(self) -> KafkaLog:
+        """The run's own view of the log: end and first offsets for the checks (the feed fetches)."""
+        o = self._options
+        return KafkaLog(self._servers, self._topic, timeout=o.timeout, client_id=o.client_id, kafka_config=self._kafka_config)
 
     def run(
         self,
@@ -236,7 +245,7 @@ class Projector:
         stop = stop or threading.Event()
         # Started first: its imports overlap the checks below instead of delaying the first batch.
         worker = spawn_worker() if self._options.fetch_worker else None
-        consumer: KafkaConsumer | None = None
+        log_view: KafkaLog | None = None
         feed: Feed | None = None
         threads: int | None = None
         try:
@@ -244,13 +253,14 @@ class Projector:
             self._check_identity(info)
             if info.lossy_reasons:
                 log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
-            consumer = self._consumer()
-            tps = [TopicPartition(self._topic, p) for p in range(info.partitions)]
-            ends = self._check_offsets(consumer, tps)
+            log_view = self._log_view()
+            ends = self._check_offsets(log_view)
             self._projection.bind_log(self._topic, info.topic_id, info.partitions)
             applied = self._projection.applied_offsets()
             start_offsets = {p: applied.get(p, 0) for p in range(info.partitions)}
-            spec = FeedSpec(tuple(self._servers), self._topic, info.partitions, (), self._options).at(start_offsets)
+            spec = FeedSpec(
+                tuple(self._servers), self._topic, info.partitions, (), self._options, self._kafka_config
+            ).at(start_offsets)
             feed, worker = open_feed(spec, worker), None
             if self._options.fetch_worker:  # one core is the worker's while this run lasts
                 threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
@@ -264,7 +274,7 @@ class Projector:
                 start_offsets,
             )
             with fewer_gc_passes(self._options.gc_threshold):
-                caught_up = self._loop(consumer, feed, tps, tally.add, stop, targets)
+                caught_up = self._loop(log_view, feed, tally.add, stop, targets)
         finally:
             if worker is not None:  # the checks failed before the feed took it
                 worker.stop()
@@ -274,8 +284,8 @@ class Projector:
                 # Best effort: a projection that just failed must not hide the run's own error.
                 with contextlib.suppress(Exception):
                     self._projection.limit_threads(threads)
-            if consumer is not None:
-                consumer.close()
+            if log_view is not None:
+                log_view.close()
         return RunSummary(
             tally.total,
             self._projection.applied_offsets(),
@@ -294,9 +304,8 @@ class Projector:
 
     def _loop(
         self,
-        consumer: KafkaConsumer,
+        log_view: KafkaLog,
         feed: Feed,
-        tps: Sequence[TopicPartition],
         on_applied: Callable[[BatchSummary], None],
         stop: threading.Event,
         targets: Mapping[int, int] | None,
@@ -308,17 +317,17 @@ class Projector:
                 return True
             try:
                 if time.monotonic() >= next_check:
-                    self._check_running(consumer, tps)
+                    self._check_running(log_view)
                     next_check = time.monotonic() + o.check_interval
                 batches = feed.next(o.poll_timeout)
-            except kafka_errors.KafkaError as exc:
-                self._explain(consumer, tps, exc)
+            except LogError as exc:
+                self._explain(log_view, exc)
                 feed.restart(self._projection.applied_offsets())
                 continue
             except FetchWorkerError as exc:
                 # The worker died (killed, out of memory): the log decides whether that was the log's
                 # fault; otherwise start it again, at most a few times in a row.
-                self._check_running(consumer, tps)
+                self._check_running(log_view)
                 self._worker_failures += 1
                 if self._worker_failures > _WORKER_RESTARTS:
                     raise
@@ -330,29 +339,21 @@ class Projector:
                 on_applied(self._projection.apply_prepared(self._topic, batches))
         return self._caught_up(targets)
 
-    def _explain(
-        self,
-        consumer: KafkaConsumer,
-        tps: Sequence[TopicPartition],
-        exc: kafka_errors.KafkaError,
-    ) -> None:
+    def _explain(self, log_view: KafkaLog, exc: LogError) -> None:
         """Turn a Kafka error of the consume loop into the projector's verdict (or retry when it is transient).
 
         The log is checked first: a deleted or recreated topic, or one that now ends below the applied
-        offsets, is ``LogRewoundError`` whatever kafka-python reported (an out-of-range position, a
+        offsets, is ``LogRewoundError`` whatever the consumer reported (an out-of-range position, a
         truncation, an unknown partition).
         """
-        try:
-            self._check_running(consumer, tps)
-        except kafka_errors.KafkaError as inner:
-            raise translate_kafka_error(inner, self._servers) from exc
-        if isinstance(exc, kafka_errors.OffsetOutOfRangeError | kafka_errors.LogTruncationError):
+        self._check_running(log_view)
+        if isinstance(exc, PositionOutOfRangeError):
             raise LogTruncatedError(
                 f"the log refused the projector's position on topic {self._topic!r} ({exc}); applied offsets "
                 f"{self._projection.applied_offsets()}"
             ) from exc
-        if getattr(exc, "retriable", False):
-            log.warning("retrying after a Kafka error: %s", exc)
+        if exc.retriable:
+            log.warning("retrying after a Kafka error: %s: %s", exc.code, exc.message)
             time.sleep(min(1.0, self._options.poll_timeout))
             return
-        raise translate_kafka_error(exc, self._servers) from exc
+        raise exc

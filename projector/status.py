@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from throughline.errors import ThroughlineError
-from throughline.log import KafkaLog
+from throughline.log import PLAINTEXT, KafkaClientConfig, KafkaLog
 from throughline.projector.store import DuckProjection, ProjectionStats
 
 DEFAULT_STATUS_TIMEOUT = 10.0
@@ -26,17 +26,26 @@ class LogEnds:
     ends: dict[int, int] | None
     partitions: int | None
     error: ThroughlineError | None
+    kafka_config: KafkaClientConfig = PLAINTEXT
 
 
-def read_log_ends(bootstrap_servers: str | None, topic: str, *, timeout: float = DEFAULT_STATUS_TIMEOUT) -> LogEnds:
+def read_log_ends(
+    bootstrap_servers: str | None,
+    topic: str,
+    *,
+    timeout: float = DEFAULT_STATUS_TIMEOUT,
+    kafka_config: KafkaClientConfig = PLAINTEXT,
+) -> LogEnds:
     """The topic's end offsets now (``ends=None`` with the reason when they cannot be read)."""
     if not bootstrap_servers:
-        return LogEnds(None, None, None)
+        return LogEnds(None, None, None, kafka_config)
     try:
-        with KafkaLog(bootstrap_servers, topic, timeout=timeout, client_id="throughline-status") as log:
-            return LogEnds(log.end_offsets(), log.partitions, None)
+        with KafkaLog(
+            bootstrap_servers, topic, timeout=timeout, client_id="throughline-status", kafka_config=kafka_config
+        ) as log:
+            return LogEnds(log.end_offsets(), log.partitions, None, kafka_config)
     except ThroughlineError as exc:
-        return LogEnds(None, None, exc)
+        return LogEnds(None, None, exc, kafka_config)
 
 
 def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, Any]:
@@ -65,7 +74,8 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
                 "quarantined": a.quarantined if a else 0,
             }
         )
-    log_part: dict[str, Any] = {"reachable": log.ends is not None}
+    # Which protocol and mechanism the log is read with (never a credential).
+    log_part: dict[str, Any] = {"reachable": log.ends is not None, "security": log.kafka_config.describe()}
     if log.error is not None:
         log_part["error"] = {"code": log.error.code, "message": log.error.message}
     elif log.ends is None:
@@ -101,12 +111,18 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
 
 
 def collect_status(
-    db: str, topic: str, bootstrap_servers: str | None, *, latest: int = 10, timeout: float = DEFAULT_STATUS_TIMEOUT
+    db: str,
+    topic: str,
+    bootstrap_servers: str | None,
+    *,
+    latest: int = 10,
+    timeout: float = DEFAULT_STATUS_TIMEOUT,
+    kafka_config: KafkaClientConfig = PLAINTEXT,
 ) -> dict[str, Any]:
     """Open the projection read-only, ask the log for its ends, and build the status document."""
     with DuckProjection.open(db, read_only=True, topic=topic) as projection:
         stats = projection.stats(latest_quarantine=latest)
-    return status_document(db, stats, read_log_ends(bootstrap_servers, topic, timeout=timeout))
+    return status_document(db, stats, read_log_ends(bootstrap_servers, topic, timeout=timeout, kafka_config=kafka_config))
 
 
 def _cell(value: object) -> str:
@@ -117,6 +133,10 @@ def render_status(doc: dict[str, Any]) -> str:
     """The status as a human-readable table."""
     lines = [f"projection {doc['db']}  topic {doc['topic']}  (id {_cell(doc['topicId'])})"]
     log = doc["log"]
+    security = log.get("security") or {}
+    if security:
+        mechanism = f" {security['saslMechanism']}" if security.get("saslMechanism") else ""
+        lines.append(f"kafka connection: {security['securityProtocol']}{mechanism}")
     if not log["reachable"]:
         lines.append(f"log: unknown ({log['error']['message']})")
     header = ("partition", "applied", "end", "lag", "records", "turns", "rewinds", "duplicates", "quarantined")

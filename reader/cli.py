@@ -172,13 +172,14 @@ def open_page_reader(
     from throughline.projector.exceptions import ProjectionMissingError
     from throughline.projector.store import DuckProjection
 
+    kafka_config = settings.kafka_config()  # a settings mistake is reported before anything else
     if not os.path.exists(settings.db):
         # Say what is missing before the key beside it is looked for (or created).
         raise ProjectionMissingError(
             f"no projection at {settings.db}: run `throughline project` or `throughline replay` first"
         )
     token_key = resolve_token_key(db_path=settings.db, key_file=token_key_file)
-    log = KafkaLog(settings.require_bootstrap(), settings.topic)
+    log = KafkaLog(settings.require_bootstrap(), settings.topic, kafka_config=kafka_config)
     try:
 
         def read_page(

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from throughline.errors import ConfigurationError
+from throughline.log.config import ENV_KAFKA_CONFIG, KafkaClientConfig, resolve_kafka_config
 
 DEFAULT_TOPIC = "throughline.turns"
 DEFAULT_DB = "throughline.duckdb"
@@ -17,11 +18,16 @@ ENV_DB = "THROUGHLINE_DB"
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Where the log and the projection are."""
+    """Where the log and the projection are, and how to connect to the log."""
 
     bootstrap_servers: str | None
     topic: str
     db: str
+    kafka_config_path: str | None = None  # --kafka-config, else THROUGHLINE_KAFKA_CONFIG
+
+    def kafka_config(self) -> KafkaClientConfig:
+        """The Kafka client settings (read and validated now): the properties file, else PLAINTEXT."""
+        return resolve_kafka_config(self.kafka_config_path, environ={})
 
     def require_bootstrap(self) -> list[str]:
         """The bootstrap servers as a list, or a ``ConfigurationError`` naming the flag and variable."""
@@ -34,9 +40,17 @@ class Settings:
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--bootstrap-servers``, ``--topic`` and ``--db`` (each falls back to its variable)."""
+    """Add ``--bootstrap-servers``, ``--kafka-config``, ``--topic`` and ``--db`` (each falls back to its
+    variable)."""
     group = parser.add_argument_group("connection")
     group.add_argument("--bootstrap-servers", default=None, help=f"Kafka bootstrap servers (env {ENV_BOOTSTRAP})")
+    group.add_argument(
+        "--kafka-config",
+        default=None,
+        metavar="FILE",
+        help=f"Kafka client properties file: security.protocol, sasl.*, ssl.*, client.id (env {ENV_KAFKA_CONFIG}; "
+        "see docs/kafka.md)",
+    )
     group.add_argument("--topic", default=None, help=f"topic of completed turns (env {ENV_TOPIC}, default {DEFAULT_TOPIC})")
     group.add_argument("--db", default=None, help=f"DuckDB projection file (env {ENV_DB}, default {DEFAULT_DB})")
 
@@ -47,4 +61,5 @@ def settings_from(args: argparse.Namespace) -> Settings:
         bootstrap_servers=getattr(args, "bootstrap_servers", None) or os.environ.get(ENV_BOOTSTRAP) or None,
         topic=getattr(args, "topic", None) or os.environ.get(ENV_TOPIC) or DEFAULT_TOPIC,
         db=getattr(args, "db", None) or os.environ.get(ENV_DB) or DEFAULT_DB,
+        kafka_config_path=getattr(args, "kafka_config", None) or os.environ.get(ENV_KAFKA_CONFIG) or None,
     )

@@ -13,7 +13,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from throughline.log.fetch import use_record_reader
 from throughline.log.record_batch import FetchedRecord
-from throughline.projector.feed import ProjectorOptions, open_consumer
+from throughline.projector.feed import FeedSpec, ProjectorOptions, open_consumer
 from throughline.testing import create_topic
 
 PARTITIONS = 2
@@ -96,14 +96,14 @@ def test_the_reader_returns_what_kafka_python_returns(kafka_bootstrap: str, mixe
 
 def test_the_projector_consumer_reads_with_it(kafka_bootstrap: str, mixed_topic: tuple[str, int]):
     topic, _ = mixed_topic
-    consumer = open_consumer([kafka_bootstrap], ProjectorOptions())
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek(tp, 0)
+    consumer = open_consumer(FeedSpec((kafka_bootstrap,), topic, PARTITIONS, (), ProjectorOptions()))
+    assert consumer.record_reader is True
+    consumer.seek(0, 0)
+    consumer.seek(1, 0)
     records: list = []
     deadline = time.monotonic() + 30
     while not records and time.monotonic() < deadline:
-        records = consumer.poll(timeout_ms=500).get(tp, [])
+        records = consumer.poll(0.5, 100).get(0, [])
     consumer.close()
     assert records and all(type(r) is FetchedRecord for r in records)
 

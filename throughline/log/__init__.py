@@ -1,43 +1,83 @@
-"""The Kafka edge shared by producers, projector and reader: the topic and a live view of the log."""
+"""The Kafka edge shared by producers, projector and reader: the topic and a live view of the log.
+
+Nothing outside this package (and the test harness) imports kafka-python: every client is built by
+``throughline.log.clients`` with the connection's ``KafkaClientConfig`` (``throughline.log.config``),
+and every Kafka error is translated by ``throughline.log.translate``.
+"""
 
 from __future__ import annotations
 
+from throughline.log.clients import RECONNECT_BACKOFF_MAX_MS
+from throughline.log.config import (
+    ENV_KAFKA_CONFIG,
+    PLAINTEXT,
+    KafkaClientConfig,
+    load_kafka_config,
+    resolve_kafka_config,
+)
+from throughline.log.consumer import PartitionConsumer
 from throughline.log.exceptions import (
+    AuthenticationFailedError,
+    AuthorizationFailedError,
     BrokerUnavailableError,
+    CertificateRefusedError,
+    CertificateUntrustedError,
+    HostnameMismatchError,
     InvalidTopicError,
+    KafkaSecurityError,
     LogError,
     LossyTopicError,
+    PositionOutOfRangeError,
+    ProtocolMismatchError,
+    SaslMechanismUnsupportedError,
+    TlsFailedError,
     TopicMissingError,
 )
 from throughline.log.topic import (
     CHECKED_CONFIGS,
     DEFAULT_PARTITIONS,
-    RECONNECT_BACKOFF_MAX_MS,
     TopicInfo,
     TopicSettings,
     bootstrap_list,
     describe_topic,
     ensure_topic,
     lossy_reasons,
-    translate_kafka_error,
 )
+from throughline.log.translate import KafkaErrors, translate_kafka_error
 from throughline.log.view import KafkaLog
 
 __all__ = [
     "CHECKED_CONFIGS",
     "DEFAULT_PARTITIONS",
+    "ENV_KAFKA_CONFIG",
+    "PLAINTEXT",
     "RECONNECT_BACKOFF_MAX_MS",
+    "AuthenticationFailedError",
+    "AuthorizationFailedError",
     "BrokerUnavailableError",
+    "CertificateRefusedError",
+    "CertificateUntrustedError",
+    "HostnameMismatchError",
     "InvalidTopicError",
+    "KafkaClientConfig",
+    "KafkaErrors",
     "KafkaLog",
+    "KafkaSecurityError",
     "LogError",
     "LossyTopicError",
+    "PartitionConsumer",
+    "PositionOutOfRangeError",
+    "ProtocolMismatchError",
+    "SaslMechanismUnsupportedError",
+    "TlsFailedError",
     "TopicInfo",
     "TopicMissingError",
     "TopicSettings",
     "bootstrap_list",
     "describe_topic",
     "ensure_topic",
+    "load_kafka_config",
     "lossy_reasons",
+    "resolve_kafka_config",
     "translate_kafka_error",
 ]

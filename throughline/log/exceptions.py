@@ -21,6 +21,7 @@ class BrokerUnavailableError(LogError):
 
     def __init__(self, servers: Sequence[str], detail: str, *, code: str | None = None) -> None:
         self.servers = tuple(servers)
+        self.detail = detail
         super().__init__(f"Kafka broker unavailable (tried {', '.join(self.servers) or 'no servers'}): {detail}", code=code)
 
 
@@ -60,3 +61,72 @@ class InvalidTopicError(LogError):
 
     code = "invalid_topic"
     exit_code = 2
+
+
+class PositionOutOfRangeError(LogError):
+    """The broker refused a consumer's position (out of range, or truncated under it).
+
+    The projector decides what that means (a recreated topic, deleted records) after checking the log.
+    """
+
+    code = "log_position_out_of_range"
+
+
+class KafkaSecurityError(LogError):
+    """The connection's security settings do not fit the cluster; the settings must change.
+
+    Not retriable (the same settings fail the same way), and a setting to fix, so the CLI exits 2 as for
+    a configuration error. Messages name the setting to look at, never a credential.
+    """
+
+    code = "kafka_security_error"
+    exit_code = 2
+
+
+class AuthenticationFailedError(KafkaSecurityError):
+    """The broker refused the SASL credentials (a wrong user name or password)."""
+
+    code = "kafka_authentication_failed"
+
+
+class SaslMechanismUnsupportedError(KafkaSecurityError):
+    """The listener does not enable the configured SASL mechanism."""
+
+    code = "kafka_sasl_mechanism_unsupported"
+
+
+class AuthorizationFailedError(KafkaSecurityError):
+    """The broker authenticated the client but its ACLs refuse the operation."""
+
+    code = "kafka_authorization_failed"
+
+
+class CertificateUntrustedError(KafkaSecurityError):
+    """The broker's TLS certificate is not signed by a trusted CA (or is expired, or malformed)."""
+
+    code = "kafka_certificate_untrusted"
+
+
+class HostnameMismatchError(KafkaSecurityError):
+    """The broker's TLS certificate is trusted but names another host than the one connected to."""
+
+    code = "kafka_hostname_mismatch"
+
+
+class CertificateRefusedError(KafkaSecurityError):
+    """The broker refused the TLS handshake on its side (mostly: no or an untrusted client certificate)."""
+
+    code = "kafka_certificate_refused"
+
+
+class ProtocolMismatchError(KafkaSecurityError):
+    """The listener speaks another security protocol than ``security.protocol`` (TLS vs. plain text,
+    SASL vs. none): the wrong port or the wrong setting."""
+
+    code = "kafka_protocol_mismatch"
+
+
+class TlsFailedError(KafkaSecurityError):
+    """The TLS handshake failed for another reason (no shared protocol version or cipher, a bad record)."""
+
+    code = "kafka_tls_failed"

@@ -9,10 +9,16 @@ positions, the transactions' aborted ranges, and the batch-by-batch rules are ke
 skipped, the position moved past a batch whose last records were compacted away).
 
 The hook replaces a nested class of kafka-python's ``Fetcher`` (no public API offers this), so it is
-installed only where the running kafka-python has the shape it was written against, and only on a
-consumer without deserializers; otherwise the consumer is left as it is and the call says so by
-returning ``False`` (tests/integration/test_record_reader.py pins that it installs on the
-kafka-python this project is tested with, and that both readers return the same records).
+installed only on the kafka-python versions it is tested with (``TESTED_KAFKA_PYTHON``, the range
+pyproject pins), where the fetcher has the shape it was written against, and only on a consumer
+without deserializers; otherwise the consumer is left as it is and the call says so by returning
+``False`` (tests/integration/test_record_reader.py pins that it installs on the kafka-python this
+project is tested with, and that both readers return the same records).
+
+Its records carry what the projector reads (partition, offset, key, value), not every attribute of
+kafka-python's ``ConsumerRecord`` (``leader_epoch``, timestamps, headers): kafka-python's own iterator
+(``for record in consumer``) reads ``leader_epoch``, so a hooked consumer is only ever polled, from
+inside ``throughline.log.consumer.PartitionConsumer``, which offers nothing but ``poll``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 import kafka.codec as codecs
 import kafka.errors as kafka_errors
 from kafka.consumer.fetcher import Fetcher
+from kafka.version import __version__ as KAFKA_PYTHON_VERSION
 
 from throughline.log.record_batch import (
     CONTROL_ABORT,
@@ -38,6 +45,26 @@ from throughline.log.record_batch import (
 )
 
 log = logging.getLogger(__name__)
+
+#: kafka-python versions the hook is tested with, ``[low, high)`` (pyproject pins the same range).
+TESTED_KAFKA_PYTHON = ((3, 0, 12), (3, 1, 0))
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def tested_kafka_python(version: str = KAFKA_PYTHON_VERSION) -> bool:
+    """Whether ``version`` of kafka-python is one the record reader hook is tested with."""
+    low, high = TESTED_KAFKA_PYTHON
+    return low <= _version_tuple(version) < high
+
 
 _BasePartitionRecords: Any = getattr(Fetcher, "PartitionRecords", None)
 #: What ``_unpack_records`` below relies on, besides the constructor's attributes.
@@ -150,7 +177,8 @@ def use_record_reader(consumer: Any) -> bool:
     fetcher = getattr(consumer, "_fetcher", None)
     config = getattr(fetcher, "config", None)
     compatible = (
-        RecordReader is not None
+        tested_kafka_python()
+        and RecordReader is not None
         and _READ_COMMITTED is not None
         and calc_crc32c is not None
         and type(fetcher) is Fetcher
@@ -160,7 +188,10 @@ def use_record_reader(consumer: Any) -> bool:
         and all(hasattr(_BasePartitionRecords, name) for name in _NEEDED)
     )
     if not compatible:
-        log.warning("kafka-python's fetcher is not the one throughline's record reader plugs into; using its own")
+        log.warning(
+            "kafka-python %s's fetcher is not the one throughline's record reader plugs into; using its own",
+            KAFKA_PYTHON_VERSION,
+        )
         return False
     fetcher.PartitionRecords = RecordReader  # type: ignore[union-attr]
     return True

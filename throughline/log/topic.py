@@ -26,13 +26,10 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES
 from throughline.errors import ConfigurationError
-from throughline.log.exceptions import (
-    BrokerUnavailableError,
-    InvalidTopicError,
-    LogError,
-    LossyTopicError,
-    TopicMissingError,
-)
+from throughline.log import clients
+from throughline.log.config import KafkaClientConfig
+from throughline.log.exceptions import LogError, LossyTopicError, TopicMissingError
+from throughline.log.translate import KafkaErrors
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +37,6 @@ log = logging.getLogger(__name__)
 CHECKED_CONFIGS = ("retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes")
 DEFAULT_PARTITIONS = 3
 DEFAULT_ADMIN_TIMEOUT = 15.0
-#: Longest wait between two reconnection attempts of our Kafka clients. kafka-python's backoff grows
-#: towards 30 s while a broker is away, so clients noticed a restarted broker up to ~40 s late.
-RECONNECT_BACKOFF_MAX_MS = 2000
 _UNKNOWN_TOPIC = kafka_errors.UnknownTopicOrPartitionError.errno
 _TOPIC_EXISTS = kafka_errors.TopicAlreadyExistsError.errno
 
@@ -123,36 +117,24 @@ def lossy_reasons(configs: Mapping[str, str]) -> tuple[str, ...]:
 
 
 @contextmanager
-def admin_client(servers: list[str], timeout: float) -> Iterator[KafkaAdminClient]:
-    """A ``KafkaAdminClient`` whose bootstrap and requests are bounded by ``timeout`` seconds."""
+def admin_client(
+    servers: list[str], timeout: float, kafka_config: KafkaClientConfig | None = None
+) -> Iterator[KafkaAdminClient]:
+    """A ``KafkaAdminClient`` whose bootstrap and requests are bounded by ``timeout`` seconds; a Kafka
+    error in the block comes out as a ``LogError``."""
     timeout_ms = max(1000, int(timeout * 1000))
+    admin = clients.admin(
+        servers,
+        client_id="throughline-admin",
+        connect_timeout=timeout,
+        kafka_config=kafka_config,
+        request_timeout_ms=timeout_ms,
+    )
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=servers,
-            client_id="throughline-admin",
-            bootstrap_timeout_ms=timeout_ms,
-            request_timeout_ms=timeout_ms,
-        )
-    except kafka_errors.KafkaError as exc:
-        raise translate_kafka_error(exc, servers) from exc
-    try:
-        yield admin
-    except kafka_errors.KafkaError as exc:
-        raise translate_kafka_error(exc, servers) from exc
+        with KafkaErrors(servers, kafka_config):
+            yield admin
     finally:
         admin.close()
-
-
-def translate_kafka_error(exc: BaseException, servers: Sequence[str]) -> LogError:
-    """Map a kafka-python error onto throughline's log errors (keeping its retriable flag)."""
-    if isinstance(exc, LogError):
-        return exc
-    if isinstance(exc, kafka_errors.KafkaTimeoutError | kafka_errors.KafkaConnectionError | kafka_errors.NodeNotReadyError):
-        return BrokerUnavailableError(servers, str(exc))
-    if isinstance(exc, kafka_errors.InvalidTopicError | kafka_errors.PolicyViolationError | kafka_errors.InvalidConfigurationError):
-        return InvalidTopicError(f"the broker refused the topic: {exc}")
-    retriable = bool(getattr(exc, "retriable", False))
-    return LogError(f"Kafka error: {exc}", code="kafka_error", retriable=retriable)
 
 
 def _topic_metadata(admin: KafkaAdminClient, topic: str) -> dict[str, Any] | None:
@@ -191,11 +173,15 @@ def _describe(admin: KafkaAdminClient, topic: str, *, created: bool = False) -> 
 
 
 def describe_topic(
-    bootstrap_servers: Sequence[str] | str, topic: str, *, timeout: float = DEFAULT_ADMIN_TIMEOUT
+    bootstrap_servers: Sequence[str] | str,
+    topic: str,
+    *,
+    timeout: float = DEFAULT_ADMIN_TIMEOUT,
+    kafka_config: KafkaClientConfig | None = None,
 ) -> TopicInfo:
     """Describe an existing topic; raise ``TopicMissingError`` when it does not exist."""
     servers = bootstrap_list(bootstrap_servers)
-    with admin_client(servers, timeout) as admin:
+    with admin_client(servers, timeout, kafka_config) as admin:
         info = _describe(admin, topic)
     if info is None:
         raise TopicMissingError(f"topic {topic!r} does not exist on {', '.join(servers)}")
@@ -209,6 +195,7 @@ def ensure_topic(
     partitions: int = DEFAULT_PARTITIONS,
     allow_lossy: bool = False,
     timeout: float = DEFAULT_ADMIN_TIMEOUT,
+    kafka_config: KafkaClientConfig | None = None,
 ) -> TopicInfo:
     """Make sure the topic exists and keeps every record; return what the broker says about it.
 
@@ -216,12 +203,13 @@ def ensure_topic(
     compaction, ``max.message.bytes`` large enough for any valid turn). An existing topic keeps its own
     partition count (``partitions`` only applies at creation) and is refused with ``LossyTopicError``
     when it would lose records, unless ``allow_lossy``. Another process creating the topic at the same
-    moment is fine: whoever loses the race describes the topic the winner created.
+    moment is fine: whoever loses the race describes the topic the winner created. ``kafka_config``:
+    how to connect (``None``: ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT).
     """
     servers = bootstrap_list(bootstrap_servers)
     settings = TopicSettings(partitions=partitions)
     deadline = time.monotonic() + timeout
-    with admin_client(servers, timeout) as admin:
+    with admin_client(servers, timeout, kafka_config) as admin:
         info = _describe(admin, topic)
         if info is None:
             created = _create(admin, topic, settings, timeout)

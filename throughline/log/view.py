@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-import kafka.errors as kafka_errors
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from throughline.core.partitioning import partition_for
+from throughline.log import clients
+from throughline.log.config import KafkaClientConfig
 from throughline.log.exceptions import LogError, TopicMissingError
-from throughline.log.topic import RECONNECT_BACKOFF_MAX_MS, bootstrap_list, translate_kafka_error
+from throughline.log.topic import bootstrap_list
+from throughline.log.translate import KafkaErrors
 
 if TYPE_CHECKING:
     from throughline.core.ports import LogView
@@ -40,36 +42,36 @@ class KafkaLog:
         *,
         timeout: float = DEFAULT_LOG_TIMEOUT,
         client_id: str = "throughline-log",
+        kafka_config: KafkaClientConfig | None = None,
     ) -> None:
         """Connect (bounded by ``timeout`` seconds) and read the topic's partition count.
 
-        Raises ``BrokerUnavailableError`` when no broker answers and ``TopicMissingError`` when the topic
-        does not exist.
+        Raises ``BrokerUnavailableError`` when no broker answers, a ``KafkaSecurityError`` when the
+        connection's settings do not fit the listener, and ``TopicMissingError`` when the topic does
+        not exist. ``kafka_config``: how to connect (``None``: ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT).
         """
         self._servers = bootstrap_list(bootstrap_servers)
         self._topic = topic
         self._timeout_ms = max(1000, int(timeout * 1000))
         self._lock = threading.Lock()
         self._closed = False
+        self._errors = KafkaErrors(self._servers, kafka_config)
+        self._consumer = clients.consumer(
+            self._servers,
+            client_id=client_id,
+            connect_timeout=timeout,
+            kafka_config=kafka_config,
+            group_id=None,
+            enable_auto_commit=False,
+            allow_auto_create_topics=False,
+            request_timeout_ms=self._timeout_ms,
+        )
         try:
-            self._consumer = KafkaConsumer(
-                bootstrap_servers=self._servers,
-                client_id=client_id,
-                group_id=None,
-                enable_auto_commit=False,
-                allow_auto_create_topics=False,
-                bootstrap_timeout_ms=self._timeout_ms,
-                request_timeout_ms=self._timeout_ms,
-                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
-            )
-        except kafka_errors.KafkaError as exc:
-            raise translate_kafka_error(exc, self._servers) from exc
-        try:
-            with self._lock:
+            with self._lock, self._errors:
                 ids = self._consumer.partitions_for_topic(topic)
-        except kafka_errors.KafkaError as exc:
+        except LogError:
             self._consumer.close()
-            raise translate_kafka_error(exc, self._servers) from exc
+            raise
         if not ids:
             self._consumer.close()
             raise TopicMissingError(f"topic {topic!r} does not exist on {', '.join(self._servers)}")
@@ -103,6 +105,13 @@ class KafkaLog:
 
     def end_offsets(self, partitions: Sequence[int] | None = None) -> dict[int, int]:
         """End offsets of ``partitions`` (all of the topic's by default), asked of the broker in one call."""
+        return self._offsets(partitions, first=False)
+
+    def beginning_offsets(self, partitions: Sequence[int] | None = None) -> dict[int, int]:
+        """First offsets still in the log (above 0 once records were deleted), asked of the broker now."""
+        return self._offsets(partitions, first=True)
+
+    def _offsets(self, partitions: Sequence[int] | None, *, first: bool) -> dict[int, int]:
         wanted = list(range(self._partitions)) if partitions is None else list(partitions)
         for p in wanted:
             if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self._partitions:
@@ -114,10 +123,9 @@ class KafkaLog:
         with self._lock:
             if self._closed:
                 raise LogError("the log view is closed", code="log_closed")
-            try:
-                answer = self._consumer.end_offsets(tps, timeout_ms=self._timeout_ms)
-            except kafka_errors.KafkaError as exc:
-                raise translate_kafka_error(exc, self._servers) from exc
+            with self._errors:
+                ask = self._consumer.beginning_offsets if first else self._consumer.end_offsets
+                answer = ask(tps, timeout_ms=self._timeout_ms)
         return {tp.partition: int(offset) for tp, offset in answer.items()}
 
     def close(self) -> None:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -43,6 +43,9 @@ from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
 from throughline.serve.exceptions import ProjectorFailedError, ServeError
 from throughline.serve.metrics import ServeMetrics
 from throughline.settings import Settings
+
+if TYPE_CHECKING:
+    from throughline.log import KafkaClientConfig
 
 _log = logging.getLogger("throughline.serve")
 
@@ -289,6 +292,7 @@ def run_service(
 
     _configure_logging(options.log_level)
     servers = settings.require_bootstrap()
+    kafka_config = settings.kafka_config()
     token_key = resolve_token_key(db_path=settings.db, key_file=options.token_key_file)
     sock = bind_socket(options.host, options.port)
     url = url_of(sock, options.host)
@@ -302,10 +306,11 @@ def run_service(
                 settings.topic,
                 partitions=options.partitions or DEFAULT_PARTITIONS,
                 allow_lossy=options.allow_lossy_topic,
+                kafka_config=kafka_config,
             )
         projection = DuckProjection.open(settings.db, read_only=not options.projector, topic=settings.topic)
         stack.callback(projection.close)
-        log = KafkaLog(servers, settings.topic)
+        log = KafkaLog(servers, settings.topic, kafka_config=kafka_config)
         stack.callback(log.close)
 
         metrics = ServeMetrics()
@@ -327,7 +332,9 @@ def run_service(
 
         state: ProjectorThread | NoProjector = NoProjector()
         if options.projector:
-            projector = ProjectorThread(projector_loop(projection, servers, settings.topic, metrics), on_exit=request_stop)
+            projector = ProjectorThread(
+                projector_loop(projection, servers, settings.topic, metrics, kafka_config), on_exit=request_stop
+            )
             state = projector
         app = create_app(
             projection=projection,
@@ -372,7 +379,11 @@ def run_service(
 
 
 def projector_loop(
-    projection: Any, servers: list[str], topic: str, metrics: ServeMetrics
+    projection: Any,
+    servers: list[str],
+    topic: str,
+    metrics: ServeMetrics,
+    kafka_config: KafkaClientConfig | None = None,
 ) -> Callable[[threading.Event], object]:
     """The projector's consume loop over ``projection``, counting what it applies into ``metrics``."""
     from throughline.projector.runner import ProgressUpdate, Projector
@@ -391,6 +402,6 @@ def projector_loop(
         seen[:] = now
 
     def loop(stop: threading.Event) -> object:
-        return Projector(projection, servers, topic).run(stop=stop, progress=progress)
+        return Projector(projection, servers, topic, kafka_config=kafka_config).run(stop=stop, progress=progress)
 
     return loop

@@ -1,0 +1,176 @@
+"""Every kafka-python client throughline uses is built here: producers, consumers, admin clients.
+
+One builder applies what every client needs alike: the connection's ``KafkaClientConfig`` (security
+protocol, SASL credentials, TLS context, ``client.id``), the bounded bootstrap, the short reconnect
+backoff, and the listener check of ``throughline.log.probe`` that turns a wrong password, an untrusted
+certificate, a host-name mismatch or a listener of another protocol into its own typed error within
+the connect timeout (instead of kafka-python's retries ending in "Unable to bootstrap"). A kafka-python
+error raised while building is translated by ``throughline.log.translate``.
+
+``kafka_config=None`` means ``resolve_kafka_config()``: the file ``THROUGHLINE_KAFKA_CONFIG`` names, else
+PLAINTEXT. Secrets reach kafka-python wrapped so that its ``repr`` (the admin client logs its whole
+configuration at DEBUG) shows ``'****'``.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import kafka.errors as kafka_errors
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import KafkaAdminClient
+
+from throughline.errors import ConfigurationError
+from throughline.log.config import KafkaClientConfig, resolve_kafka_config
+from throughline.log.probe import check_listener
+from throughline.log.translate import translate_kafka_error
+
+#: Longest wait between two reconnection attempts of our Kafka clients. kafka-python's backoff grows
+#: towards 30 s while a broker is away, so clients noticed a restarted broker up to ~40 s late.
+RECONNECT_BACKOFF_MAX_MS = 2000
+#: The listener check's share of the connect timeout at most (it takes milliseconds when the broker
+#: answers; a broker that accepts connections but does not answer leaves the rest to the client).
+PROBE_MAX_S = 5.0
+
+C = TypeVar("C")
+
+
+class _Masked(str):
+    """A secret handed to kafka-python: the string itself, but ``'****'`` in any ``repr``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'****'"
+
+
+def ssl_context(kafka_config: KafkaClientConfig) -> ssl.SSLContext:
+    """The TLS context of ``kafka_config``'s connections (TLS 1.2+, the chain always verified; the host
+    name unless ``ssl.endpoint.identification.algorithm`` is empty); the system's CAs without
+    ``ssl.ca.location``."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = kafka_config.ssl_check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED
+    source = f" ({kafka_config.source})" if kafka_config.source else ""
+    if kafka_config.ssl_ca_location:
+        try:
+            context.load_verify_locations(cafile=kafka_config.ssl_ca_location)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigurationError(
+                f"Kafka client config{source}: ssl.ca.location holds no usable CA certificate ({exc})",
+                code="configuration_error",
+            ) from None
+    else:
+        context.load_default_certs()
+    if kafka_config.ssl_certificate_location:
+        password = kafka_config.ssl_key_password.reveal() if kafka_config.ssl_key_password else ""
+        try:
+            # A password is always passed, so that OpenSSL never prompts on a terminal.
+            context.load_cert_chain(
+                kafka_config.ssl_certificate_location, kafka_config.ssl_key_location, password=password
+            )
+        except (ssl.SSLError, OSError) as exc:
+            reason = str(getattr(exc, "reason", "") or exc)
+            raise ConfigurationError(
+                f"Kafka client config{source}: the client certificate and key cannot be loaded ({reason}): "
+                "is ssl.key.password right, and does ssl.key.location belong to ssl.certificate.location?",
+                code="configuration_error",
+            ) from None
+    return context
+
+
+def kafka_settings(kafka_config: KafkaClientConfig, client_id: str) -> dict[str, Any]:
+    """The kafka-python settings of ``kafka_config`` (the one mapping onto kafka-python's names)."""
+    settings: dict[str, Any] = {
+        "security_protocol": kafka_config.security_protocol,
+        "client_id": kafka_config.client_id or client_id,
+    }
+    if kafka_config.uses_tls:
+        settings["ssl_context"] = ssl_context(kafka_config)
+        settings["ssl_check_hostname"] = kafka_config.ssl_check_hostname
+    if kafka_config.uses_sasl:
+        assert kafka_config.sasl_password is not None
+        settings["sasl_mechanism"] = kafka_config.sasl_mechanism
+        settings["sasl_plain_username"] = kafka_config.sasl_username
+        settings["sasl_plain_password"] = _Masked(kafka_config.sasl_password.reveal())
+    return settings
+
+
+def sasl_mechanism(kafka_config: KafkaClientConfig, host: str) -> Any:
+    """kafka-python's own SASL mechanism object for ``kafka_config`` (the listener check logs in with it)."""
+    from kafka.net.sasl import get_sasl_mechanism  # kafka-python 3 (pinned in pyproject)
+
+    assert kafka_config.sasl_mechanism is not None and kafka_config.sasl_password is not None
+    return get_sasl_mechanism(kafka_config.sasl_mechanism)(
+        host=host,
+        security_protocol=kafka_config.security_protocol,
+        sasl_mechanism=kafka_config.sasl_mechanism,
+        sasl_plain_username=kafka_config.sasl_username,
+        sasl_plain_password=_Masked(kafka_config.sasl_password.reveal()),
+    )
+
+
+def _build(
+    factory: Callable[..., C],
+    servers: Sequence[str],
+    kafka_config: KafkaClientConfig | None,
+    client_id: str,
+    connect_timeout: float,
+    tuning: dict[str, Any],
+) -> C:
+    config = resolve_kafka_config() if kafka_config is None else kafka_config
+    servers = list(servers)
+    deadline = time.monotonic() + max(1.0, connect_timeout)
+    settings = kafka_settings(config, client_id)
+    check_listener(servers, config, settings.get("ssl_context"), min(deadline, time.monotonic() + PROBE_MAX_S))
+    options = {
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+        **tuning,
+        **settings,
+        "bootstrap_servers": servers,
+        "bootstrap_timeout_ms": max(1000, int((deadline - time.monotonic()) * 1000)),
+    }
+    try:
+        return factory(**options)
+    except kafka_errors.KafkaError as exc:
+        raise translate_kafka_error(exc, servers, config) from exc
+
+
+def producer(
+    servers: Sequence[str],
+    *,
+    client_id: str,
+    connect_timeout: float,
+    kafka_config: KafkaClientConfig | None = None,
+    **tuning: Any,
+) -> KafkaProducer:
+    """A connected ``KafkaProducer`` (``tuning``: kafka-python producer settings)."""
+    return _build(KafkaProducer, servers, kafka_config, client_id, connect_timeout, tuning)
+
+
+def consumer(
+    servers: Sequence[str],
+    *,
+    client_id: str,
+    connect_timeout: float,
+    kafka_config: KafkaClientConfig | None = None,
+    **tuning: Any,
+) -> KafkaConsumer:
+    """A connected ``KafkaConsumer`` (``tuning``: kafka-python consumer settings)."""
+    return _build(KafkaConsumer, servers, kafka_config, client_id, connect_timeout, tuning)
+
+
+def admin(
+    servers: Sequence[str],
+    *,
+    client_id: str,
+    connect_timeout: float,
+    kafka_config: KafkaClientConfig | None = None,
+    **tuning: Any,
+) -> KafkaAdminClient:
+    """A connected ``KafkaAdminClient`` (``tuning``: kafka-python admin settings)."""
+    return _build(KafkaAdminClient, servers, kafka_config, client_id, connect_timeout, tuning)
