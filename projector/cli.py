@@ -261,11 +261,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from throughline.projector.status import collect_status, render_status
+    from throughline.projector.status import render_status, status_with_log
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     settings = settings_from(args)
-    doc = collect_status(
+    doc, log = status_with_log(
         settings.db,
         settings.topic,
         settings.bootstrap_servers,
@@ -273,9 +273,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
         kafka_config=settings.kafka_config(),
     )
     print(json.dumps(doc, indent=2) if args.json else render_status(doc))
-    log_error = doc["log"].get("error")
-    if settings.bootstrap_servers and log_error is not None:
-        from throughline.projector.exceptions import ProjectorError
-
-        raise ProjectorError(f"the log could not be read: {log_error['message']}", code=log_error["code"])
+    if settings.bootstrap_servers and log.error is not None:
+        raise log.error  # with its own code and exit code (2 for settings that do not fit the cluster)
     return 0

@@ -313,3 +313,13 @@ def test_a_broken_file_is_a_configuration_error_of_the_cli(tmp_path: Path) -> No
         assert '"code": "configuration_error"' in done.stderr
         assert "sasl.mechanism" in done.stderr and PASSWORD not in done.stderr + done.stdout
         assert "Traceback" not in done.stderr
+
+
+def test_every_command_that_talks_to_kafka_takes_the_flag() -> None:
+    from throughline.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices  # argparse keeps them here
+    for name in ("ingest", "project", "replay", "status", "read", "observe", "serve"):
+        flags = {flag for action in commands[name]._actions for flag in action.option_strings}
+        assert "--kafka-config" in flags, name

@@ -9,12 +9,16 @@ error raised while building is translated by ``throughline.log.translate``.
 
 ``kafka_config=None`` means ``resolve_kafka_config()``: the file ``THROUGHLINE_KAFKA_CONFIG`` names, else
 PLAINTEXT. Secrets reach kafka-python wrapped so that its ``repr`` (the admin client logs its whole
-configuration at DEBUG) shows ``'****'``.
+configuration at DEBUG) shows ``'****'``, and kafka-python's loggers get a filter that masks them in
+any record (at DEBUG it logs the bytes it sends, a SASL/PLAIN login included). Neither costs anything
+unless DEBUG logging of ``kafka`` is switched on: records below a logger's level are never made.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -45,6 +49,49 @@ class _Masked(str):
 
     def __repr__(self) -> str:
         return "'****'"
+
+
+class _SecretFilter(logging.Filter):
+    """Masks every secret a client of this process was built with in kafka-python's log records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: set[str] = set()  # each secret as text, and as it shows inside a bytes repr
+        self.lock = threading.Lock()
+
+    def add(self, secrets: Sequence[str]) -> None:
+        with self.lock:
+            for secret in secrets:
+                self.forms.update(form for form in (secret, repr(secret.encode())[2:-1]) if len(form) >= 4)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.forms:
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # a record that does not format is logging's problem, not a leak
+            return True
+        masked = text
+        for form in tuple(self.forms):
+            masked = masked.replace(form, "****")
+        if masked is not text and masked != text:
+            record.msg, record.args = masked, ()
+        return True
+
+
+_LOG_FILTER = _SecretFilter()
+
+
+def _protect_logs(kafka_config: KafkaClientConfig) -> None:
+    """Register ``kafka_config``'s secrets with the filter on every kafka-python logger."""
+    secrets = kafka_config.secrets()
+    if not secrets:
+        return
+    _LOG_FILTER.add(secrets)
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if (name == "kafka" or name.startswith("kafka.")) and isinstance(logger, logging.Logger):
+            if _LOG_FILTER not in logger.filters:
+                logger.addFilter(_LOG_FILTER)
 
 
 def ssl_context(kafka_config: KafkaClientConfig) -> ssl.SSLContext:
@@ -123,6 +170,7 @@ def _build(
     tuning: dict[str, Any],
 ) -> C:
     config = resolve_kafka_config() if kafka_config is None else kafka_config
+    _protect_logs(config)
     servers = list(servers)
     deadline = time.monotonic() + max(1.0, connect_timeout)
     settings = kafka_settings(config, client_id)

@@ -8,6 +8,15 @@ Session-wide, started lazily the first time a test asks for it, stopped at sessi
     ``THROUGHLINE_TEST_BOOTSTRAP_SERVERS``, else Docker, else a JVM broker from Maven Central jars.
 ``kafka_bootstrap``
     ``"host:port"`` of that broker.
+``kafka_client_config``
+    The ``KafkaClientConfig`` that reaches it: ``THROUGHLINE_KAFKA_CONFIG``'s file for an external
+    (possibly secured) broker, PLAINTEXT for the brokers the harness starts. With a broker of its own
+    the plugin removes ``THROUGHLINE_KAFKA_CONFIG`` from the session's environment, so that library
+    calls and CLI subprocesses of the tests speak PLAINTEXT to it.
+``kafka_secured_broker``
+    A :class:`~throughline.testing.kafka.secured.SecuredKafka`: one more JVM broker with SASL_SSL
+    (PLAIN, SCRAM-SHA-256/512), mutual-TLS and wrong-host-name TLS listeners, certificates made for
+    the session; started on first use only.
 
 Per test:
 
@@ -26,6 +35,7 @@ Tests under a ``tests/integration/`` folder are marked ``integration``. Nothing 
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -34,7 +44,10 @@ from typing import Any
 
 import pytest
 
+from throughline.log import ENV_KAFKA_CONFIG, PLAINTEXT, KafkaClientConfig
 from throughline.testing.kafka import (
+    ENV_BOOTSTRAP,
+    ENV_PROVIDER,
     DockerKafka,
     KafkaBroker,
     KafkaHandle,
@@ -43,6 +56,7 @@ from throughline.testing.kafka import (
     provision_kafka,
     provision_private_kafka,
 )
+from throughline.testing.kafka.secured import SecuredKafka
 
 _INFO_KEY = pytest.StashKey[list[str]]()
 
@@ -52,6 +66,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "integration: talks to a real Apache Kafka broker (started by the harness)"
     )
     config.stash[_INFO_KEY] = []
+    external = bool(os.environ.get(ENV_BOOTSTRAP, "").strip()) and os.environ.get(ENV_PROVIDER, "auto").strip().lower() in (
+        "",
+        "auto",
+        "external",
+    )
+    if not external and os.environ.pop(ENV_KAFKA_CONFIG, ""):
+        config.stash[_INFO_KEY].append(
+            f"{ENV_KAFKA_CONFIG} was removed from the session's environment: the harness's own brokers speak PLAINTEXT"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -116,6 +139,28 @@ def kafka_bootstrap(kafka_broker: KafkaHandle) -> str:
     return kafka_broker.bootstrap_servers
 
 
+@pytest.fixture(scope="session")
+def kafka_client_config(kafka_broker: KafkaHandle) -> KafkaClientConfig:
+    """How to reach the session's broker (an external one's ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT)."""
+    config = getattr(kafka_broker, "kafka_config", PLAINTEXT)
+    assert isinstance(config, KafkaClientConfig)
+    return config
+
+
+@pytest.fixture(scope="session")
+def kafka_secured_broker(request: pytest.FixtureRequest) -> Iterator[SecuredKafka]:
+    """A JVM broker with secured listeners (SASL_SSL, mutual TLS, a wrong-host-name certificate)."""
+    report = _terminal_reporter(request.config)
+    broker = SecuredKafka(report=report).start()
+    line = f"{broker.describe()} ready in {broker.startup_s:.1f}s"
+    report(line)
+    request.config.stash[_INFO_KEY].append(line)
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
 @pytest.fixture
 def kafka_topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name unique to this test (not created)."""
@@ -129,9 +174,9 @@ def kafka_group_id(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def kafka_admin(kafka_bootstrap: str) -> Iterator[Any]:
+def kafka_admin(kafka_bootstrap: str, kafka_client_config: KafkaClientConfig) -> Iterator[Any]:
     """A ``kafka.admin.KafkaAdminClient`` on the session broker, closed after the test."""
-    admin = admin_client(kafka_bootstrap, 30.0)
+    admin = admin_client(kafka_bootstrap, 30.0, kafka_client_config)
     try:
         yield admin
     finally:
@@ -139,11 +184,11 @@ def kafka_admin(kafka_bootstrap: str) -> Iterator[Any]:
 
 
 @pytest.fixture
-def kafka_create_topic(kafka_bootstrap: str) -> Callable[..., str]:
+def kafka_create_topic(kafka_bootstrap: str, kafka_client_config: KafkaClientConfig) -> Callable[..., str]:
     """``kafka_create_topic(name, partitions=1, configs=None)`` creates a topic and returns its name."""
 
     def _create(name: str, partitions: int = 1, configs: Mapping[str, str] | None = None) -> str:
-        create_topic(kafka_bootstrap, name, partitions=partitions, configs=configs)
+        create_topic(kafka_bootstrap, name, partitions=partitions, configs=configs, kafka_config=kafka_client_config)
         return name
 
     return _create

@@ -50,7 +50,7 @@ Environment variables:
 
 from __future__ import annotations
 
-from throughline.testing.kafka.admin import admin_client, create_topic, wait_for_kafka
+from throughline.testing.kafka.admin import admin_client, client_config_for, create_topic, wait_for_kafka
 from throughline.testing.kafka.cli import BrokerState, default_state_dir, main
 from throughline.testing.kafka.config import (
     DEFAULT_STARTUP_TIMEOUT_S,
@@ -119,6 +119,7 @@ __all__ = [
     "MavenFetchError",
     "Reporter",
     "admin_client",
+    "client_config_for",
     "create_topic",
     "default_state_dir",
     "docker_available",

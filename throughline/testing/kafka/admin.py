@@ -2,36 +2,50 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from throughline.testing.kafka.config import startup_timeout_s
+from throughline.errors import ConfigurationError
+from throughline.log import (
+    PLAINTEXT,
+    KafkaClientConfig,
+    KafkaSecurityError,
+    bootstrap_list,
+    clients,
+    resolve_kafka_config,
+)
+from throughline.testing.kafka.config import ENV_BOOTSTRAP, startup_timeout_s
 from throughline.testing.kafka.exceptions import BrokerStartError, HarnessError
 from throughline.testing.kafka.support import split_bootstrap, tcp_open
 
 
-def admin_client(bootstrap_servers: str, timeout_s: float) -> Any:
-    """A ``KafkaAdminClient`` with short timeouts (works with kafka-python 2.x and 3.x)."""
-    from kafka.admin import KafkaAdminClient
-
-    timeout_ms = max(1000, int(timeout_s * 1000))
-    configs: dict[str, Any] = {
-        "bootstrap_servers": bootstrap_servers,
-        "client_id": "throughline-harness",
-        "request_timeout_ms": timeout_ms,
-    }
-    defaults = getattr(KafkaAdminClient, "DEFAULT_CONFIG", {})
-    if "bootstrap_timeout_ms" in defaults:
-        configs["bootstrap_timeout_ms"] = timeout_ms
-    if "api_version_auto_timeout_ms" in defaults:
-        configs["api_version_auto_timeout_ms"] = timeout_ms
-    return KafkaAdminClient(**configs)
+def client_config_for(bootstrap_servers: str) -> KafkaClientConfig:
+    """How the harness reaches ``bootstrap_servers``: the external broker ``THROUGHLINE_TEST_BOOTSTRAP_SERVERS``
+    names with ``THROUGHLINE_KAFKA_CONFIG``'s settings (a secured cluster), any broker the harness
+    started itself with PLAINTEXT."""
+    external = os.environ.get(ENV_BOOTSTRAP, "").strip()
+    if external and bootstrap_list(external) == bootstrap_list(bootstrap_servers):
+        return resolve_kafka_config()
+    return PLAINTEXT
 
 
-def _probe(bootstrap_servers: str, timeout_s: float) -> int:
+def admin_client(bootstrap_servers: str, timeout_s: float, kafka_config: KafkaClientConfig | None = None) -> Any:
+    """A ``KafkaAdminClient`` with short timeouts, built like every throughline client
+    (``throughline.log.clients``); ``kafka_config=None``: ``client_config_for(bootstrap_servers)``."""
+    return clients.admin(
+        bootstrap_list(bootstrap_servers),
+        client_id="throughline-harness",
+        connect_timeout=timeout_s,
+        kafka_config=client_config_for(bootstrap_servers) if kafka_config is None else kafka_config,
+        request_timeout_ms=max(1000, int(timeout_s * 1000)),
+    )
+
+
+def _probe(bootstrap_servers: str, timeout_s: float, kafka_config: KafkaClientConfig | None = None) -> int:
     """One readiness probe: describe the cluster and list topics. Returns the broker count."""
-    admin = admin_client(bootstrap_servers, timeout_s)
+    admin = admin_client(bootstrap_servers, timeout_s, kafka_config)
     try:
         cluster = admin.describe_cluster()
         brokers = cluster.get("brokers") or []
@@ -50,12 +64,13 @@ def wait_for_kafka(
     is_alive: Callable[[], bool] | None = None,
     diagnostics: Callable[[], str] | None = None,
     max_attempts: int = 2000,
+    kafka_config: KafkaClientConfig | None = None,
 ) -> float:
-    """Block until the broker at ``bootstrap_servers`` answers admin requests.
+    """Block until the broker at ``bootstrap_servers`` answers admin requests (with ``kafka_config``).
 
-    Fails early (with ``diagnostics()``) if ``is_alive()`` turns false, and raises
-    :class:`BrokerStartError` after ``timeout_s`` seconds or ``max_attempts`` probes.
-    Returns the seconds waited.
+    Fails early (with ``diagnostics()``) if ``is_alive()`` turns false or the settings do not fit the
+    listener (a wrong password never becomes right by waiting), and raises :class:`BrokerStartError`
+    after ``timeout_s`` seconds or ``max_attempts`` probes. Returns the seconds waited.
     """
     timeout_s = startup_timeout_s() if timeout_s is None else timeout_s
     host, port = split_bootstrap(bootstrap_servers)
@@ -75,8 +90,10 @@ def wait_for_kafka(
             break
         if tcp_open(host, port, min(1.0, remaining)):
             try:
-                _probe(bootstrap_servers, min(5.0, max(1.0, remaining)))
+                _probe(bootstrap_servers, min(5.0, max(1.0, remaining)), kafka_config)
                 return time.monotonic() - started
+            except (KafkaSecurityError, ConfigurationError) as exc:
+                raise _fail(f"refused the client settings: {exc.code}: {exc.message}") from None
             except Exception as exc:  # any client error just means "not ready yet"
                 last_error = f"{type(exc).__name__}: {exc}"
         time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
@@ -91,11 +108,12 @@ def create_topic(
     replication_factor: int = 1,
     configs: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
+    kafka_config: KafkaClientConfig | None = None,
 ) -> None:
     """Create topic ``name`` and wait (bounded) until every partition has a leader."""
     from kafka.admin import NewTopic
 
-    admin = admin_client(bootstrap_servers, timeout_s)
+    admin = admin_client(bootstrap_servers, timeout_s, kafka_config)
     try:
         admin.create_topics(
             [

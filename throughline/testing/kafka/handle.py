@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from throughline.log import PLAINTEXT, KafkaClientConfig
 from throughline.testing.kafka.config import ENV_BOOTSTRAP
 from throughline.testing.kafka.exceptions import HarnessError
 
@@ -47,17 +48,22 @@ class KafkaHandle(Protocol):
 
 @dataclass(frozen=True)
 class ExternalKafka:
-    """A broker somebody else runs (``THROUGHLINE_TEST_BOOTSTRAP_SERVERS``); nothing to start or stop."""
+    """A broker somebody else runs (``THROUGHLINE_TEST_BOOTSTRAP_SERVERS``); nothing to start or stop.
+
+    ``kafka_config`` is how to reach it (``THROUGHLINE_KAFKA_CONFIG``'s file: a secured cluster); the
+    brokers the harness starts itself speak PLAINTEXT.
+    """
 
     bootstrap_servers: str
     provider: str = "external"
+    kafka_config: KafkaClientConfig = PLAINTEXT
 
     @property
     def supports_restart(self) -> bool:
         return False
 
     def describe(self) -> str:
-        return f"external broker at {self.bootstrap_servers} (from ${ENV_BOOTSTRAP})"
+        return f"external broker at {self.bootstrap_servers} (from ${ENV_BOOTSTRAP}, {self.kafka_config.label()})"
 
     def restart(self, *, graceful: bool = True) -> None:
         raise HarnessError(f"cannot restart an external broker ({self.bootstrap_servers})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from throughline.log import resolve_kafka_config
 from throughline.testing.kafka.admin import wait_for_kafka
 from throughline.testing.kafka.config import ENV_BOOTSTRAP, ENV_PROVIDER, Reporter, stderr_reporter
 from throughline.testing.kafka.docker import DockerKafka, docker_available
@@ -32,8 +33,9 @@ def provision_kafka(
     if choice == "external" and not external:
         raise HarnessError(f"provider 'external' needs {ENV_BOOTSTRAP}=host:port")
     if choice in {"auto", "external"} and external:
-        handle = ExternalKafka(bootstrap_servers=external)
-        wait_for_kafka(external, timeout_s=timeout_s if timeout_s is not None else 30.0)
+        # A secured external cluster: the same client properties file every throughline command reads.
+        handle = ExternalKafka(bootstrap_servers=external, kafka_config=resolve_kafka_config())
+        wait_for_kafka(external, timeout_s=timeout_s if timeout_s is not None else 30.0, kafka_config=handle.kafka_config)
         return handle
 
     if choice in {"auto", "docker"}:
