@@ -261,11 +261,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from throughline.projector.status import render_status, status_with_log
+    from throughline.projector.status import collect_status, render_status
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     settings = settings_from(args)
-    doc, log = status_with_log(
+    doc, log = collect_status(
         settings.db,
         settings.topic,
         settings.bootstrap_servers,

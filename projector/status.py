@@ -118,23 +118,9 @@ def collect_status(
     latest: int = 10,
     timeout: float = DEFAULT_STATUS_TIMEOUT,
     kafka_config: KafkaClientConfig = PLAINTEXT,
-) -> dict[str, Any]:
-    """Open the projection read-only, ask the log for its ends, and build the status document."""
-    return status_with_log(
-        db, topic, bootstrap_servers, latest=latest, timeout=timeout, kafka_config=kafka_config
-    )[0]
-
-
-def status_with_log(
-    db: str,
-    topic: str,
-    bootstrap_servers: str | None,
-    *,
-    latest: int = 10,
-    timeout: float = DEFAULT_STATUS_TIMEOUT,
-    kafka_config: KafkaClientConfig = PLAINTEXT,
 ) -> tuple[dict[str, Any], LogEnds]:
-    """``collect_status``, and what the log said (its typed error when it could not be read)."""
+    """Open the projection read-only, ask the log for its ends, and build the status document; return
+    it with what the log said (``LogEnds.error`` is the typed error when the log could not be read)."""
     with DuckProjection.open(db, read_only=True, topic=topic) as projection:
         stats = projection.stats(latest_quarantine=latest)
     log = read_log_ends(bootstrap_servers, topic, timeout=timeout, kafka_config=kafka_config)

@@ -117,6 +117,12 @@ def _sanitize(name: str, limit: int = 80) -> str:
     return (cleaned[:limit].rstrip("-._") or "test").lower()
 
 
+def _announce(request: pytest.FixtureRequest, line: str) -> None:
+    """Say ``line`` now and again in the session's summary."""
+    _terminal_reporter(request.config)(line)
+    request.config.stash[_INFO_KEY].append(line)
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaHandle]:
     """The session's Kafka broker, provisioned on first use and closed at session end."""
@@ -124,9 +130,7 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaHandle]:
     started = time.monotonic()
     handle = provision_kafka(report=report)
     elapsed = time.monotonic() - started
-    line = f"provider={handle.provider} bootstrap={handle.bootstrap_servers} ready in {elapsed:.1f}s: {handle.describe()}"
-    report(line)
-    request.config.stash[_INFO_KEY].append(line)
+    _announce(request, f"provider={handle.provider} bootstrap={handle.bootstrap_servers} ready in {elapsed:.1f}s: {handle.describe()}")
     try:
         yield handle
     finally:
@@ -150,11 +154,8 @@ def kafka_client_config(kafka_broker: KafkaHandle) -> KafkaClientConfig:
 @pytest.fixture(scope="session")
 def kafka_secured_broker(request: pytest.FixtureRequest) -> Iterator[SecuredKafka]:
     """A JVM broker with secured listeners (SASL_SSL, mutual TLS, a wrong-host-name certificate)."""
-    report = _terminal_reporter(request.config)
-    broker = SecuredKafka(report=report).start()
-    line = f"{broker.describe()} ready in {broker.startup_s:.1f}s"
-    report(line)
-    request.config.stash[_INFO_KEY].append(line)
+    broker = SecuredKafka(report=_terminal_reporter(request.config)).start()
+    _announce(request, f"{broker.describe()} ready in {broker.startup_s:.1f}s")
     try:
         yield broker
     finally:
