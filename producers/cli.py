@@ -249,6 +249,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
             send_timeout=max(1.0, args.send_timeout),
             connect_timeout=max(1.0, args.connect_timeout),
             producer_name=INGEST_PRODUCER_NAME,
+            kafka_config=settings.kafka_config(),
         ) as producer, StopOnSignals(stop) as signals:
             ingest = Ingest(
                 files,

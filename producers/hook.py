@@ -190,6 +190,7 @@ def _run(args: argparse.Namespace, started: float, timeout: float) -> int:
         connect_timeout=max(1.0, min(3.0, remaining / 2)),
         send_timeout=max(1.0, remaining / 2),
         producer_name=HOOK_PRODUCER_NAME,
+        kafka_config=settings.kafka_config(),
     ) as producer:
         decoder = SessionDecoder(
             files, warn=notice, producer_name=HOOK_PRODUCER_NAME, producer_version=PRODUCER_VERSION

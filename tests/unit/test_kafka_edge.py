@@ -67,3 +67,21 @@ def test_kafka_error_classes_are_read_only_by_the_translation() -> None:
             if name in text:
                 readers.append(path.name)
     assert set(readers) == {"translate.py"}, readers
+
+
+#: What builds Kafka clients outside ``throughline/log``; each call must say which settings it connects with.
+CONNECTING = {"TurnProducer", "KafkaLog", "Projector", "replay", "ensure_topic", "describe_topic", "PartitionConsumer"}
+
+
+def test_every_connecting_call_passes_the_kafka_config() -> None:
+    missing = []
+    for path in _sources():
+        if path.is_relative_to(ROOT / "throughline" / "testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+                if name in CONNECTING and not any(k.arg in ("kafka_config", None) for k in node.keywords):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}(...)")
+    # A call without kafka_config= would silently drop the --kafka-config flag (only the variable applies).
+    assert not missing, missing
