@@ -152,8 +152,8 @@ def test_private_broker_survives_restart_and_crash_on_same_data(kafka_broker_fac
 
 
 def test_docker_provider_environment_is_a_consistent_single_node() -> None:
-    """The Docker path can't run without an engine; at least check the container's settings."""
-    env = DockerKafka(host_port=19999).environment()
+    """The container's settings on a bridge network (the docker tier runs the host network for real)."""
+    env = DockerKafka(host_port=19999, network="bridge").environment()
     listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
     advertised = dict(item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
@@ -166,3 +166,15 @@ def test_docker_provider_environment_is_a_consistent_single_node() -> None:
     for key in ("OFFSETS_TOPIC", "TRANSACTION_STATE_LOG"):
         assert env[f"KAFKA_{key}_REPLICATION_FACTOR"] == "1"
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+
+
+def test_docker_provider_on_the_host_network_binds_loopback_only() -> None:
+    """On the host network every listener of the container binds 127.0.0.1, each on a port of its own."""
+    env = DockerKafka(host_port=19998, network="host").environment()
+    listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
+    advertised = dict(item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    assert all(address.startswith("127.0.0.1:") for address in listeners.values()), listeners
+    assert len({address for address in listeners.values()}) == len(listeners)
+    assert advertised["PLAINTEXT_HOST"] == listeners["PLAINTEXT_HOST"] == "127.0.0.1:19998"
+    controller = listeners[env["KAFKA_CONTROLLER_LISTENER_NAMES"]]
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"1@{controller}"

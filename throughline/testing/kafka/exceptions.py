@@ -20,4 +20,8 @@ class BrokerStartError(HarnessError):
 
 
 class DockerUnavailableError(HarnessError):
-    """The docker provider was forced, but no Docker engine answered."""
+    """The docker provider cannot run a broker: no engine answered, or the image could not be pulled or started.
+
+    Under ``auto`` the harness falls back to the JVM broker (saying why, once); with the docker
+    provider forced it raises this, with the reason.
+    """
