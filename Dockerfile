@@ -6,7 +6,12 @@
 #
 # In a container the API binds 0.0.0.0 (the default CMD), so a bearer token is required: serve refuses
 # to start without THROUGHLINE_AUTH_TOKEN (or --auth-token-file). compose.yaml wires it to Kafka.
-FROM python:3.11-slim
+#
+# The base is the official python:3.11-slim image. Where it cannot be pulled (no registry), build on the
+# local Debian one that scripts/docker-images makes (images/python/Dockerfile):
+#   docker build --build-arg PYTHON_IMAGE=throughline-python:3.11-bookworm -t throughline:local .
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -14,6 +19,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
+# The package goes into its own virtualenv: the same on the official image and on Debian's Python, whose
+# system interpreter refuses `pip install` into itself (PEP 668).
+ENV PATH=/opt/throughline/bin:$PATH
 # Only what the package is built from (see pyproject.toml's package-dir): the image holds no tests,
 # no virtualenv and no cache from the build context.
 COPY pyproject.toml README.md ./
@@ -22,7 +30,8 @@ COPY producers ./producers
 COPY projector ./projector
 COPY reader ./reader
 COPY schemas ./schemas
-RUN pip install . \
+RUN python3 -m venv /opt/throughline \
+ && /opt/throughline/bin/pip install . \
  && rm -rf /src \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/throughline throughline \
  && mkdir -p /var/lib/throughline \

@@ -145,7 +145,7 @@ def _cli_status(args: argparse.Namespace) -> int:
 
 
 def _cli_fetch(args: argparse.Namespace) -> int:
-    dist = fetch_kafka_jars(args.cache_dir)
+    dist = fetch_kafka_jars(args.cache_dir, pom=args.pom)
     stderr_reporter(
         f"Kafka {dist.kafka_version} jars ready in {dist.libs_dir} ({len(dist.jars)} jars; "
         f"slf4j-api {dist.jar_version('slf4j-api')}, log4j-slf4j-impl {dist.jar_version('log4j-slf4j-impl')}, "
@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     p_fetch = sub.add_parser("fetch", help="only fetch the Kafka jars into the cache")
     p_fetch.add_argument(
         "--cache-dir", default=None, help=f"default ${ENV_CACHE} or ~/.cache/throughline/..."
+    )
+    p_fetch.add_argument(
+        "--pom", default=None, help="another pom.xml of Kafka jars (give it its own --cache-dir)"
     )
     p_fetch.set_defaults(func=_cli_fetch)
 

@@ -138,16 +138,18 @@ def fetch_kafka_jars(
     *,
     report: Reporter | None = None,
     timeout_s: float = MAVEN_TIMEOUT_S,
+    pom: Path | str | None = None,
 ) -> KafkaDistribution:
     """Fetch Apache Kafka 4.1.0 (and a log4j2 SLF4J binding) from Maven Central, once.
 
-    Runs ``mvn -q -B dependency:copy-dependencies`` on the ``pom.xml`` shipped in this package.
-    A marker file makes it idempotent, and a lock file makes concurrent callers (pytest-xdist
-    workers, two terminals) wait for one fetch instead of racing.
+    Runs ``mvn -q -B dependency:copy-dependencies`` on the ``pom.xml`` shipped in this package, or on
+    ``pom`` (another set of Kafka jars, such as the Kafka image's in ``images/kafka/pom.xml``; give it
+    its own ``cache_dir``). A marker file holding the pom's hash makes it idempotent, and a lock file
+    makes concurrent callers (pytest-xdist workers, two terminals) wait for one fetch instead of racing.
     """
     report = report or stderr_reporter
     root = Path(cache_dir).expanduser().resolve() if cache_dir is not None else kafka_cache_dir()
-    pom_text = read_resource(_POM_RESOURCE)
+    pom_text = Path(pom).read_text(encoding="utf-8") if pom is not None else read_resource(_POM_RESOURCE)
     fingerprint = _pom_fingerprint(pom_text)
     found = _load_distribution(root, fingerprint)
     if found is not None:
