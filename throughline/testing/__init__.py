@@ -1,4 +1,5 @@
-"""Test support for throughline: a real Apache Kafka broker, provisioned three ways.
+"""Test support for throughline: a real Apache Kafka broker, provisioned three ways, and
+``throughline serve`` in a container for users' own integration suites (:class:`ThroughlineContainer`).
 
 See the package :mod:`throughline.testing.kafka` for the details, and
 :mod:`throughline.testing.pytest_plugin` for the pytest fixtures (``kafka_bootstrap``, ``kafka_broker``,
@@ -14,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from throughline.testing.containers import ThroughlineContainer
     from throughline.testing.kafka import (
         DOCKER_IMAGE,
         KAFKA_VERSION,
@@ -68,12 +70,16 @@ __all__ = [
     "running_broker",
     "start_broker",
     "wait_for_kafka",
+    "ThroughlineContainer",
 ]
+
+# Each name lives in one module; the ones not listed here are the Kafka harness's.
+_MODULE_OF = {"ThroughlineContainer": "throughline.testing.containers"}
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        return getattr(importlib.import_module("throughline.testing.kafka"), name)
+        return getattr(importlib.import_module(_MODULE_OF.get(name, "throughline.testing.kafka")), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

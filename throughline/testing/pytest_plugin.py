@@ -30,7 +30,21 @@ Per test:
     ``kafka_broker_factory()`` starts a *private* restartable broker (Docker or JVM, never the
     external one) for tests that stop, kill or restart it; all are closed after the test.
 
-Tests under a ``tests/integration/`` folder are marked ``integration``. Nothing is skipped.
+throughline itself in a container (:class:`~throughline.testing.containers.ThroughlineContainer`,
+needs Docker and the project's image, ``THROUGHLINE_IMAGE`` or ``throughline:local``):
+
+``throughline_container``
+    One ``throughline serve`` for the session, on the session broker with a topic of its own
+    (``.append(...)``, ``.read(project)``, ``.url``, ``.auth_token``). Tests share it: give each
+    test its own project names (``throughline_project``).
+``throughline_container_factory``
+    ``throughline_container_factory(**options)`` starts one for this test alone; closed after it.
+``throughline_project``
+    A project name unique to this test.
+
+When a test fails, the tail of the log of every broker it used (the session broker, its private
+brokers) and of its serve containers is added to its report. Tests under a ``tests/integration/``
+folder are marked ``integration``. Nothing is skipped.
 """
 
 from __future__ import annotations
@@ -59,6 +73,9 @@ from throughline.testing.kafka import (
 from throughline.testing.kafka.secured import SecuredKafka
 
 _INFO_KEY = pytest.StashKey[list[str]]()
+# What a test used that has a log worth showing when it fails: (title, object with .diagnostics()).
+_USED_KEY = pytest.StashKey[list[tuple[str, Any]]]()
+_SESSION_BROKER_KEY = pytest.StashKey[KafkaHandle]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -82,6 +99,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         parts = item.path.parts
         if any(a == "tests" and b == "integration" for a, b in zip(parts, parts[1:], strict=False)):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """A failed test's report carries the tail of the logs of the brokers and containers it used."""
+    outcome: Any = yield
+    report = outcome.get_result()
+    if report.when not in ("setup", "call") or not report.failed:
+        return
+    stored: list[tuple[str, Any]] = item.stash.get(_USED_KEY, [])
+    used = list(stored)
+    fixtures = getattr(item, "fixturenames", ())
+    session_broker = item.config.stash.get(_SESSION_BROKER_KEY, None)
+    if session_broker is not None and {"kafka_broker", "kafka_bootstrap"} & set(fixtures):
+        used.insert(0, (f"session broker: {session_broker.describe()}", session_broker))
+    for title, owner in used:
+        diagnostics = getattr(owner, "diagnostics", None)
+        if diagnostics is None:
+            continue
+        try:
+            text = diagnostics()
+        except Exception as exc:  # a log that cannot be read must not hide the failure
+            text = f"(could not read the log: {exc})"
+        report.sections.append((f"throughline kafka: {title}", text))
+
+
+def _used_by(request: pytest.FixtureRequest, title: str, owner: Any) -> None:
+    node = request.node
+    if _USED_KEY not in node.stash:
+        node.stash[_USED_KEY] = []
+    node.stash[_USED_KEY].append((title, owner))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -131,9 +179,11 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaHandle]:
     handle = provision_kafka(report=report)
     elapsed = time.monotonic() - started
     _announce(request, f"provider={handle.provider} bootstrap={handle.bootstrap_servers} ready in {elapsed:.1f}s: {handle.describe()}")
+    request.config.stash[_SESSION_BROKER_KEY] = handle
     try:
         yield handle
     finally:
+        del request.config.stash[_SESSION_BROKER_KEY]
         handle.close()
 
 
@@ -204,7 +254,9 @@ def kafka_broker_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[]
     def _start() -> KafkaBroker | DockerKafka:
         handle = provision_private_kafka(report=report)
         started.append(handle)
-        report(f"private broker for {request.node.name}: {handle.describe()}")
+        line = f"private broker for {request.node.name}: provider={handle.provider} {handle.describe()}"
+        report(line)
+        _used_by(request, f"private broker {handle.describe()}", handle)
         return handle
 
     try:
@@ -212,3 +264,44 @@ def kafka_broker_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[]
     finally:
         for handle in reversed(started):
             handle.close()
+
+
+@pytest.fixture
+def throughline_project(request: pytest.FixtureRequest) -> str:
+    """A project name unique to this test."""
+    return f"project-{_sanitize(request.node.name, 40)}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def throughline_container(request: pytest.FixtureRequest, kafka_broker: KafkaHandle) -> Iterator[Any]:
+    """``throughline serve`` in a container for the session, on the session broker (its own topic)."""
+    from throughline.testing.containers import ThroughlineContainer
+
+    report = _terminal_reporter(request.config)
+    container = ThroughlineContainer(kafka_broker, report=report).start()
+    _announce(request, f"throughline container: {container.describe()}")
+    try:
+        yield container
+    finally:
+        container.close()
+
+
+@pytest.fixture
+def throughline_container_factory(request: pytest.FixtureRequest, kafka_broker: KafkaHandle) -> Iterator[Callable[..., Any]]:
+    """``throughline_container_factory(**options)``: a serve container for this test alone, closed after it."""
+    from throughline.testing.containers import ThroughlineContainer
+
+    report = _terminal_reporter(request.config)
+    started: list[Any] = []
+
+    def _start(**options: Any) -> Any:
+        container = ThroughlineContainer(options.pop("kafka", kafka_broker), report=report, **options)
+        started.append(container)
+        _used_by(request, f"serve container {container.describe()}", container)
+        return container.start()
+
+    try:
+        yield _start
+    finally:
+        for container in reversed(started):
+            container.close()
