@@ -46,10 +46,11 @@ def env(kafka: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()}
 
 
-def test_image_is_apache_kafka_4(kafka: dict[str, Any]) -> None:
+def test_image_is_apache_kafka_4_unless_overridden(kafka: dict[str, Any]) -> None:
+    """THROUGHLINE_KAFKA_IMAGE chooses the image; without it compose runs the official one."""
     image = kafka["image"]
-    match = re.fullmatch(r"apache/kafka:(\d+)\.(\d+)\.(\d+)", image)
-    assert match, f"expected a pinned apache/kafka:X.Y.Z image, got {image!r}"
+    match = re.fullmatch(r"\$\{THROUGHLINE_KAFKA_IMAGE:-apache/kafka:(\d+)\.(\d+)\.(\d+)\}", image)
+    assert match, f"expected ${{THROUGHLINE_KAFKA_IMAGE:-apache/kafka:X.Y.Z}}, got {image!r}"
     assert int(match.group(1)) == 4
 
 
@@ -137,7 +138,10 @@ def test_serve_builds_from_the_repo_dockerfile(serve: dict[str, Any]) -> None:
     dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
     assert (COMPOSE.parent / context / dockerfile).resolve() == DOCKERFILE.resolve()
     text = DOCKERFILE.read_text(encoding="utf-8")
-    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    # The official Python image by default; compose passes THROUGHLINE_PYTHON_IMAGE through for a local one.
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", text, re.M)
+    assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", text, re.M)
+    assert build["args"]["PYTHON_IMAGE"] == "${THROUGHLINE_PYTHON_IMAGE:-python:3.11-slim}"
     assert re.search(r'^ENTRYPOINT \["throughline"\]', text, re.M)
     assert re.search(r'^CMD \["serve", "--host", "0\.0\.0\.0"\]', text, re.M)
     # Every folder the package is built from is copied into the image.
@@ -173,3 +177,24 @@ def test_serve_binds_all_interfaces_only_with_a_token(serve: dict[str, Any], ser
     assert "0.0.0.0" in command
     published = [str(p) for p in serve["ports"]]
     assert any(p.startswith("127.0.0.1:") and p.endswith(":8787") for p in published), published
+
+
+# ------------------------------------------------------------------------------------------ compose.host.yaml
+
+HOST_OVERRIDE = COMPOSE.parent / "compose.host.yaml"
+
+
+def test_host_override_binds_every_listener_to_loopback() -> None:
+    """compose.host.yaml (the docker tier's engine has no bridge) keeps all traffic on 127.0.0.1."""
+    data = yaml.safe_load(HOST_OVERRIDE.read_text(encoding="utf-8"))
+    kafka_env = data["services"]["kafka"]["environment"]
+    for service in ("kafka", "throughline"):
+        assert data["services"][service]["network_mode"] == "host"
+    listeners = _listeners(kafka_env["KAFKA_LISTENERS"])
+    assert all(address.startswith("127.0.0.1:") for address in listeners.values()), listeners
+    advertised = _listeners(kafka_env["KAFKA_ADVERTISED_LISTENERS"])
+    assert all(address.startswith("127.0.0.1:") for address in advertised.values()), advertised
+    serve = data["services"]["throughline"]
+    assert serve["environment"]["THROUGHLINE_BOOTSTRAP_SERVERS"] == advertised["PLAINTEXT"]
+    command = serve["command"]
+    assert command[command.index("--host") + 1] == "127.0.0.1"
