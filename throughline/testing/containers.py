@@ -27,21 +27,23 @@ and ``throughline_container_factory`` (one per call, closed after the test) are 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import time
 import urllib.error
 import uuid
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from throughline.testing.kafka.config import LOOPBACK, Reporter, stderr_reporter
 from throughline.testing.kafka.docker import (
-    HARNESS_LABEL,
-    TAG_LABEL,
+    container_log_tail,
+    container_running,
     docker_network_mode,
     ensure_image,
+    harness_labels,
+    run_container,
 )
 from throughline.testing.kafka.exceptions import DockerUnavailableError, HarnessError
 from throughline.testing.kafka.handle import KafkaHandle, discard_live, register_live
@@ -141,8 +143,6 @@ class ThroughlineContainer:
 
     def start(self) -> ThroughlineContainer:
         """Start serve and wait (bounded) until ``/readyz`` answers; raises with the container's log if not."""
-        from testcontainers.core.container import DockerContainer
-
         try:
             ensure_image(self.image, report=self._report)
         except DockerUnavailableError as exc:
@@ -151,29 +151,15 @@ class ThroughlineContainer:
                 f"(or scripts/docker-images throughline), or set {ENV_IMAGE}"
             ) from exc
         self._port = free_port()
-        container = DockerContainer(self.image)
-        for key, value in self.environment().items():
-            container.with_env(key, value)
-        container.with_command(self.command())
-        labels = {
-            HARNESS_LABEL: "throughline",
-            TAG_LABEL: os.environ.get("THROUGHLINE_HARNESS_TAG", "").strip(),
-            f"{HARNESS_LABEL}.pid": str(os.getpid()),
-        }
-        if self.network == "host":
-            container.with_kwargs(network_mode="host", labels=labels)
-        else:
-            ports: dict[str, Any] = container.ports
-            ports[f"{CONTAINER_PORT}/tcp"] = (LOOPBACK, self._port)
-            container.with_kwargs(labels=labels)
         self._report(f"starting {self.image} (throughline serve) on {self.url}, topic {self.topic} ...")
-        try:
-            container.start()
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                container.stop()
-            raise DockerUnavailableError(f"could not start a container from {self.image}: {exc}") from exc
-        self._container = container
+        self._container = run_container(
+            self.image,
+            environment=self.environment(),
+            network=self.network,
+            labels=harness_labels("throughline"),
+            command=self.command(),
+            publish=(CONTAINER_PORT, LOOPBACK, self._port),
+        )
         register_live(self)
         try:
             self._wait_ready()
@@ -182,14 +168,6 @@ class ThroughlineContainer:
             raise
         return self
 
-    def _running(self) -> bool:
-        try:
-            wrapped = self._container.get_wrapped_container()
-            wrapped.reload()
-            return wrapped.status in ("created", "running", "restarting")
-        except Exception:
-            return False
-
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self._startup_timeout_s
         last = "no answer yet"
@@ -197,7 +175,7 @@ class ThroughlineContainer:
         for _ in range(10_000):
             if time.monotonic() >= deadline:
                 break
-            if not self._running():
+            if not container_running(self._container):
                 raise HarnessError(f"throughline serve exited before it answered:\n{self.diagnostics()}")
             try:
                 status, body = reader.get_json("/readyz")
@@ -213,14 +191,7 @@ class ThroughlineContainer:
 
     def diagnostics(self, lines: int = 40) -> str:
         """The tail of serve's log (its stderr), for error messages."""
-        if self._container is None:
-            return "(no container)"
-        try:
-            out, err = self._container.get_logs()
-            text = (out + err).decode("utf-8", errors="replace")
-            return f"--- log of {self.image} (throughline serve, tail) ---\n" + "\n".join(text.splitlines()[-lines:])
-        except Exception as exc:
-            return f"(no container logs: {exc})"
+        return container_log_tail(self._container, f"log of {self.image} (throughline serve)", lines)
 
     def close(self) -> None:
         """Stop serve (SIGTERM: it commits the batch in flight) and remove the container and its volume."""
@@ -247,46 +218,23 @@ class ThroughlineContainer:
 
         return TurnProducer(self.bootstrap_servers, self.topic)
 
-    def append(
-        self,
-        *,
-        project: str,
-        host: str,
-        thread: str,
-        turn_id: str,
-        completed_at: datetime | str | int,
-        body: str,
-        seq: int | None = None,
-    ) -> Any:
-        """Append one completed turn to the container's topic; returns its log position."""
+    def append(self, **turn: Any) -> Any:
+        """Append one completed turn to the container's topic; returns its log position.
+
+        The keyword arguments are :meth:`TurnProducer.append`'s (``project``, ``host``, ``thread``,
+        ``turn_id``, ``completed_at``, ``body``, optional ``seq`` and ``attributes``).
+        """
         with contextlib.closing(self.producer()) as producer:
-            return producer.append(
-                project=project,
-                host=host,
-                thread=thread,
-                turn_id=turn_id,
-                completed_at=completed_at,
-                body=body,
-                seq=seq,
-            )
+            return producer.append(**turn)
 
     def append_lines(self, turns: Iterable[Mapping[str, Any]]) -> list[Any]:
-        """Append turns given as ``throughline ingest`` JSON Lines objects (``turnId``, ``completedAt``, ...)."""
-        positions = []
+        """Append turns given as ``throughline ingest`` JSON Lines objects (``turnId``, ``completedAt``, ...),
+        checked as ingest checks a line; returns their log positions."""
+        from throughline.producers.ingest import parse_turn_line
+
+        records = [parse_turn_line(json.dumps(dict(turn)), producer_name="throughline-testing") for turn in turns]
         with contextlib.closing(self.producer()) as producer:
-            for turn in turns:
-                positions.append(
-                    producer.append(
-                        project=turn["project"],
-                        host=turn["host"],
-                        thread=turn["thread"],
-                        turn_id=turn["turnId"],
-                        completed_at=turn["completedAt"],
-                        body=turn["body"],
-                        seq=turn.get("seq"),
-                    )
-                )
-        return positions
+            return producer.send_many([r for r in records if r is not None])
 
     def read(
         self,

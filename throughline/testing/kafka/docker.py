@@ -161,6 +161,78 @@ def _bridge_addresses() -> tuple[str, str | None]:
     return urllib.parse.urlparse(host).hostname or LOOPBACK, None
 
 
+def harness_labels(kind: str) -> dict[str, str]:
+    """The labels that let a script find this run's containers (``kind``: ``kafka``, ``throughline``)."""
+    return {
+        HARNESS_LABEL: kind,
+        TAG_LABEL: os.environ.get(ENV_HARNESS_TAG, "").strip(),
+        f"{HARNESS_LABEL}.pid": str(os.getpid()),
+    }
+
+
+def run_container(
+    image: str,
+    *,
+    environment: dict[str, str],
+    network: str,
+    labels: dict[str, str],
+    command: list[str] | None = None,
+    publish: tuple[int, str | None, int] | None = None,
+) -> Any:
+    """Start a testcontainers ``DockerContainer``: on the host network, or on a bridge publishing
+    ``publish`` = (container port, host IP or None for all, host port). Raises
+    :class:`DockerUnavailableError` saying why when the engine does not start it."""
+    from testcontainers.core.container import DockerContainer
+
+    container = DockerContainer(image)
+    for key, value in environment.items():
+        container.with_env(key, value)
+    if command is not None:
+        container.with_command(command)
+    if network == "host":
+        container.with_kwargs(network_mode="host", labels=labels)
+    else:
+        if publish is not None:
+            # docker-py accepts (ip, port) to publish on one address; testcontainers' own
+            # with_bind_ports() only takes a port, so set the mapping directly.
+            inner, ip, outer = publish
+            ports: dict[str, Any] = container.ports
+            ports[f"{inner}/tcp"] = (ip, outer) if ip else outer
+        container.with_kwargs(labels=labels)
+    try:
+        container.start()
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            container.stop()
+        hint = ""
+        if "ryuk" in str(exc).lower():
+            hint = "; testcontainers' Ryuk reaper needs its own image: set TESTCONTAINERS_RYUK_DISABLED=true"
+        raise DockerUnavailableError(f"could not start a container from {image}: {_first_line(exc)}{hint}") from exc
+    return container
+
+
+def container_running(container: Any) -> bool:
+    """Whether a started container still exists and runs."""
+    try:
+        wrapped = container.get_wrapped_container()
+        wrapped.reload()
+        return wrapped.status in ("created", "running", "restarting")
+    except Exception:
+        return False
+
+
+def container_log_tail(container: Any, title: str, lines: int = 40) -> str:
+    """The last ``lines`` lines of a container's output under a ``--- title ---`` header."""
+    if container is None:
+        return "(no container)"
+    try:
+        out, err = container.get_logs()
+    except Exception as exc:
+        return f"(no container logs: {exc})"
+    text = (out + err).decode("utf-8", errors="replace")
+    return f"--- {title} (tail) ---\n" + "\n".join(text.splitlines()[-lines:])
+
+
 class DockerKafka:
     """A Kafka image as a single KRaft node in Docker, via testcontainers.
 
@@ -299,11 +371,7 @@ class DockerKafka:
 
     def labels(self) -> dict[str, str]:
         """The labels that let a script find this run's containers."""
-        return {
-            HARNESS_LABEL: "kafka",
-            TAG_LABEL: os.environ.get(ENV_HARNESS_TAG, "").strip(),
-            f"{HARNESS_LABEL}.pid": str(os.getpid()),
-        }
+        return harness_labels("kafka")
 
     def __enter__(self) -> DockerKafka:
         return self.start()
@@ -313,24 +381,11 @@ class DockerKafka:
 
     def is_running(self) -> bool:
         """Whether the container exists and runs (Kafka in it may not be ready yet)."""
-        try:
-            wrapped = self._container.get_wrapped_container()
-            wrapped.reload()
-            return wrapped.status in ("created", "running", "restarting")
-        except Exception:
-            return False
+        return container_running(self._container)
 
     def diagnostics(self, lines: int = 40) -> str:
         """The tail of the container's log (Kafka logs to stdout in the image), for error messages."""
-        if self._container is None:
-            return "(no container)"
-        try:
-            out, err = self._container.get_logs()
-            text = (out + err).decode("utf-8", errors="replace")
-            tail = "\n".join(text.splitlines()[-lines:])
-            return f"--- log of container {self.container_id or '?'} ({self.image}, tail) ---\n{tail}"
-        except Exception as exc:
-            return f"(no container logs: {exc})"
+        return container_log_tail(self._container, f"log of container {self.container_id or '?'} ({self.image})", lines)
 
     def start(self) -> DockerKafka:
         """Start (or, after ``stop(keep_data=True)``, resume) the container and wait until ready.
@@ -357,36 +412,16 @@ class DockerKafka:
         return self
 
     def _create(self) -> None:
-        from testcontainers.core.container import DockerContainer
-
         ensure_image(self.image, report=self._report)
         self._pick_ports()
-        container = DockerContainer(self.image)
-        for key, value in self.environment().items():
-            container.with_env(key, value)
-        if self.network == "host":
-            container.with_kwargs(network_mode="host", labels=self.labels())
-        else:
-            # docker-py accepts (ip, port) to publish on one address; testcontainers' own
-            # with_bind_ports() only takes a port, so set the mapping directly.
-            ports: dict[str, Any] = container.ports
-            ports[f"{self.CONTAINER_PORT}/tcp"] = (
-                (self._bind_ip, self._host_port) if self._bind_ip else self._host_port
-            )
-            container.with_kwargs(labels=self.labels())
         self._report(f"starting {self.image} in Docker ({self.network} network) on port {self._host_port} ...")
-        try:
-            container.start()
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                container.stop()
-            hint = ""
-            if "ryuk" in str(exc).lower():
-                hint = "; testcontainers' Ryuk reaper needs its own image: set TESTCONTAINERS_RYUK_DISABLED=true"
-            raise DockerUnavailableError(
-                f"could not start a container from {self.image}: {_first_line(exc)}{hint}"
-            ) from exc
-        self._container = container
+        self._container = run_container(
+            self.image,
+            environment=self.environment(),
+            network=self.network,
+            labels=self.labels(),
+            publish=(self.CONTAINER_PORT, self._bind_ip, self._host_port),
+        )
         register_live(self)
 
     def stop(
