@@ -3,8 +3,9 @@
 Three ways to get one, tried in this order by :func:`provision_kafka`:
 
 1. **external** -- ``THROUGHLINE_TEST_BOOTSTRAP_SERVERS`` is set: use that broker, start nothing.
-2. **docker** -- a Docker engine answers a ping: run ``apache/kafka:4.1.0`` (single KRaft node)
-   with testcontainers.
+2. **docker** -- a Docker engine answers a ping: run ``THROUGHLINE_KAFKA_IMAGE`` (default
+   ``apache/kafka:4.1.0``; a single KRaft node) with testcontainers. An engine that cannot run the
+   image (no registry to pull it from) makes ``auto`` fall back to the JVM broker, with one line.
 3. **jvm** -- otherwise: fetch Apache Kafka 4.1.0 jars from Maven Central once (with ``mvn``) into
    a cache folder, and run ``kafka.Kafka`` as a combined broker+controller on loopback ports.
 
@@ -44,8 +45,12 @@ Environment variables:
 ``THROUGHLINE_KAFKA_STARTUP_TIMEOUT``
     Seconds to wait for a broker to answer (default 90).
 ``THROUGHLINE_HARNESS_TAG``
-    Added to the broker's java command line as ``-Dthroughline.harness.tag=...`` so that a CI
-    script can find, and stop, exactly the brokers it started.
+    Added to the broker's java command line as ``-Dthroughline.harness.tag=...`` (and to a Docker
+    broker's labels) so that a CI script can find, and stop, exactly the brokers it started.
+``THROUGHLINE_KAFKA_IMAGE``
+    The docker provider's Kafka image (default ``apache/kafka:4.1.0``; docs/testing.md).
+``THROUGHLINE_DOCKER_NETWORK``
+    ``host`` or ``bridge`` for the docker provider's containers (default: host for a local engine).
 """
 
 from __future__ import annotations
