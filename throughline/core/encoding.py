@@ -27,10 +27,16 @@ def b64url_decode(text: str) -> bytes | None:
     return data if b64url_encode(data) == text else None
 
 
+#: Bytes of the longest varint of a 64-bit value (7 bits a byte; the tenth holds bit 63 only).
+MAX_VARINT_BYTES = 10
+
+
 def read_zigzag(buf: bytes, p: int) -> tuple[int, int]:
     """The zig-zag varint at ``p`` of ``buf``: its value and the position after it.
 
-    Raises ``IndexError`` when ``buf`` ends inside it and ``ValueError`` when it runs past 64 bits.
+    An Avro long and a Kafka varlong are 64-bit: a varint of more than ten bytes, or a tenth byte
+    holding more than bit 63, is not one and raises ``ValueError`` (docs/design.md, "Varints"), so
+    the value is always a signed 64-bit integer. Raises ``IndexError`` when ``buf`` ends inside it.
     """
     b = buf[p]
     if b < 0x80:
@@ -42,7 +48,11 @@ def read_zigzag(buf: bytes, p: int) -> tuple[int, int]:
         b = buf[p]
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            # Only a tenth byte (shift 63) can carry bits past 64; Java's Avro and Kafka would
+            # silently drop them (and fastavro's C reader wraps the value modulo 2**64).
+            if result >> 64:
+                raise ValueError(f"a varint whose value runs past 64 bits (ending at byte {p})")
             return (result >> 1) ^ -(result & 1), p + 1
         shift += 7
         if shift > 63:
-            raise ValueError("a varint longer than 64 bits")
+            raise ValueError(f"a varint longer than {MAX_VARINT_BYTES} bytes (64 bits) at byte {p}")
