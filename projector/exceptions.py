@@ -82,3 +82,14 @@ class ProjectionStorageError(ProjectorError):
     """
 
     code = "projection_storage_failed"
+
+
+class FetchWorkerError(ProjectorError):
+    """The fetch worker process failed or died; it is started again from the applied offsets.
+
+    Defined here, not in the worker's modules: an error the worker sends crosses the pipe pickled, and
+    only a class of an importable module (never ``__main__``) can be loaded by the parent.
+    """
+
+    code = "fetch_worker_failed"
+    retriable = True

@@ -10,7 +10,9 @@ Two feeds run the same ``Fetcher`` and answer the same ``Feed`` contract:
   was 5-15% slower than one thread). The worker holds no state worth keeping: it starts at the offsets
   the projection applied, and after any failure it is started again from them.
 
-The worker is ``python -m throughline.projector.feed FD PARENT_PID``: it reads a pickled ``FeedSpec``
+The worker is ``python -m throughline.projector.feed_worker FD PARENT_PID`` (an entry point that only
+calls ``worker_main`` here, so that nothing the worker pickles is defined in ``__main__``, which the
+parent could not load): it reads a pickled ``FeedSpec``
 from stdin and writes length-prefixed pickled frames to the pipe ``FD`` from a writer thread, at most
 ``FRAMES_AHEAD + 1`` polls ahead of the main process (then the fetch waits for it). It exits when its
 parent dies (``PDEATHSIG`` on Linux, and a parent check each poll), so a killed projector leaves no
@@ -41,7 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, Protocol
 
 from throughline.log import KafkaClientConfig, LogError, PartitionConsumer
-from throughline.projector.exceptions import ProjectorError
+from throughline.projector.exceptions import FetchWorkerError
 from throughline.projector.prepare import PreparedBatch, prepare_batch
 from throughline.runtime import BULK_GC_THRESHOLD, fewer_gc_passes
 
@@ -81,13 +83,6 @@ class ProjectorOptions:
     client_id: str = "throughline-projector"
     # Fetch, decode and check in a child process (``WorkerFeed``) while this one folds and writes.
     fetch_worker: bool = True
-
-
-class FetchWorkerError(ProjectorError):
-    """The fetch worker process failed or died; it is started again from the applied offsets."""
-
-    code = "fetch_worker_failed"
-    retriable = True
 
 
 def open_consumer(spec: FeedSpec) -> PartitionConsumer:
@@ -283,7 +278,7 @@ def spawn_worker() -> WorkerProcess:
         fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_BYTES)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "throughline.projector.feed", str(write_fd), str(os.getpid())],
+            [sys.executable, "-m", "throughline.projector.feed_worker", str(write_fd), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             pass_fds=(write_fd,),
@@ -339,7 +334,11 @@ class WorkerFeed:
         if frame is None:
             code = self._reap()
             raise FetchWorkerError(f"the fetch worker exited (exit code {code}) without saying why")
-        kind, payload = pickle.loads(frame)
+        try:
+            kind, payload = pickle.loads(frame)
+        except Exception as exc:  # a class the worker pickled that this process cannot load: still retriable
+            self._reap()
+            raise FetchWorkerError(f"a frame of the fetch worker does not load: {type(exc).__name__}: {exc}") from None
         if kind == "batches":
             batches: list[PreparedBatch] = payload
             return batches
@@ -489,8 +488,3 @@ def _fetch_until_stopped(spec: FeedSpec, parent: int, writer: _FrameWriter) -> i
     finally:
         fetcher.close()
     return 0
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle; it stops us
-    sys.exit(worker_main(int(sys.argv[1]), int(sys.argv[2])))

@@ -5,6 +5,7 @@ DuckDB projection with it.
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -173,11 +174,35 @@ def assert_projection_equals_log(db: Path, content: LogContent) -> None:
             cur.close()
 
 
-def cli_process(*argv: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run ``throughline ARGV`` as a real process."""
+def cli_process(*argv: str, timeout: float = 120.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``throughline ARGV`` as a real process (with ``env`` as its environment when given)."""
     return subprocess.run(
-        [sys.executable, "-m", "throughline.cli", *argv], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-m", "throughline.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
     )
+
+
+#: What the fetch worker raises under ``worker_fault_env`` (tests/integration/worker_fault/sitecustomize.py).
+WORKER_FAULT = "injected fetch worker failure"
+
+
+def worker_fault_env(tmp: Path) -> tuple[dict[str, str], Path]:
+    """An environment in which the first fetch worker of a ``throughline`` process raises ``RuntimeError``
+    once (not a Kafka error, not a kill), and the marker file whose removal shows that it did."""
+    marker = tmp / "worker-fault.armed"
+    marker.write_text("armed")
+    faults = Path(__file__).resolve().parent / "worker_fault"
+    path = os.environ.get("PYTHONPATH", "")
+    env = {
+        **os.environ,
+        "THROUGHLINE_TEST_WORKER_FAULT": str(marker),
+        "PYTHONPATH": f"{faults}{os.pathsep}{path}" if path else str(faults),
+    }
+    return env, marker
 
 
 def start_projector(*argv: str, log: Path) -> subprocess.Popen[bytes]:

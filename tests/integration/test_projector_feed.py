@@ -4,6 +4,7 @@ wrong (die, outlive its parent) and the projector's answer to it."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -16,7 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from projector_env import assert_projection_equals_log, produce_all, read_topic
+from projector_env import (
+    WORKER_FAULT,
+    assert_projection_equals_log,
+    cli_process,
+    connection,
+    produce_all,
+    read_topic,
+    worker_fault_env,
+)
 from projector_env import history as make_history
 
 from throughline.core.turn import TurnRecord
@@ -169,6 +178,27 @@ class TestWorkerFeed(FeedContract):
         finally:
             feed.close()
 
+    def test_a_worker_that_raises_is_reported_as_fetch_worker_failed_and_a_restart_resumes(
+        self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        # Not killed: the worker's own code raises (a non-Kafka error), and says so over the pipe.
+        topic, turns = filled_topic
+        env, marker = worker_fault_env(tmp_path)
+        for name in ("PYTHONPATH", "THROUGHLINE_TEST_WORKER_FAULT"):
+            monkeypatch.setenv(name, env[name])  # the worker inherits this process's environment
+        feed = WorkerFeed(self.spec(kafka_bootstrap, topic))
+        try:
+            with pytest.raises(FetchWorkerError) as caught:
+                _drain(feed, len(turns))
+            assert not marker.exists(), "the worker never raised"
+            assert caught.value.retriable and caught.value.code == "fetch_worker_failed"
+            assert f"RuntimeError: {WORKER_FAULT}" in caught.value.message
+            feed.restart({})
+            assert sum(len(b.items) for b in _drain(feed, len(turns))) >= len(turns)
+        finally:
+            feed.close()
+
     def test_a_broker_that_does_not_answer_reaches_the_caller_as_a_kafka_error(self) -> None:
         spec = FeedSpec(("127.0.0.1:9",), "nowhere", 1, ((0, 0),), ProjectorOptions(timeout=1.0))
         feed = WorkerFeed(spec)
@@ -243,6 +273,24 @@ def test_both_feeds_project_the_same_tables(
     with DuckProjection.open(db, topic=topic) as projection:
         summary = Projector(projection, kafka_bootstrap, topic, options=options).run(until_caught_up=True)
     assert summary.caught_up and summary.summary.records == 600
+    assert_projection_equals_log(db, read_topic(kafka_bootstrap, topic, PARTITIONS))
+
+
+def test_the_cli_projector_restarts_a_worker_that_raises(
+    kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path
+) -> None:
+    # `throughline project`: the worker's error is the retriable fetch_worker_failed, the run restarts
+    # the worker from the applied offsets and projects the whole log; no traceback, exit code 0.
+    topic, turns = filled_topic
+    env, marker = worker_fault_env(tmp_path)
+    db = tmp_path / "p.duckdb"
+    done = cli_process("project", "--until-caught-up", *connection(kafka_bootstrap, topic, db), env=env, timeout=180)
+    assert not marker.exists(), "the worker never raised"
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "restarting the fetch worker" in done.stderr and f"RuntimeError: {WORKER_FAULT}" in done.stderr, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["caughtUp"] and summary["records"] == len(turns)
     assert_projection_equals_log(db, read_topic(kafka_bootstrap, topic, PARTITIONS))
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from projector_env import WORKER_FAULT, worker_fault_env
 
 from throughline.core.cursor import decode_cursor
 from throughline.core.identity import project_sha256
@@ -457,6 +458,34 @@ def test_a_non_loopback_bind_without_a_token_is_refused(kafka_bootstrap: str, tm
     assert done.returncode == 2
     assert json.loads(done.stderr.strip().splitlines()[-1])["error"]["code"] == "auth_token_required"
     assert done.stdout == ""
+
+
+def test_a_fetch_worker_that_raises_is_restarted_and_serve_keeps_projecting(kafka_bootstrap: str, tmp_path: Path) -> None:
+    # The worker's own code raises (not a kill, not a Kafka error): serve's projector must take it as the
+    # retriable fetch_worker_failed, start the worker again from the applied offsets and go on.
+    topic = f"t-worker-fault-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    env, marker = worker_fault_env(tmp_path)
+    produce(kafka_bootstrap, topic, [turn(n, seq=n) for n in range(1, 6)])
+    serve = Serve(kafka_bootstrap, topic, tmp_path / "projection.duckdb", env=env).start()
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            assert serve.proc is not None and serve.proc.poll() is None, f"serve stopped:\n{serve.stderr()}"
+            status, document = serve.get(READ_PATH, project=PROJECT, limit=10)
+            if status == 200 and document["status"] == "ok" and len(document["turns"]) == 5:
+                break
+            assert time.monotonic() < deadline, f"the turns never became readable: {document}\n{serve.stderr()}"
+            time.sleep(0.1)
+        assert not marker.exists(), "the worker never raised"
+        produce(kafka_bootstrap, topic, [turn(6, seq=6)])  # the restarted worker keeps fetching
+        serve.wait_caught_up(minimum_records=6)
+        assert serve.proc.poll() is None, serve.stderr()
+    finally:
+        code = serve.terminate()
+    log = serve.stderr_path.read_text(encoding="utf-8", errors="replace")
+    assert code == 0, log
+    assert "restarting the fetch worker" in log and f"RuntimeError: {WORKER_FAULT}" in log, log
+    assert "Traceback" not in log, log
 
 
 def test_sigterm_while_producing_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""The fetch worker's frame writer: frames reach the pipe whole and in order, the last one (an error,
-typically) before the worker exits, and a reader that went away never hangs the worker."""
+"""The fetch worker's frames: the writer puts them on the pipe whole and in order, the last one (an
+error, typically) before the worker exits, and a reader that went away never hangs the worker; the
+parent takes a frame it cannot load for the retriable ``fetch_worker_failed``."""
 
 from __future__ import annotations
 
@@ -75,3 +76,38 @@ def test_a_reader_that_went_away_stops_the_writer_without_hanging():
     writer.close()
     assert writer.broken.is_set()
     assert time.monotonic() - start < 10
+
+
+def test_a_frame_the_parent_cannot_load_is_the_retriable_fetch_worker_failed():
+    # What an error class defined in the worker's ``__main__`` was to the parent (issue 14): a pickle
+    # naming an attribute of ``__main__`` this process does not have. It must still be
+    # fetch_worker_failed (the run restarts the worker), never an AttributeError that ends the run.
+    import subprocess
+    import sys
+
+    import pytest
+
+    from throughline.projector.exceptions import FetchWorkerError
+    from throughline.projector.feed import FeedSpec, ProjectorOptions, WorkerFeed, WorkerProcess
+
+    main = sys.modules["__main__"]
+    ghost = type("GhostWorkerError", (Exception,), {"__module__": "__main__"})
+    main.GhostWorkerError = ghost  # type: ignore[attr-defined]
+    try:
+        data = pickle.dumps(("error", ghost("lost in __main__")))
+    finally:
+        del main.GhostWorkerError  # type: ignore[attr-defined]
+    r, w = os.pipe()
+    os.write(w, _FRAME.pack(len(data)) + data)
+    os.close(w)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read()"], stdin=subprocess.PIPE)
+    spec = FeedSpec(("127.0.0.1:9",), "t", 1, ((0, 0),), ProjectorOptions())
+    feed = WorkerFeed(spec, WorkerProcess(proc, r))
+    try:
+        with pytest.raises(FetchWorkerError) as caught:
+            feed.next(10)
+        assert caught.value.retriable and caught.value.code == "fetch_worker_failed"
+        assert "GhostWorkerError" in caught.value.message
+        assert proc.poll() is not None  # the worker it came from is stopped
+    finally:
+        feed.close()

@@ -105,7 +105,7 @@ def test_fewer_gc_passes_raises_the_threshold_and_restores_it() -> None:
 
 def test_throughline_errors_cross_the_worker_boundary_unchanged() -> None:
     from throughline.log.exceptions import BrokerUnavailableError, LossyTopicError
-    from throughline.projector.feed import FetchWorkerError
+    from throughline.projector.exceptions import FetchWorkerError
 
     for error in (
         BrokerUnavailableError(["127.0.0.1:9"], "no answer"),
