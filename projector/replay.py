@@ -7,11 +7,14 @@ projection a streaming projector builds from the same log, whatever the batch bo
 
 The file is written as ``NEW_FILE.replay-partial`` and renamed to ``NEW_FILE`` only when the replay
 completed and was checkpointed, so a failed or interrupted replay never leaves a half-built projection
-under the requested name.
+under the requested name. A ``.replay-partial`` already there (a replay killed before its own cleanup)
+is removed, never resumed: it may hold another topic or another log of the same topic name, and a
+replay always folds the log from offset 0 into an empty file (docs/design.md, "Replay").
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -23,6 +26,8 @@ from throughline.log import KafkaClientConfig
 from throughline.projector.exceptions import ReplayTargetError
 from throughline.projector.runner import Progress, ProgressUpdate, Projector, ProjectorOptions, RunSummary
 from throughline.projector.store import DuckProjection
+
+log = logging.getLogger(__name__)
 
 PARTIAL_SUFFIX = ".replay-partial"
 
@@ -62,7 +67,7 @@ def replay(
     if problem is not None:
         raise ReplayTargetError(problem)
     partial = path.with_name(path.name + PARTIAL_SUFFIX)
-    _remove_db_files(partial)  # a leftover of an interrupted replay into the same name
+    _remove_leftover(partial)
     done = False
     try:
         projection = DuckProjection.open(partial, topic=topic, memory_headroom=memory_headroom)
@@ -84,6 +89,21 @@ def replay(
     finally:
         if not done:
             _remove_db_files(partial)
+
+
+def _remove_leftover(partial: Path) -> None:
+    """Remove what an earlier replay into the same name left (it was killed before its own cleanup).
+
+    Not resumed even when it is a prefix of this very log: nothing in it proves which log it holds
+    beyond the topic id a projector recorded, and a fresh fold costs only the replay's own time.
+    """
+    found = [p.name for p in (partial, partial.with_name(partial.name + ".wal")) if p.exists()]
+    if found:
+        log.warning(
+            "removing %s, left by an earlier replay that did not finish: a replay always starts from an empty file",
+            " and ".join(found),
+        )
+    _remove_db_files(partial)
 
 
 def _remove_db_files(path: Path) -> None:

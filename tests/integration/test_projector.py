@@ -31,7 +31,7 @@ from throughline.cli import main
 from throughline.projector.exceptions import LogRewoundError, LogTruncatedError
 from throughline.projector.runner import Projector, ProjectorOptions, RunSummary
 from throughline.projector.store import DuckProjection, LogRecord
-from throughline.schemas.codec import MAGIC
+from throughline.schemas.codec import MAGIC, encode_turn
 from throughline.testing import create_topic
 
 FAST = ProjectorOptions(poll_timeout=0.2, check_interval=0.5, timeout=10.0)
@@ -244,6 +244,47 @@ def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_n
 
     code, _, err = cli("project", "--until-caught-up", *connection(kafka_bootstrap, topic + "-missing", tmp_path / "m.duckdb"))
     assert code == 1 and json.loads(err.strip().splitlines()[-1])["error"]["code"] == "topic_missing"
+
+
+@pytest.mark.parametrize("leftover", ["another-topic", "an-earlier-log-of-the-topic", "a-prefix-of-this-log"])
+def test_replay_over_a_leftover_partial_gives_exactly_the_fold_of_the_log(
+    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path, leftover: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A replay killed before its cleanup leaves NEW_FILE.replay-partial. A later replay into the same
+    # name must remove it and fold the log from offset 0, whatever the leftover holds.
+    topic = kafka_topic_name
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    records = history(random.Random(23), 34, projects=3)
+    target = tmp_path / "replayed.duckdb"
+    partial = tmp_path / "replayed.duckdb.replay-partial"
+    earlier = [turn("/p/earlier", "main", f"earlier-{i}") for i in range(5)]  # five turns of another log
+    if leftover == "another-topic":
+        other = topic + "-other"
+        create_topic(kafka_bootstrap, other, partitions=1)
+        produce_all(kafka_bootstrap, other, 1, earlier)
+        with DuckProjection.open(partial, topic=other) as projection:
+            assert Projector(projection, kafka_bootstrap, other, options=FAST).run(until_caught_up=True).caught_up
+    elif leftover == "an-earlier-log-of-the-topic":
+        # The same topic name, another history (as a topic deleted and recreated leaves it): offsets
+        # 0..4 of partition 0 hold turns this log never had.
+        with DuckProjection.open(partial, topic=topic) as projection:
+            projection.apply_batch(
+                topic, 0, [LogRecord(0, i, r.project_sha256, encode_turn(r)) for i, r in enumerate(earlier)]
+            )
+    else:
+        produce_all(kafka_bootstrap, topic, 2, records[:20])
+        with DuckProjection.open(partial, topic=topic) as projection:
+            assert Projector(projection, kafka_bootstrap, topic, options=FAST).run(until_caught_up=True).caught_up
+    produce_all(kafka_bootstrap, topic, 2, records if leftover != "a-prefix-of-this-log" else records[20:])
+    with DuckProjection.open(partial, read_only=True) as projection:
+        assert projection.stats().turns > 0  # the leftover holds turns
+
+    code, out, err = cli("replay", "--no-progress", *connection(kafka_bootstrap, topic, target))
+    assert code == 0, err
+    assert json.loads(out)["records"] == len(records)
+    assert_projection_equals_log(target, read_topic(kafka_bootstrap, topic, 2))
+    assert not partial.exists() and not partial.with_name(partial.name + ".wal").exists()
+    assert "left by an earlier replay that did not finish" in caplog.text
 
 
 def test_sigterm_stops_the_projector_after_its_batch(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path) -> None:
