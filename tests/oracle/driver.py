@@ -348,9 +348,21 @@ class Driver:
         live = state.sources(owner)
         if not live:
             return None
+        if pick.kind == "pending":
+            # A source's last record makes its tip, so the tip of a source with an unapplied record is unapplied.
+            unapplied = {(r.host, r.thread) for r in self.model.records[self.model.applied:] if r.project == owner}
+            live = [s for s in live if s in unapplied] or live
+        elif pick.kind == "applied" and self.model.applied_state.sources(owner):
+            state = self.model.applied_state
+            live = state.sources(owner)
         source = live[pick.source % len(live)]
         length = len(state.chain(owner, source) or [])
-        chosen = 1 + pick.n % length if pick.kind == "prefix" else length - pick.n % length
+        if pick.kind == "prefix":
+            chosen = 1 + pick.n % length
+        elif pick.kind == "pending":
+            chosen = length  # the tip: made by the source's last record
+        else:
+            chosen = length - pick.n % length
         return self.model.register(self.model.prefix_of(state, owner, source, chosen))
 
     def start(self, number: int, step: Start) -> None:
@@ -386,6 +398,10 @@ class Driver:
         pin_end = series.pin_end if series.through is not None else self.model.log_end
         checker.check_read(self.model, expect, outcome, context=context, snapshot=snapshot, pin_end=pin_end)
         self.stats[f"page {expect.status}"] += 1
+        if series.after is not None and series.through is not None:
+            after, through = self.model.cursors[series.after], self.model.cursors[series.through]
+            if after.offset >= self.model.applied > through.offset and after.project == through.project == series.project:
+                self.stats["page whose after cursor's record is unapplied, its through cursor's applied"] += 1
         if expect.status == PENDING and "projection" in expect.reason:
             self.stats["page pending: the projection lacks or garbles a row"] += 1
         if expect.status != OK:

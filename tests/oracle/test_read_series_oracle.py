@@ -3,7 +3,7 @@
 Runs: ``test_read_series_oracle_fixed_seed`` (seed 20260715) and ``test_read_series_oracle_unseeded``
 (a fresh seed each run, printed in the terminal summary; ``THROUGHLINE_ORACLE_SEED=N`` replays it), with
 the same budget. Calibration: the checker must reject a reader, built here, that re-reads the latest head
-on every page. Pinned histories reconstruct the cases the three named mutants break.
+on every page. Pinned histories reconstruct the cases the named mutants break.
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ FIXED_SEED_COVERAGE = {
     "re-read ok": 0.2,
     "token replayed with another through": 0.2,
     "pages of two series interleaved": 0.05,
+    "page whose after cursor's record is unapplied, its through cursor's applied": 0.1,
 }
 
 
@@ -159,10 +160,24 @@ ROLLBACK_AND_LAG: list[Step] = [
 ]
 
 
+#: A later page whose after cursor's record is still unapplied while its through cursor's is applied: the
+#: after cursor names a turn on another thread, completed after the through cursor's; every read of the
+#: series must be pending until the projector applies it (a reader that waits for the through cursor's
+#: record alone answers resync_required: the after cursor's source is not in the projection yet).
+AFTER_UNAPPLIED: list[Step] = [
+    Append(0, 0, "one"), Append(0, 0, "two"), Append(0, 0, "three"), Apply(None),
+    Append(0, 1, "on another thread"),                                # not applied yet
+    Start(0, Pick("pending", 0, 0), Pick("applied", 0, 0), 1, 1 << 20),  # after (h1,t2) seq 1, through (h1,t1) seq 3
+    Next(0),                                                          # a later read of it: still pending
+    Apply(1),
+    Next(0), Next(0),                                                 # now its pages: (0, 1], (1, 2] of (0, 3]
+]
+
+
 @pytest.mark.parametrize(
     "steps",
-    [TURNS_COMPLETE_BETWEEN_PAGES, MISSING_ROW, ROLLBACK_AND_LAG],
-    ids=["turns-complete-between-pages", "missing-row", "rollback-and-lag"],
+    [TURNS_COMPLETE_BETWEEN_PAGES, MISSING_ROW, ROLLBACK_AND_LAG, AFTER_UNAPPLIED],
+    ids=["turns-complete-between-pages", "missing-row", "rollback-and-lag", "after-unapplied"],
 )
 def test_pinned_history(steps: list[Step]) -> None:
     driver = run_history(steps, target=target_factory())
@@ -179,6 +194,9 @@ def test_pinned_histories_reach_their_cases() -> None:
     assert missing.stats["page projection_pending"] >= 2
     rolled = run_history(ROLLBACK_AND_LAG, target=BookTarget)
     assert rolled.stats["page resync_required"] >= 1 and rolled.stats["page projection_pending"] >= 1
+    ahead = run_history(AFTER_UNAPPLIED, target=BookTarget)
+    assert ahead.stats["page whose after cursor's record is unapplied, its through cursor's applied"] == 2
+    assert ahead.stats["page projection_pending"] == 2 and ahead.stats["completed host/thread switch series"] == 1
 
 
 # --------------------------------------------------------------------------------------- calibration
