@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from throughline.durable import sync_directory
 from throughline.log import KafkaClientConfig
 from throughline.projector.exceptions import ReplayTargetError
 from throughline.projector.runner import Progress, ProgressUpdate, Projector, ProjectorOptions, RunSummary
@@ -84,6 +85,7 @@ def replay(
         if problem is not None:
             raise ReplayTargetError(problem)
         os.replace(partial, path)
+        sync_directory(path.parent)  # the new name survives a crash, as every durable replace here
         done = True
         return summary
     finally:

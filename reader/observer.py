@@ -33,10 +33,8 @@ The Observer reads through a callable (``PageReader``), so the same client drive
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from typing import Literal, Protocol
 
 from throughline.core.cursor import Cursor, decode_cursor
 from throughline.core.page_range import validate_limit
+from throughline.durable import replace_file
 from throughline.errors import InputError, ThroughlineError
 from throughline.reader.exceptions import (
     ObserverInterrupted,
@@ -156,36 +155,11 @@ def save_state(path: str | os.PathLike[str], after_cursor: str | None) -> None:
     """Replace the state file atomically and durably (temp file, fsync, rename, fsync directory)."""
     target = Path(path)
     data = json.dumps({"schema": STATE_SCHEMA, "afterCursor": after_cursor}, sort_keys=True).encode() + b"\n"
-    directory = target.absolute().parent
     try:
-        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        replace_file(target, data)
     except OSError as exc:
-        raise ObserverStateWriteError(
-            f"cannot write the observer state in {directory}: {exc.strerror or exc}"
-        ) from None
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, target)
-    except BaseException as exc:
         # Whatever stopped the save (a full disk, an interrupt), the old state file is untouched.
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        if isinstance(exc, OSError):
-            raise ObserverStateWriteError(
-                f"cannot save the observer state {target}: {exc.strerror or exc}"
-            ) from None
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        raise ObserverStateWriteError(f"cannot save the observer state {target}: {exc.strerror or exc}") from None
 
 
 # --------------------------------------------------------------------------------------------- observer

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from throughline.core.encoding import b64url_decode
+from throughline.durable import sync_directory, write_fully
 from throughline.reader.exceptions import TokenKeyError
 
 ENV_TOKEN_KEY = "THROUGHLINE_TOKEN_KEY"
@@ -122,28 +123,13 @@ def _unavailable(path: Path, exc: OSError) -> TokenKeyError:
     )
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, content: bytes) -> None:
-    view = memoryview(content)
-    while view:
-        view = view[os.write(fd, view) :]
-    os.fsync(fd)
-
-
 def _create_linked(target: Path, content: bytes) -> bool:
     """Write a temporary file and hard-link it to ``target``; ``False`` when another process won."""
     temp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
-            _write_all(fd, content)
+            write_fully(fd, content)
         finally:
             os.close(fd)
         try:
@@ -153,7 +139,7 @@ def _create_linked(target: Path, content: bytes) -> bool:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
-    _fsync_dir(target.parent)
+    sync_directory(target.parent)
     return True
 
 
@@ -165,10 +151,10 @@ def _create_exclusive(target: Path, content: bytes) -> bool:
     except OSError as exc:
         raise _unavailable(target, exc) from None
     try:
-        _write_all(fd, content)
+        write_fully(fd, content)
     finally:
         os.close(fd)
-    _fsync_dir(target.parent)
+    sync_directory(target.parent)
     return True
 
 

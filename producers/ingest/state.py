@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from throughline.durable import replace_file
 from throughline.producers.exceptions import IngestStateError
 from throughline.producers.ingest.lines import field_errors
 
@@ -100,24 +101,7 @@ def save_state(state_path: str, state: IngestState, *, source_path: str | None =
         "lineSha256": state.line_sha256.hex() if state.line_sha256 else None,
         "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_durably(state_path, json.dumps(doc, sort_keys=True) + "\n")
-
-
-def write_durably(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically and durably: temp file, fsync, rename, fsync of the folder."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_file(state_path, (json.dumps(doc, sort_keys=True) + "\n").encode())
 
 
 # ------------------------------------------------------------------------------------------------ many files
@@ -195,4 +179,4 @@ def save_session_states(state_path: str, states: dict[str, IngestState], *, form
         "files": files,
         "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_durably(state_path, json.dumps(doc, sort_keys=True) + "\n")
+    replace_file(state_path, (json.dumps(doc, sort_keys=True) + "\n").encode())
