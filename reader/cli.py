@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import re
 import signal
@@ -29,6 +28,7 @@ from typing import Any
 
 from throughline.core.exceptions import InvalidLimitError
 from throughline.core.page_range import DEFAULT_LIMIT, MAX_LIMIT, MIN_LIMIT, validate_limit
+from throughline.core.seconds import finite_seconds
 from throughline.errors import InputError
 from throughline.reader.exceptions import AuditFailedError, InvalidBodyLimitError, InvalidWaitError
 from throughline.reader.observer import Observer, PageReader
@@ -147,11 +147,8 @@ def _parse_body_limit(text: str) -> int:
 
 
 def _parse_seconds(text: str, flag: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
+    value = finite_seconds(text)
+    if value is None:
         raise InvalidWaitError(f"{flag} must be a number of seconds >= 0, got {text!r}")
     return value
 

@@ -30,7 +30,6 @@ The order of checks is part of the contract:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,6 +39,7 @@ from throughline.core.identity import project_sha256
 from throughline.core.page_range import ThroughBeforeAfter, plan_page, validate_limit
 from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
 from throughline.core.ports import LogView, Projection, ProjectionView, StoredTurn
+from throughline.core.seconds import finite_seconds
 from throughline.core.turn import format_rfc3339
 from throughline.reader.exceptions import (
     InvalidBodyLimitError,
@@ -100,12 +100,7 @@ def read_observer_turn_page(
     limit = validate_limit(limit)
     if isinstance(body_limit, bool) or not isinstance(body_limit, int) or body_limit < 0:
         raise InvalidBodyLimitError(f"body limit must be an integer >= 0, got {body_limit!r}")
-    if (
-        isinstance(wait_timeout, bool)
-        or not isinstance(wait_timeout, int | float)
-        or not math.isfinite(wait_timeout)
-        or wait_timeout < 0
-    ):
+    if isinstance(wait_timeout, str) or finite_seconds(wait_timeout) is None:
         raise InvalidWaitError(f"wait must be a finite number of seconds >= 0, got {wait_timeout!r}")
     if not isinstance(token_key, bytes) or len(token_key) < MIN_TOKEN_KEY_BYTES:
         raise TokenKeyError(f"the page-token key must be at least {MIN_TOKEN_KEY_BYTES} bytes")

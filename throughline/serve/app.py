@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import threading
 import time
@@ -40,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from throughline.core.identity import project_sha256
 from throughline.core.ports import LogView, Projection
+from throughline.core.seconds import finite_seconds
 from throughline.errors import InputError, ThroughlineError
 from throughline.reader import page as reader_page
 from throughline.reader.exceptions import InvalidWaitError, SourceQuarantinedError
@@ -222,14 +222,10 @@ def params_from_json(body: bytes, *, max_wait: float = DEFAULT_MAX_WAIT) -> Read
     wait = 0.0
     raw_wait = values.get("wait")
     if raw_wait is not None:
-        if (
-            isinstance(raw_wait, bool)
-            or not isinstance(raw_wait, int | float)
-            or not math.isfinite(raw_wait)
-            or raw_wait < 0
-        ):
+        seconds = None if isinstance(raw_wait, str) else finite_seconds(raw_wait)  # JSON: a number, not text
+        if seconds is None:
             raise InvalidWaitError(f"wait must be a number of seconds >= 0, got {raw_wait!r}")
-        wait = min(float(raw_wait), max_wait)  # a longer wait is clamped, not refused
+        wait = min(seconds, max_wait)  # a longer wait is clamped, not refused
     return _params(values, wait)
 
 

@@ -8,9 +8,9 @@ it gracefully (exit 0); binding a non-loopback address without an auth token is 
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
+from throughline.core.seconds import finite_seconds
 from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
@@ -44,12 +44,9 @@ def _count(minimum: int) -> Any:
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError("must be a finite number of seconds >= 0")
+    value = finite_seconds(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
     return value
 
 
