@@ -40,9 +40,9 @@ from throughline.producers.ingest import (
     POLL_INTERVAL,
     Ingest,
     LineReader,
-    StopOnSignals,
     default_state_path,
     load_state,
+    stop_on_signals,
 )
 from throughline.producers.ingest.sessions import (
     SESSION_POLL_INTERVAL,
@@ -189,7 +189,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             connect_timeout=max(1.0, args.connect_timeout),
             producer_name=INGEST_PRODUCER_NAME,
             kafka_config=settings.kafka_config(),
-        ) as producer, StopOnSignals(stop, reader) as signals:
+        ) as producer, stop_on_signals(stop, reader) as signals:
             ingest = Ingest(
                 reader,
                 producer,
@@ -209,7 +209,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     finally:
         reader.close()
     notice(f"ingested {stats.turns_sent} turns from {label}, {stats.rejected} lines rejected")
-    if signals.signum is not None and not args.follow:
+    if signals.signals and not args.follow:
         emit_error(ThroughlineError("interrupted before the end of the input", code="interrupted"))
         return 130
     if stats.rejected:
@@ -250,7 +250,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
             connect_timeout=max(1.0, args.connect_timeout),
             producer_name=INGEST_PRODUCER_NAME,
             kafka_config=settings.kafka_config(),
-        ) as producer, StopOnSignals(stop) as signals:
+        ) as producer, stop_on_signals(stop) as signals:
             ingest = Ingest(
                 files,
                 producer,
@@ -280,7 +280,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
         f"ingested {stats.turns_sent} turns from {len(files.tracked)} {args.format} session files under {label}, "
         f"{decoder.skipped} lines skipped"
     )
-    if signals.signum is not None and not args.follow:
+    if signals.signals and not args.follow:
         emit_error(ThroughlineError("interrupted before the end of the input", code="interrupted"))
         return 130
     if stats.rejected:

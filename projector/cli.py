@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from throughline.runtime import StopOnSignals
 from throughline.settings import add_connection_options, settings_from
 
 T = TypeVar("T")
@@ -126,28 +126,11 @@ def _logging(verbose: bool) -> None:
 
 
 @contextmanager
-def _stop_on_signals() -> Iterator[tuple[threading.Event, list[int]]]:
-    """An event set by SIGTERM/SIGINT (graceful stop after the batch in flight), and which signal it was."""
+def _stop_on_signals() -> Iterator[tuple[threading.Event, StopOnSignals]]:
+    """An event set by SIGTERM/SIGINT (graceful stop after the batch in flight; a second signal too)."""
     stop = threading.Event()
-    received: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        received.append(signum)
-        stop.set()
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield stop, received
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _exit_code(received: list[int]) -> int:
-    return 130 if signal.SIGINT in received else 0
+    with StopOnSignals(lambda _: stop.set(), lambda _: stop.set()) as signals:
+        yield stop, signals
 
 
 def _cmd_project(args: argparse.Namespace) -> int:
@@ -162,7 +145,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
     kafka_config = settings.kafka_config()  # a broken file fails before the projection is opened
     with (
         DuckProjection.open(settings.db, topic=settings.topic, memory_headroom=headroom) as projection,
-        _stop_on_signals() as (stop, received),
+        _stop_on_signals() as (stop, signals),
     ):
         projector = Projector(projection, servers, settings.topic, options=options, kafka_config=kafka_config)
         summary = _run_riding_out_outages(
@@ -172,9 +155,9 @@ def _cmd_project(args: argparse.Namespace) -> int:
         )
     if summary is None:  # asked to stop while waiting for the broker to come back
         print(json.dumps({"db": settings.db, "topic": settings.topic, "stopped": True}))
-        return _exit_code(received)
+        return signals.exit_code
     print(json.dumps({"db": settings.db, "topic": settings.topic, **summary.to_json()}))
-    return _exit_code(received)
+    return signals.exit_code
 
 
 #: How long ``project`` rides out a broker that is away (retriable failures) before it gives up.
@@ -231,7 +214,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if bar is not None:
             bar(update)
 
-    with _stop_on_signals() as (stop, received):
+    with _stop_on_signals() as (stop, signals):
         try:
             summary = replay(
                 servers,
@@ -257,7 +240,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             code="replay_interrupted",
         )
     print(json.dumps(doc))
-    return _exit_code(received)
+    return signals.exit_code
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

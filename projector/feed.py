@@ -45,7 +45,7 @@ from typing import Any, BinaryIO, Protocol
 from throughline.log import KafkaClientConfig, LogError, PartitionConsumer
 from throughline.projector.exceptions import FetchWorkerError
 from throughline.projector.prepare import PreparedBatch, prepare_batch
-from throughline.runtime import BULK_GC_THRESHOLD, fewer_gc_passes
+from throughline.runtime import BULK_GC_THRESHOLD, die_with_parent, fewer_gc_passes
 
 log = logging.getLogger(__name__)
 
@@ -382,17 +382,9 @@ def _dumps(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(Exception):  # Linux only; the parent check in the loop covers the rest
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def worker_main(fd: int, parent: int) -> int:
     """The worker process: fetch and prepare until the parent goes away or an error is sent."""
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL)  # the parent check in the loop covers where it cannot be armed
     if os.getppid() != parent:
         return 0  # the parent died before PDEATHSIG was armed
     spec: FeedSpec = pickle.load(sys.stdin.buffer)

@@ -1,10 +1,22 @@
-"""Process-level tuning shared by the bulk paths (projector runs, the fetch worker, ``send_many``)."""
+"""Process-level behaviour shared by every command: GC tuning for bulk work, stop on signals, die with parent.
+
+- ``fewer_gc_passes``: the bulk paths (projector runs, the fetch worker, ``send_many``);
+- ``StopOnSignals``: SIGTERM/SIGINT handling of ``project``, ``replay``, ``ingest`` and ``serve``;
+- ``die_with_parent``: the fetch worker and the test harness's broker never outlive their parent.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
-from collections.abc import Iterator
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 #: The first-generation threshold the bulk paths raise Python's cyclic GC to (default: 700).
 BULK_GC_THRESHOLD = 50_000
@@ -28,3 +40,89 @@ def fewer_gc_passes(threshold: int | None = BULK_GC_THRESHOLD) -> Iterator[None]
         yield
     finally:
         gc.set_threshold(*before)
+
+
+# ------------------------------------------------------------------------------------------- signals
+
+
+class StopOnSignals:
+    """SIGTERM and SIGINT while a block runs: the first asks for a graceful stop, a second for more.
+
+    ``first(signum)`` runs on the first signal (set a stop event, begin a drain); ``second(signum)`` on
+    every later one, by default ``KeyboardInterrupt`` (stop whatever is running now). Handlers are
+    installed only from the main thread, where Python delivers signals, and the previous ones are
+    restored on exit. ``signals`` lists what arrived, in order, for the caller's exit code.
+    """
+
+    def __init__(self, first: Callable[[int], None], second: Callable[[int], None] | None = None) -> None:
+        self._first = first
+        self._second = second
+        self.signals: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        """The handler itself (public so that a test can call it without sending a signal)."""
+        self.signals.append(signum)
+        if len(self.signals) == 1:
+            self._first(signum)
+        elif self._second is not None:
+            self._second(signum)
+        else:
+            raise KeyboardInterrupt
+
+    @property
+    def exit_code(self) -> int:
+        """130 when SIGINT asked for the stop (a shell's convention for ^C), else 0."""
+        return 130 if self.signals[:1] == [signal.SIGINT] else 0
+
+    def __enter__(self) -> StopOnSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+
+# ------------------------------------------------------------------------------------ die with parent
+
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send this process ``signum`` when the thread that started it ends (Linux only).
+
+    ``False`` where it cannot be armed; a caller that must not outlive its parent also checks
+    ``os.getppid()`` (the parent may have died before this call).
+    """
+    prctl = _prctl()
+    return prctl is not None and prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+
+
+def die_with_parent_preexec(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that arms ``die_with_parent(signum)`` in a child before it execs, or ``None``.
+
+    Only from the main thread: the kernel ties the signal to the *thread* that forked, so a child
+    started from a short-lived thread would be killed when that thread ends. libc is resolved here,
+    before the fork, so the child does no loading between fork and exec.
+    """
+    if threading.current_thread() is not threading.main_thread() or _prctl() is None:
+        return None
+
+    def preexec() -> None:
+        die_with_parent(signum)
+
+    return preexec

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from throughline.producers.ingest.lines import MAX_LINE_BYTES, TurnLine, parse_turn_line
-from throughline.producers.ingest.run import Ingest, IngestStats, Sender, StopOnSignals
+from throughline.producers.ingest.run import Ingest, IngestStats, Sender, stop_on_signals
 from throughline.producers.ingest.state import (
     STATE_SCHEMA,
     STATE_SUFFIX,
@@ -33,7 +33,7 @@ __all__ = [
     "Line",
     "LineReader",
     "Sender",
-    "StopOnSignals",
+    "stop_on_signals",
     "TurnLine",
     "default_state_path",
     "load_state",

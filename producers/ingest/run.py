@@ -30,6 +30,7 @@ from throughline.producers.exceptions import InvalidLineError, ProducerError, Se
 from throughline.producers.ingest.lines import MAX_LINE_BYTES, parse_turn_line
 from throughline.producers.ingest.state import FileId, IngestState, save_state
 from throughline.producers.ingest.tail import Line, LineReader, Stopped
+from throughline.runtime import StopOnSignals
 
 STATE_SAVE_INTERVAL = 0.5
 PROGRESS_INTERVAL = 2.0
@@ -359,37 +360,16 @@ class Ingest:
         return self.stats
 
 
-class StopOnSignals:
-    """Turn SIGINT/SIGTERM into a stop request while ingesting (restored on exit).
+def stop_on_signals(stop: threading.Event, reader: LineReader | None = None) -> StopOnSignals:
+    """SIGINT/SIGTERM while ingesting (``throughline.runtime.StopOnSignals``, restored on exit).
 
     The first signal sets ``stop``; ingest then flushes, saves its state and returns. A blocking read
     of stdin is interrupted at once. A second signal interrupts whatever is running.
     """
 
-    def __init__(self, stop: threading.Event, reader: LineReader | None = None) -> None:
-        self.stop = stop
-        self.reader = reader
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.stop.is_set():
-            raise KeyboardInterrupt
-        self.signum = signum
-        self.stop.set()
-        if self.reader is not None and self.reader.blocking:
+    def first(_signum: int) -> None:
+        stop.set()
+        if reader is not None and reader.blocking:
             raise Stopped
 
-    def __enter__(self) -> StopOnSignals:
-        import signal
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        import signal
-
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+    return StopOnSignals(first)

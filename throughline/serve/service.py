@@ -25,19 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from throughline.errors import ThroughlineError
+from throughline.runtime import StopOnSignals
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
 from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
 from throughline.serve.exceptions import ProjectorFailedError, ServeError
@@ -238,34 +237,6 @@ def url_of(sock: socket.socket, host: str) -> str:
     return f"http://{shown}:{port}"
 
 
-class _Signals:
-    """SIGTERM/SIGINT: the first asks for a graceful stop, the second for an immediate one."""
-
-    def __init__(self, graceful: Callable[[], None], immediate: Callable[[], None]) -> None:
-        self._graceful = graceful
-        self._immediate = immediate
-        self._count = 0
-        self._previous: dict[int, Any] = {}
-
-    def handle(self, signum: int, _frame: FrameType | None) -> None:
-        self._count += 1
-        if self._count == 1:
-            _log.warning("signal %s: stopping (finishing requests and the batch in flight)", signum)
-            self._graceful()
-        else:
-            self._immediate()
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self.handle)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-
-
 def _configure_logging(level: str) -> None:
     root = logging.getLogger("throughline")
     if not root.handlers:
@@ -359,7 +330,11 @@ def run_service(
         )
         server = _Server(config, on_ready=lambda: announce(url))
         server_box.append(server)
-        with _Signals(request_stop, force_stop):
+        def on_first_signal(signum: int) -> None:
+            _log.warning("signal %s: stopping (finishing requests and the batch in flight)", signum)
+            request_stop()
+
+        with StopOnSignals(on_first_signal, lambda _signum: force_stop()):
             if projector is not None:
                 projector.start()
             try:

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from throughline.runtime import die_with_parent_preexec
 from throughline.testing.kafka.admin import wait_for_kafka
 from throughline.testing.kafka.config import (
     DEFAULT_STOP_TIMEOUT_S,
@@ -77,28 +75,6 @@ def pid_cmdline(pid: int) -> list[str]:
     except OSError:
         return []
     return [part.decode("utf-8", errors="replace") for part in raw.split(b"\0") if part]
-
-
-def pdeathsig_preexec() -> Callable[[], None] | None:
-    """On Linux, make the child get SIGTERM if the thread that started it dies.
-
-    That covers a test runner that is SIGKILLed (a CI timeout): its broker goes with it. It is
-    only used from the main thread, because the kernel ties the signal to the *thread*.
-    """
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-    sigterm = int(signal.SIGTERM)
-
-    def _preexec() -> None:
-        prctl(pr_set_pdeathsig, sigterm, 0, 0, 0)
-
-    return _preexec
 
 
 def find_java() -> str:
@@ -310,7 +286,7 @@ class KafkaBroker:
                 stderr=err,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=None if self._detached else pdeathsig_preexec(),
+                preexec_fn=None if self._detached else die_with_parent_preexec(signal.SIGTERM),
             )
         self._pid = self._proc.pid
         (self.work_dir / "broker.pid").write_text(f"{self._pid}\n")
