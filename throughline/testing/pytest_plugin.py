@@ -1,4 +1,7 @@
-"""pytest fixtures for a real Apache Kafka broker (registered as the ``throughline_kafka`` plugin).
+"""pytest fixtures for a real Apache Kafka broker (the ``throughline_kafka`` plugin).
+
+Loaded by the ``pytest11`` entry point where the ``test`` extra is installed (``pytest_entry``), or named
+by a suite (``pytest_plugins = ["throughline.testing.pytest_plugin"]``).
 
 Session-wide, started lazily the first time a test asks for it, stopped at session end:
 
