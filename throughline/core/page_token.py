@@ -34,9 +34,6 @@ import hmac
 import json
 import re
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from throughline.core.encoding import b64url_decode, b64url_encode
 from throughline.core.exceptions import PageTokenError
@@ -49,19 +46,27 @@ _DOMAIN = b"throughline.observer_page.v1\x00"
 _PREFIX = "tlp1."
 # ``\Z``, not ``$``: a token with a trailing newline is not the token that was issued.
 _SHAPE = re.compile(r"^tlp([0-9]{1,4})\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)\Z")
-_HEX64 = r"^[0-9a-f]{64}$"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-class _Payload(BaseModel):
-    """The exact schema of a token's payload."""
+_FIELDS = frozenset({"schema", "projectSha256", "afterSha256", "throughSha256", "offset"})
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    schema_: Literal["throughline.observer_page.v1"] = Field(alias="schema")
-    projectSha256: str = Field(pattern=_HEX64)
-    afterSha256: str = Field(pattern=_HEX64)
-    throughSha256: str = Field(pattern=_HEX64)
-    offset: int = Field(ge=0, le=MAX_SAFE_INTEGER)
+def _payload_offset(raw: object) -> tuple[str, str, str, int] | None:
+    """The payload's (project, after, through, offset) when it has exactly the schema's shape, else ``None``.
+
+    Exact: these five keys and no other, lowercase 64-digit hex strings, an ``int`` offset (never a
+    bool or a float) from 0 to 2**53 - 1.
+    """
+    if not isinstance(raw, dict) or raw.keys() != _FIELDS or raw["schema"] != SCHEMA:
+        return None
+    hashes = (raw["projectSha256"], raw["afterSha256"], raw["throughSha256"])
+    if not all(isinstance(h, str) and _HEX64.fullmatch(h) for h in hashes):
+        return None
+    offset = raw["offset"]
+    if type(offset) is not int or not 0 <= offset <= MAX_SAFE_INTEGER:
+        return None
+    return (*hashes, offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,19 +137,19 @@ def open_page_token(key: bytes, token: object, binding: SeriesBinding) -> int:
         raise PageTokenError("page token payload is malformed", code="page_token_malformed") from None
     if isinstance(raw, dict) and raw.get("schema") != SCHEMA and "schema" in raw:
         raise PageTokenError("page token is of another schema version", code="page_token_version")
-    try:
-        parsed = _Payload.model_validate(raw)
-    except ValidationError:
-        raise PageTokenError("page token does not match its schema", code="page_token_malformed") from None
+    parsed = _payload_offset(raw)
+    if parsed is None:
+        raise PageTokenError("page token does not match its schema", code="page_token_malformed")
+    project, after, through, offset = parsed
     if (
-        parsed.projectSha256 != binding.project_sha256.hex()
-        or parsed.afterSha256 != binding.after_sha256.hex()
-        or parsed.throughSha256 != binding.through_sha256.hex()
+        project != binding.project_sha256.hex()
+        or after != binding.after_sha256.hex()
+        or through != binding.through_sha256.hex()
     ):
         raise PageTokenError(
             "page token belongs to another project, after cursor or through cursor", code="page_token_mismatch"
         )
-    return parsed.offset
+    return offset
 
 
 def check_offset_in_range(offset: int, range_size: int) -> None:
