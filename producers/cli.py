@@ -52,7 +52,7 @@ from throughline.producers.ingest.sessions import (
 )
 from throughline.producers.ingest.state import load_session_states
 from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
-from throughline.settings import add_connection_options, settings_from
+from throughline.settings import add_connection_options, seconds_argument, settings_from
 
 INGEST_PRODUCER_NAME = "throughline-ingest"
 
@@ -64,16 +64,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
     return value
 
 
@@ -123,11 +113,11 @@ def register(subparsers: Any) -> None:
         default=None,
         help="progress on stderr every 2 s (default: only when stderr is a terminal)",
     )
-    p.add_argument("--send-timeout", type=_seconds, default=30.0, help="seconds to wait for an acknowledgement")
-    p.add_argument("--connect-timeout", type=_seconds, default=15.0, help="seconds to wait for the broker at start")
+    p.add_argument("--send-timeout", type=seconds_argument, default=30.0, help="seconds to wait for an acknowledgement")
+    p.add_argument("--connect-timeout", type=seconds_argument, default=15.0, help="seconds to wait for the broker at start")
     # For tests and scripts: stop following after this much time without new input.
-    p.add_argument("--max-idle", type=_seconds, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--poll-interval", type=_seconds, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--max-idle", type=seconds_argument, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--poll-interval", type=seconds_argument, default=None, help=argparse.SUPPRESS)
     add_connection_options(p)
     p.set_defaults(func=run_ingest)
     hook.register(subparsers)

@@ -47,7 +47,7 @@ from throughline.producers.ingest.sessions import (
 from throughline.producers.ingest.state import load_session_states
 from throughline.producers.ingest.tail import LineReader
 from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
-from throughline.settings import settings_from
+from throughline.settings import seconds_argument, settings_from
 
 HOOK_PRODUCER_NAME = "throughline-hook"
 DEFAULT_TIMEOUT = 5.0
@@ -221,8 +221,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("host", choices=("claude-code", "codex"), help="the host calling the hook")
     p.add_argument("payload", nargs="?", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds before the hook gives up (default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--wait", type=float, default=DEFAULT_WAIT, help=f"seconds to wait for the last turn's final line (default {DEFAULT_WAIT:g})")
+    p.add_argument("--timeout", type=seconds_argument, default=DEFAULT_TIMEOUT, help=f"seconds before the hook gives up (default {DEFAULT_TIMEOUT:g})")
+    p.add_argument("--wait", type=seconds_argument, default=DEFAULT_WAIT, help=f"seconds to wait for the last turn's final line (default {DEFAULT_WAIT:g})")
     p.add_argument("--state-dir", default=None, help="where the per-transcript states are kept (default $XDG_STATE_HOME/throughline/hooks)")
     add_connection_options(p)
     p.set_defaults(func=run_hook)

@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from throughline.core.seconds import finite_seconds
 from throughline.errors import ConfigurationError
 from throughline.log.config import ENV_KAFKA_CONFIG, KafkaClientConfig, resolve_kafka_config
 
@@ -63,3 +64,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
         db=getattr(args, "db", None) or os.environ.get(ENV_DB) or DEFAULT_DB,
         kafka_config_path=getattr(args, "kafka_config", None) or os.environ.get(ENV_KAFKA_CONFIG) or None,
     )
+
+
+def seconds_argument(text: str) -> float:
+    """An argparse ``type`` for a flag given in seconds: finite and >= 0 (``throughline.core.seconds``)."""
+    value = finite_seconds(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value

@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from throughline.core.seconds import finite_seconds
 from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
 from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
-from throughline.settings import add_connection_options, settings_from
+from throughline.settings import add_connection_options, seconds_argument, settings_from
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -41,13 +40,6 @@ def _count(minimum: int) -> Any:
         return value
 
     return parse
-
-
-def _seconds(text: str) -> float:
-    value = finite_seconds(text)
-    if value is None:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -77,14 +69,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--read-wait",
-        type=_seconds,
+        type=seconds_argument,
         default=DEFAULT_WAIT_TIMEOUT,
         metavar="SECONDS",
         help=f"a read's bounded wait for the projector before projection_pending (default {DEFAULT_WAIT_TIMEOUT:g})",
     )
     p.add_argument(
         "--max-wait",
-        type=_seconds,
+        type=seconds_argument,
         default=DEFAULT_MAX_WAIT,
         metavar="SECONDS",
         help=f"cap on a long-poll's wait (default {DEFAULT_MAX_WAIT:g})",
@@ -127,7 +119,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--drain-timeout",
-        type=_seconds,
+        type=seconds_argument,
         default=DEFAULT_DRAIN_TIMEOUT,
         metavar="SECONDS",
         help=f"on SIGTERM, wait this long for the projector to commit its batch (default {DEFAULT_DRAIN_TIMEOUT:g})",
