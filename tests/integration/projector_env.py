@@ -9,12 +9,12 @@ import os
 import random
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
+from support.topic import read_topic_and_ends
 
 from throughline.core.chain import chain_digests, content_digest
 from throughline.core.fold import ChainBook
@@ -101,36 +101,20 @@ class LogContent:
     undecodable: list[tuple[int, int]]
 
 
-def read_topic(bootstrap: str, topic: str, partitions: int) -> LogContent:
-    """Read every record of the topic and fold it, partition by partition, with ``ChainBook``."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, max_poll_records=5000)
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
-        records: dict[int, list[tuple[int, bytes | None, bytes | None]]] = {p: [] for p in range(partitions)}
-        deadline = time.monotonic() + 60
-        for _ in range(10_000):
-            if all((records[p][-1][0] + 1 if records[p] else 0) >= ends[p] for p in records):
-                break
-            assert time.monotonic() < deadline, "reading the topic back took too long"
-            for tp, batch in consumer.poll(timeout_ms=500).items():
-                records[tp.partition].extend((r.offset, r.key, r.value) for r in batch)
-    finally:
-        consumer.close()
+def fold_topic(bootstrap: str, topic: str) -> LogContent:
+    """Read every record of the topic back (``support.topic``) and fold it, partition by partition, with ``ChainBook``."""
+    stored, ends = read_topic_and_ends(bootstrap, topic)
     book = ChainBook()
     undecodable: list[tuple[int, int]] = []
-    for p in range(partitions):
-        for offset, key, value in records[p]:
-            try:
-                record = decode_turn(value) if value is not None else None
-            except RecordDecodeError:
-                record = None
-            if record is None:
-                undecodable.append((p, offset))
-                continue
-            book.apply(record, p, offset, key)
+    for r in stored:
+        try:
+            record = decode_turn(r.value) if r.value is not None else None
+        except RecordDecodeError:
+            record = None
+        if record is None:
+            undecodable.append((r.partition, r.offset))
+            continue
+        book.apply(record, r.partition, r.offset, r.key)
     return LogContent(ends, book, undecodable)
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from topic_reader import Stored, closed_port, read_topic
+from support.topic import Stored, closed_port, read_topic
 
 from throughline.core.fold import ChainBook
 from throughline.core.turn import format_rfc3339

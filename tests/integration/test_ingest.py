@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from topic_reader import closed_port, read_topic, turn_ids
+from support.topic import closed_port, read_topic, turn_ids
 
 from throughline.core.identity import canonical_project
 from throughline.core.turn import MAX_BODY_BYTES

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from topic_reader import closed_port, read_topic, turn_ids
+from support.topic import closed_port, read_topic, turn_ids
 
 from throughline.core.exceptions import BodyTooLargeError, InvalidTurnError
 from throughline.core.identity import project_sha256

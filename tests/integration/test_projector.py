@@ -21,9 +21,9 @@ from projector_env import (
     Producer,
     assert_projection_equals_log,
     connection,
+    fold_topic,
     history,
     produce_all,
-    read_topic,
     turn,
 )
 
@@ -92,7 +92,7 @@ def test_poison_records_are_quarantined_and_the_projects_behind_them_applied(
     assert "0102030405060708" in quarantined[1][2]
     assert "gap" in quarantined[2][2]
     assert all(q[3] for q in quarantined)
-    assert_projection_equals_log(db, read_topic(kafka_bootstrap, topic, 1))
+    assert_projection_equals_log(db, fold_topic(kafka_bootstrap, topic))
 
     flags = connection(kafka_bootstrap, topic, db)
     code, out, err = cli("status", *flags, "--json")
@@ -228,7 +228,7 @@ def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_n
     assert not (tmp_path / "replayed.duckdb.replay-partial").exists()
     with DuckProjection.open(streamed, read_only=True) as a, DuckProjection.open(replayed, read_only=True) as b:
         assert a.table_digests() == b.table_digests()
-    assert_projection_equals_log(replayed, read_topic(kafka_bootstrap, topic, 2))
+    assert_projection_equals_log(replayed, fold_topic(kafka_bootstrap, topic))
 
     code, _, err = cli("replay", *connection(kafka_bootstrap, topic, replayed))
     assert code == 2
@@ -282,7 +282,7 @@ def test_replay_over_a_leftover_partial_gives_exactly_the_fold_of_the_log(
     code, out, err = cli("replay", "--no-progress", *connection(kafka_bootstrap, topic, target))
     assert code == 0, err
     assert json.loads(out)["records"] == len(records)
-    assert_projection_equals_log(target, read_topic(kafka_bootstrap, topic, 2))
+    assert_projection_equals_log(target, fold_topic(kafka_bootstrap, topic))
     assert not partial.exists() and not partial.with_name(partial.name + ".wal").exists()
     assert "left by an earlier replay that did not finish" in caplog.text
 

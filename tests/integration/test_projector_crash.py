@@ -20,8 +20,8 @@ from projector_env import (
     cli_process,
     connection,
     exactly_once_invariants,
+    fold_topic,
     history,
-    read_topic,
     start_projector,
 )
 
@@ -103,7 +103,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_applies_nothing_twice(
     summary = json.loads(final.stdout)
     assert summary["caughtUp"] is True
 
-    content = read_topic(kafka_bootstrap, topic, PARTITIONS)
+    content = fold_topic(kafka_bootstrap, topic)
     assert sum(content.ends.values()) == len(records)
     assert_projection_equals_log(db, content)
     exactly_once_invariants(db)

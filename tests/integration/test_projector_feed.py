@@ -22,8 +22,8 @@ from projector_env import (
     assert_projection_equals_log,
     cli_process,
     connection,
+    fold_topic,
     produce_all,
-    read_topic,
     worker_fault_env,
 )
 from projector_env import history as make_history
@@ -91,7 +91,7 @@ class FeedContract:
         finally:
             feed.close()
         assert all(len(b.items) <= OPTIONS.max_poll_records for b in batches)
-        log = read_topic(kafka_bootstrap, topic, PARTITIONS)
+        log = fold_topic(kafka_bootstrap, topic)
         for partition, items in _by_partition(batches).items():
             offsets = [it.offset for it in items]
             assert offsets == list(range(log.ends[partition])), "a record came twice, out of order, or not at all"
@@ -108,7 +108,7 @@ class FeedContract:
             _drain(feed, 50)
             start = {0: 5, 1: 0, 2: 17}
             feed.restart(start)
-            ends = read_topic(kafka_bootstrap, topic, PARTITIONS).ends
+            ends = fold_topic(kafka_bootstrap, topic).ends
             batches = _drain(feed, sum(ends[p] - start[p] for p in ends))
         finally:
             feed.close()
@@ -120,7 +120,7 @@ class FeedContract:
         self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
     ) -> None:
         topic, _ = filled_topic
-        ends = read_topic(kafka_bootstrap, topic, PARTITIONS).ends
+        ends = fold_topic(kafka_bootstrap, topic).ends
         feed = self.open(self.spec(kafka_bootstrap, topic, ends))
         try:
             started = time.monotonic()
@@ -273,7 +273,7 @@ def test_both_feeds_project_the_same_tables(
     with DuckProjection.open(db, topic=topic) as projection:
         summary = Projector(projection, kafka_bootstrap, topic, options=options).run(until_caught_up=True)
     assert summary.caught_up and summary.summary.records == 600
-    assert_projection_equals_log(db, read_topic(kafka_bootstrap, topic, PARTITIONS))
+    assert_projection_equals_log(db, fold_topic(kafka_bootstrap, topic))
 
 
 def test_the_cli_projector_restarts_a_worker_that_raises(
@@ -291,7 +291,7 @@ def test_the_cli_projector_restarts_a_worker_that_raises(
     assert "restarting the fetch worker" in done.stderr and f"RuntimeError: {WORKER_FAULT}" in done.stderr, done.stderr
     summary = json.loads(done.stdout)
     assert summary["caughtUp"] and summary["records"] == len(turns)
-    assert_projection_equals_log(db, read_topic(kafka_bootstrap, topic, PARTITIONS))
+    assert_projection_equals_log(db, fold_topic(kafka_bootstrap, topic))
 
 
 def _feed_children() -> list[str]:

@@ -4,7 +4,7 @@
   for ``scripts/reliability-run``);
 - ``env_int`` / ``env_float``: the scale knobs (CI runs the defaults; the recorded run scales up);
 - ``Workload``: deterministic turns over several projects, hosts and threads, with rollbacks;
-- ``read_topic``: every record of a topic (no consumer group, bounded in time);
+- ``fold_log``: a ``ChainBook`` fold of the records ``support.topic.read_topic_and_ends`` reads back;
 - ``check_projection``: a DuckDB projection file against a ``ChainBook`` fold of the same log;
 - ``Child``: a ``throughline`` subprocess that can be SIGKILLed and restarted.
 """
@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from support.topic import Stored
 
 from throughline.core.fold import ChainBook
 from throughline.core.identity import project_sha256
@@ -158,49 +160,6 @@ class Workload:
 
 
 # ------------------------------------------------------------------------------------------ the log
-
-
-@dataclass(frozen=True)
-class Stored:
-    """One record as the topic holds it."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-def read_topic(bootstrap: str, topic: str, *, timeout: float = 60.0) -> tuple[list[Stored], dict[int, int]]:
-    """Every record of ``topic`` up to the end offsets of the moment, in (partition, offset) order."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=16 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-    )
-    try:
-        partitions = sorted(consumer.partitions_for_topic(topic) or [])
-        assert partitions, f"topic {topic} has no partitions"
-        tps = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        out: list[Stored] = []
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            assert time.monotonic() < deadline, "could not read the topic to its end in time"
-            for tp, records in consumer.poll(timeout_ms=500).items():
-                out.extend(
-                    Stored(tp.partition, r.offset, r.key, r.value) for r in records if r.offset < ends[tp]
-                )
-        return sorted(out, key=lambda s: (s.partition, s.offset)), {tp.partition: int(o) for tp, o in ends.items()}
-    finally:
-        consumer.close()
 
 
 @dataclass

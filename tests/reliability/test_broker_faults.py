@@ -33,7 +33,8 @@ from typing import Any
 
 import pytest
 import rel_support
-from rel_support import Child, Workload, check_projection, fold_log, read_topic, wait_until
+from rel_support import Child, Workload, check_projection, fold_log, wait_until
+from support.topic import read_topic_and_ends
 
 from throughline.errors import ThroughlineError
 from throughline.log import ensure_topic
@@ -236,7 +237,7 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
         supervisor.join(timeout=30)
         assert ingest.terminate() == 0, ingest.stderr()
         mark("ingest stopped")
-        stored, ends = read_topic(bootstrap, topic)
+        stored, ends = read_topic_and_ends(bootstrap, topic)
         wait_until(lambda: _lag(url) == 0, timeout=CATCH_UP_TIMEOUT, what="serve to catch up after the outages")
         mark("serve caught up")
         wait_until(lambda: _status(url, "/readyz") == 200, timeout=CATCH_UP_TIMEOUT, what="serve to be ready at the end")
@@ -328,5 +329,5 @@ def _lag(url: str) -> int | None:
 
 def _ingested(bootstrap: str, topic: str, turn_ids: list[str]) -> bool:
     """Whether every line written so far is in the log."""
-    stored, _ = read_topic(bootstrap, topic)
+    stored, _ = read_topic_and_ends(bootstrap, topic)
     return set(turn_ids) <= set(fold_log(stored, PARTITIONS).by_turn_id)

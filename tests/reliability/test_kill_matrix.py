@@ -39,7 +39,8 @@ from typing import Any
 
 import pytest
 import rel_support
-from rel_support import Child, Workload, check_projection, fold_log, read_topic, wait_until
+from rel_support import Child, Workload, check_projection, fold_log, wait_until
+from support.topic import read_topic_and_ends
 
 from throughline.core.cursor import Cursor, decode_cursor
 from throughline.core.identity import project_sha256
@@ -147,7 +148,7 @@ def _applied_prefix_check(bootstrap: str, topic: str, db: Path) -> int:
         applied = projection.applied_offsets()
     finally:
         projection.close()
-    stored, _ = read_topic(bootstrap, topic)
+    stored, _ = read_topic_and_ends(bootstrap, topic)
     prefix = [s for s in stored if s.offset < applied.get(s.partition, 0)]
     ends = {p: applied.get(p, 0) for p in range(PARTITIONS)}
     check_projection(db, fold_log(prefix, PARTITIONS), ends, topic=topic)
@@ -254,7 +255,7 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
         ingest.stop.set()
         threads[0].join(timeout=120)
         assert ingest.error is None, ingest.error
-        stored, ends = read_topic(kafka_bootstrap, topic)
+        stored, ends = read_topic_and_ends(kafka_bootstrap, topic)
         fold = fold_log(stored, PARTITIONS)
         head = len(fold.book.live[_source_of(fold, OBSERVED)])
         wait_until(lambda: _lag(url) == 0, timeout=CATCH_UP_TIMEOUT, what="serve to apply the whole log")

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 import rel_support
-from rel_support import Child, Workload, check_projection, fold_log, last_error, read_topic, wait_until
+from rel_support import Child, Workload, check_projection, fold_log, last_error, wait_until
+from support.topic import read_topic_and_ends
 
 from throughline.log import ensure_topic
 from throughline.producers.producer import TurnProducer
@@ -172,14 +173,14 @@ def _prefix_check(bootstrap: str, topic: str, db: Path) -> int:
     """The file equals the fold of exactly the log prefix its applied offsets name; the applied total."""
     with DuckProjection.open(db, read_only=True, topic=topic) as projection:
         applied = projection.applied_offsets()
-    stored, _ = read_topic(bootstrap, topic)
+    stored, _ = read_topic_and_ends(bootstrap, topic)
     prefix = [s for s in stored if s.offset < applied.get(s.partition, 0)]
     check_projection(db, fold_log(prefix, PARTITIONS), {p: applied.get(p, 0) for p in range(PARTITIONS)}, topic=topic)
     return sum(applied.values())
 
 
 def _full_check(bootstrap: str, topic: str, db: Path) -> int:
-    stored, ends = read_topic(bootstrap, topic)
+    stored, ends = read_topic_and_ends(bootstrap, topic)
     check_projection(db, fold_log(stored, PARTITIONS), ends, topic=topic)
     return len(stored)
 

@@ -1,4 +1,4 @@
-"""Reading a whole topic back in tests (no consumer group; bounded in time)."""
+"""Reading a whole topic back in tests: no consumer group, read_committed, bounded in time."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kafka import KafkaConsumer, TopicPartition
 from throughline.core.turn import TurnRecord
 from throughline.schemas.codec import decode_turn
 
-READ_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -22,17 +22,27 @@ class Stored:
     partition: int
     offset: int
     key: bytes | None
-    value: bytes
+    value: bytes | None
 
     @property
     def turn(self) -> TurnRecord:
+        """The record decoded as a turn (it must be one)."""
+        assert self.value is not None, f"record {self.partition}:{self.offset} has no value"
         return decode_turn(self.value)
 
 
-def read_topic(bootstrap: str, topic: str) -> list[Stored]:
-    """Every record of ``topic`` from offset 0 to the end offsets of the moment, in (partition, offset) order."""
+def read_topic_and_ends(
+    bootstrap: str, topic: str, *, timeout: float = READ_TIMEOUT_S
+) -> tuple[list[Stored], dict[int, int]]:
+    """Every record of ``topic`` below the end offsets of the moment, in (partition, offset) order, and those ends."""
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
     )
     try:
         partitions = sorted(consumer.partitions_for_topic(topic) or [])
@@ -42,14 +52,19 @@ def read_topic(bootstrap: str, topic: str) -> list[Stored]:
         consumer.seek_to_beginning(*tps)
         ends = consumer.end_offsets(tps)
         out: list[Stored] = []
-        deadline = time.monotonic() + READ_TIMEOUT_S
+        deadline = time.monotonic() + timeout
         while any(consumer.position(tp) < ends[tp] for tp in tps):
             assert time.monotonic() < deadline, "could not read the topic to its end in time"
             for tp, records in consumer.poll(timeout_ms=500).items():
                 out.extend(Stored(tp.partition, r.offset, r.key, r.value) for r in records if r.offset < ends[tp])
-        return sorted(out, key=lambda s: (s.partition, s.offset))
+        return sorted(out, key=lambda s: (s.partition, s.offset)), {tp.partition: int(o) for tp, o in ends.items()}
     finally:
         consumer.close()
+
+
+def read_topic(bootstrap: str, topic: str, *, timeout: float = READ_TIMEOUT_S) -> list[Stored]:
+    """Every record of ``topic`` below the end offsets of the moment, in (partition, offset) order."""
+    return read_topic_and_ends(bootstrap, topic, timeout=timeout)[0]
 
 
 def closed_port() -> int:
