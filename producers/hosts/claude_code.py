@@ -20,7 +20,10 @@ Mapping (docs/hosts.md):
   produce the same turns (the hook and a follower agree).
 - Seq follows the ``parentUuid`` tree as the host's own reader does: a prompt whose parent lies in
   turn *k* of its thread becomes turn *k + 1* (a rewind when *k + 1* is not past the thread's tip); a
-  prompt whose parent is unknown, null or of another thread continues the thread's tip. A chain is
+  prompt whose parent is unknown, null or of another thread continues the thread's tip. A prompt whose
+  parent is a turn an earlier rewind superseded (or one that never completed) continues from the last
+  turn that branch shares with the chain (a guess: the host's UI rewinds only along the shown branch,
+  but the file keeps every branch and a resumed session may pick another). A chain is
   one (project, host, thread): when the session's cwd changes, seq counts the turns of the thread in
   the turn's own project on the branch.
 - Sidechain (subagent) lines are left out. Compaction (``compact_boundary`` with
@@ -73,6 +76,7 @@ class _Node:
     counts: dict[str, int]
     source: str | None = None  # the project of the node's own turn (None for a root)
     abandoned: bool = False  # the turn never completed (a rewind forked away while it was open)
+    parent: _Node | None = None  # the turn this one continues (None for a root)
 
     def live_counts(self) -> dict[str, int]:
         """``counts`` without the node's own turn when that turn never entered the chain."""
@@ -281,14 +285,14 @@ class ClaudeCodeSession:
                 open_.key.abandoned = True  # a prompt that forks elsewhere abandons the open turn (a rewind)
             self._open = None
         if parent_key is not None and parent_key.thread == thread:
-            base = parent_key
+            base = self._on_chain(parent_key)
         else:
             base = self._tip.get(thread) or self._root(thread)
         project = _str(entry.get("cwd")) or self._last_cwd
         counts = base.live_counts()
         source = project or ""
         counts[source] = counts.get(source, 0) + 1
-        key = _Node(thread, counts, source)
+        key = _Node(thread, counts, source, parent=base)
         self._tip[thread] = key
         if uuid is not None:
             self._turn_of[uuid] = key
@@ -301,6 +305,25 @@ class ClaudeCodeSession:
             last_micros=_micros(entry.get("timestamp")),
         )
         return out
+
+    def _on_chain(self, node: _Node) -> _Node:
+        """``node``, or where its branch meets the thread's chain when an earlier rewind left that branch.
+
+        The chain is one line of turns: a prompt that continues a turn the chain no longer holds (it was
+        superseded by a rewind, or never completed) cannot put the turns between back, so it continues
+        from the last turn its branch shares with the chain, a rewind to there.
+        """
+        tip = self._tip.get(node.thread)
+        if tip is None or node is tip:
+            return node
+        on_chain: set[_Node] = set()
+        walk: _Node | None = tip
+        while walk is not None:
+            on_chain.add(walk)
+            walk = walk.parent
+        while node not in on_chain and node.parent is not None:
+            node = node.parent
+        return node
 
     def _complete(self, number: int, micros: int | None) -> list[HostTurn]:
         open_ = self._open

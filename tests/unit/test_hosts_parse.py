@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from throughline.core.fold import Append, ChainBook, Duplicate
@@ -268,6 +268,10 @@ def feed_all(parser: ClaudeCodeSession | CodexSession, lines: list[bytes]) -> li
 
 
 @given(actions=CLAUDE_ACTIONS, cut=st.integers(min_value=0, max_value=60))
+# A rewind onto a turn an earlier rewind superseded (found by a random run: seq 4 after a chain of 2).
+@example(actions=[("prompt", 0)] * 4 + [("rewind", 0), ("prompt", 0), ("rewind", 2), ("prompt", 0)], cut=0)
+# A rewind onto the turn the first rewind abandoned while it was open.
+@example(actions=[("prompt", 0)] * 4 + [("rewind", 0), ("prompt", 0), ("rewind", 3), ("prompt", 0)], cut=0)
 @settings(max_examples=300, deadline=None)
 def test_claude_code_turns_are_prefix_stable_and_fold_without_a_reject(actions: list[tuple[str, int]], cut: int) -> None:
     lines = claude_lines(actions)
