@@ -3,13 +3,16 @@
 The Kafka fixtures (``kafka_bootstrap``, ``kafka_broker``, ``kafka_topic_name``, ``kafka_group_id``,
 ``kafka_admin``, ``kafka_create_topic``, ``kafka_broker_factory``) come from the
 ``throughline_kafka`` pytest plugin (``throughline/testing/pytest_plugin.py``). Its ``pytest11`` entry
-point loads it where the ``test`` extra is installed; the suite names it too, so that it never depends
-on that choice.
+point loads it where the ``test`` extra is installed; the suite names it itself where it does not.
 """
 
 import os
 
-pytest_plugins = ["throughline.testing.pytest_plugin"]
+from throughline.testing.pytest_entry import plugin_enabled
+
+# The entry point loads the plugin where the test extra is installed; name it only where it does not
+# (naming it twice would register one module under two names, which pytest refuses).
+pytest_plugins = [] if plugin_enabled() else ["throughline.testing.pytest_plugin"]
 
 # The docker tier (tests/docker) needs a Docker engine and the images that scripts/test-docker provides:
 # that script runs it (and CI runs that script after the main suite); the default suite leaves it out.
