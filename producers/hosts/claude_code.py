@@ -39,9 +39,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from throughline.core.exceptions import InvalidTurnError
-from throughline.core.turn import parse_rfc3339
 from throughline.producers.exceptions import TranscriptLineError
+from throughline.producers.hosts.lines import nonempty_str, timestamp_micros, transcript_entry
 from throughline.producers.hosts.render import HostTurn, render_body, text_of, tool_line
 
 HOST = "claude-code"
@@ -126,15 +125,6 @@ class _Open:
         return out
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _micros(value: Any) -> int | None:
-    try:
-        return parse_rfc3339(value)
-    except InvalidTurnError:
-        return None
 
 
 def prompt_text(entry: dict[str, Any]) -> str | None:
@@ -171,7 +161,7 @@ def _assistant_blocks(content: Any) -> list[tuple[str, ...]]:
         if kind == "text" and isinstance(block.get("text"), str):
             blocks.append(("text", block["text"]))
         elif kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
-            tool_id = _str(block.get("id")) or json.dumps(block, sort_keys=True, default=str)
+            tool_id = nonempty_str(block.get("id")) or json.dumps(block, sort_keys=True, default=str)
             blocks.append(("tool", tool_id, tool_line(block.get("name"), block.get("input"))))
     return blocks
 
@@ -201,18 +191,9 @@ class ClaudeCodeSession:
         return self._open is not None
 
     def feed(self, number: int, data: bytes) -> list[HostTurn]:
-        """The turns line ``number`` completes; a line that is not a JSON object raises
-        ``TranscriptLineError`` and changes nothing."""
-        text = data.decode("utf-8", "replace")
-        if not text.strip():
-            return []
-        try:
-            entry = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise TranscriptLineError(f"not JSON: {exc}", code="invalid_json") from None
-        if not isinstance(entry, dict):
-            raise TranscriptLineError("not a JSON object", code="invalid_json")
-        return self.take(number, entry)
+        """The turns line ``number`` completes (``TranscriptLineError`` for a line that is no JSON object)."""
+        entry = transcript_entry(data)
+        return [] if entry is None else self.take(number, entry)
 
     # ------------------------------------------------------------------------------------------ lines
 
@@ -223,12 +204,12 @@ class ClaudeCodeSession:
         return root
 
     def _inherited(self, entry: dict[str, Any]) -> _Node:
-        parent = _str(entry.get("parentUuid")) or _str(entry.get("logicalParentUuid"))
+        parent = nonempty_str(entry.get("parentUuid")) or nonempty_str(entry.get("logicalParentUuid"))
         if parent is not None and parent in self._turn_of:
             return self._turn_of[parent]
         if self._last_key is not None:
             return self._last_key
-        return self._root(_str(entry.get("sessionId")) or self.default_thread)
+        return self._root(nonempty_str(entry.get("sessionId")) or self.default_thread)
 
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
         """The turns one parsed line completes."""
@@ -237,10 +218,10 @@ class ClaudeCodeSession:
         kind = entry.get("type")
         if kind not in ("user", "assistant", "system"):
             return []
-        cwd = _str(entry.get("cwd"))
+        cwd = nonempty_str(entry.get("cwd"))
         if cwd is not None:
             self._last_cwd = cwd
-        uuid = _str(entry.get("uuid"))
+        uuid = nonempty_str(entry.get("uuid"))
         prompt = prompt_text(entry)
         if prompt is not None:
             return self._prompt(number, entry, uuid, prompt)
@@ -251,14 +232,14 @@ class ClaudeCodeSession:
         open_ = self._open
         if open_ is None or key is not open_.key:
             return []
-        micros = _micros(entry.get("timestamp"))
+        micros = timestamp_micros(entry.get("timestamp"))
         if micros is not None:
             open_.last_micros = micros
         if kind == "assistant":
             message = entry.get("message")
             if not isinstance(message, dict):
                 return []
-            message_id = _str(message.get("id")) or uuid or f"line-{number}"
+            message_id = nonempty_str(message.get("id")) or uuid or f"line-{number}"
             blocks = _assistant_blocks(message.get("content"))
             if blocks:
                 open_.add_assistant(message_id, blocks)
@@ -269,11 +250,11 @@ class ClaudeCodeSession:
         return []
 
     def _prompt(self, number: int, entry: dict[str, Any], uuid: str | None, prompt: str) -> list[HostTurn]:
-        turn_id = _str(entry.get("promptId")) or uuid
+        turn_id = nonempty_str(entry.get("promptId")) or uuid
         if turn_id is None:
             raise TranscriptLineError("a prompt line without uuid or promptId", code="invalid_transcript_line")
-        thread = _str(entry.get("sessionId")) or self.default_thread
-        parent = _str(entry.get("parentUuid"))
+        thread = nonempty_str(entry.get("sessionId")) or self.default_thread
+        parent = nonempty_str(entry.get("parentUuid"))
         parent_key = self._turn_of.get(parent) if parent is not None else None
         out: list[HostTurn] = []
         open_ = self._open
@@ -288,7 +269,7 @@ class ClaudeCodeSession:
             base = self._on_chain(parent_key)
         else:
             base = self._tip.get(thread) or self._root(thread)
-        project = _str(entry.get("cwd")) or self._last_cwd
+        project = nonempty_str(entry.get("cwd")) or self._last_cwd
         counts = base.live_counts()
         source = project or ""
         counts[source] = counts.get(source, 0) + 1
@@ -302,7 +283,7 @@ class ClaudeCodeSession:
             turn_id=turn_id,
             project=project,
             prompt=prompt,
-            last_micros=_micros(entry.get("timestamp")),
+            last_micros=timestamp_micros(entry.get("timestamp")),
         )
         return out
 

@@ -23,13 +23,10 @@ Mapping (docs/hosts.md):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from throughline.core.exceptions import InvalidTurnError
-from throughline.core.turn import parse_rfc3339
-from throughline.producers.exceptions import TranscriptLineError
+from throughline.producers.hosts.lines import nonempty_str, timestamp_micros, transcript_entry
 from throughline.producers.hosts.render import HostTurn, render_body, text_of, tool_line
 
 HOST = "codex"
@@ -63,9 +60,6 @@ class _Turn:
         return "\n\n".join(self.user_events or self.user_items)
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
 
 def _injected(text: str) -> bool:
     return text.lstrip().startswith(INJECTED_PREFIXES)
@@ -94,16 +88,8 @@ class CodexSession:
 
     def feed(self, number: int, data: bytes) -> list[HostTurn]:
         """The turns line ``number`` completes (``TranscriptLineError`` for a line that is no JSON object)."""
-        text = data.decode("utf-8", "replace")
-        if not text.strip():
-            return []
-        try:
-            entry = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise TranscriptLineError(f"not JSON: {exc}", code="invalid_json") from None
-        if not isinstance(entry, dict):
-            raise TranscriptLineError("not a JSON object", code="invalid_json")
-        return self.take(number, entry)
+        entry = transcript_entry(data)
+        return [] if entry is None else self.take(number, entry)
 
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
         """The turns one parsed line completes."""
@@ -112,11 +98,11 @@ class CodexSession:
         if not isinstance(payload, dict):
             return []
         if kind == "session_meta":
-            if self.thread is None and _str(payload.get("id")):
+            if self.thread is None and nonempty_str(payload.get("id")):
                 self.thread = payload["id"]
-                self._meta_cwd = _str(payload.get("cwd"))
+                self._meta_cwd = nonempty_str(payload.get("cwd"))
         elif kind == "turn_context":
-            cwd = _str(payload.get("cwd"))
+            cwd = nonempty_str(payload.get("cwd"))
             if cwd is not None:
                 self._cwd = cwd
                 if self._open is not None:
@@ -132,7 +118,7 @@ class CodexSession:
         if event in _STARTED:
             self._abandon()
             self._started += 1
-            self._open = _Turn(turn_id=_str(payload.get("turn_id")), cwd=self._cwd)
+            self._open = _Turn(turn_id=nonempty_str(payload.get("turn_id")), cwd=self._cwd)
         elif event == "user_message":
             if self._open is None:  # rollouts written before task_started existed
                 self._started += 1
@@ -193,12 +179,9 @@ class CodexSession:
         if not prompt:
             return []  # no human prompt: compaction, review or another turn Codex runs itself
         thread = self.thread or self.default_thread
-        turn_id = _str(payload.get("turn_id")) or turn.turn_id or f"{thread}:turn-{self._started}"
+        turn_id = nonempty_str(payload.get("turn_id")) or turn.turn_id or f"{thread}:turn-{self._started}"
         project = turn.cwd or self._meta_cwd
-        try:
-            completed = parse_rfc3339(entry.get("timestamp"))
-        except InvalidTurnError:
-            completed = None
+        completed = timestamp_micros(entry.get("timestamp"))
         if project is None or completed is None:
             self.problems.append(f"turn {turn_id} has no {'cwd' if project is None else 'timestamp'}; left out")
             self._user_turns.append(None)
