@@ -52,7 +52,7 @@ from throughline.producers.ingest.sessions import (
 )
 from throughline.producers.ingest.state import load_session_states
 from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
-from throughline.settings import add_connection_options, seconds_argument, settings_from
+from throughline.settings import Settings, add_connection_options, seconds_argument, settings_from
 
 INGEST_PRODUCER_NAME = "throughline-ingest"
 
@@ -123,6 +123,20 @@ def register(subparsers: Any) -> None:
     hook.register(subparsers)
 
 
+def _ingest_producer(args: argparse.Namespace, settings: Settings) -> TurnProducer:
+    """The producer ``ingest`` sends with, from its flags (one for a file or stdin, one for host sessions)."""
+    return TurnProducer(
+        settings.require_bootstrap(),
+        settings.topic,
+        partitions=args.partitions,
+        allow_lossy=args.allow_lossy_topic,
+        send_timeout=max(1.0, args.send_timeout),
+        connect_timeout=max(1.0, args.connect_timeout),
+        producer_name=INGEST_PRODUCER_NAME,
+        kafka_config=settings.kafka_config(),
+    )
+
+
 def _state_path(args: argparse.Namespace) -> str | None:
     if args.file == "-":
         if args.state:
@@ -150,7 +164,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     if args.poll_interval is None:
         args.poll_interval = POLL_INTERVAL
     settings = settings_from(args)
-    servers = settings.require_bootstrap()
+    settings.require_bootstrap()  # no broker named: fail before any input is opened
     state_path = _state_path(args)
     start = load_state(state_path) if state_path else None
 
@@ -170,16 +184,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     label = "stdin" if args.file == "-" else args.file
     ingest: Ingest | None = None
     try:
-        with TurnProducer(
-            servers,
-            settings.topic,
-            partitions=args.partitions,
-            allow_lossy=args.allow_lossy_topic,
-            send_timeout=max(1.0, args.send_timeout),
-            connect_timeout=max(1.0, args.connect_timeout),
-            producer_name=INGEST_PRODUCER_NAME,
-            kafka_config=settings.kafka_config(),
-        ) as producer, stop_on_signals(stop, reader) as signals:
+        with _ingest_producer(args, settings) as producer, stop_on_signals(stop, reader) as signals:
             ingest = Ingest(
                 reader,
                 producer,
@@ -213,7 +218,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 def run_sessions_ingest(args: argparse.Namespace) -> int:
     """Run ``throughline ingest --format claude-code|codex``; returns the exit code."""
     settings = settings_from(args)
-    servers = settings.require_bootstrap()
+    settings.require_bootstrap()  # no broker named: fail before any input is opened
     roots = list(args.paths) or default_roots(args.format)
     state_path = args.state or (default_sessions_state_path(args.format, roots) if args.follow else None)
     saved = load_session_states(state_path, format=args.format) if state_path else {}
@@ -231,16 +236,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
     label = " ".join(roots)
     ingest: Ingest | None = None
     try:
-        with TurnProducer(
-            servers,
-            settings.topic,
-            partitions=args.partitions,
-            allow_lossy=args.allow_lossy_topic,
-            send_timeout=max(1.0, args.send_timeout),
-            connect_timeout=max(1.0, args.connect_timeout),
-            producer_name=INGEST_PRODUCER_NAME,
-            kafka_config=settings.kafka_config(),
-        ) as producer, stop_on_signals(stop) as signals:
+        with _ingest_producer(args, settings) as producer, stop_on_signals(stop) as signals:
             ingest = Ingest(
                 files,
                 producer,

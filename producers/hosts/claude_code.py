@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from throughline.producers.exceptions import TranscriptLineError
-from throughline.producers.hosts.lines import nonempty_str, timestamp_micros, transcript_entry
+from throughline.producers.hosts.lines import SessionParser, nonempty_str, timestamp_micros
 from throughline.producers.hosts.render import HostTurn, render_body, text_of, tool_line
 
 HOST = "claude-code"
@@ -166,7 +166,7 @@ def _assistant_blocks(content: Any) -> list[tuple[str, ...]]:
     return blocks
 
 
-class ClaudeCodeSession:
+class ClaudeCodeSession(SessionParser):
     """The turns of one Claude Code transcript, fed line by line (``feed``) in file order.
 
     Deterministic and prefix-stable: the turns returned for the lines of any prefix of a file are
@@ -189,11 +189,6 @@ class ClaudeCodeSession:
     def open_turn(self) -> bool:
         """Whether a prompt's turn is in progress (not completed yet)."""
         return self._open is not None
-
-    def feed(self, number: int, data: bytes) -> list[HostTurn]:
-        """The turns line ``number`` completes (``TranscriptLineError`` for a line that is no JSON object)."""
-        entry = transcript_entry(data)
-        return [] if entry is None else self.take(number, entry)
 
     # ------------------------------------------------------------------------------------------ lines
 

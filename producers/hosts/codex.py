@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from throughline.producers.hosts.lines import nonempty_str, timestamp_micros, transcript_entry
+from throughline.producers.hosts.lines import SessionParser, nonempty_str, timestamp_micros
 from throughline.producers.hosts.render import HostTurn, render_body, text_of, tool_line
 
 HOST = "codex"
@@ -65,7 +65,7 @@ def _injected(text: str) -> bool:
     return text.lstrip().startswith(INJECTED_PREFIXES)
 
 
-class CodexSession:
+class CodexSession(SessionParser):
     """The turns of one Codex rollout, fed line by line (``feed``) in file order (prefix-stable)."""
 
     host = HOST
@@ -85,11 +85,6 @@ class CodexSession:
     def open_turn(self) -> bool:
         """Whether a turn is in progress (not completed yet)."""
         return self._open is not None
-
-    def feed(self, number: int, data: bytes) -> list[HostTurn]:
-        """The turns line ``number`` completes (``TranscriptLineError`` for a line that is no JSON object)."""
-        entry = transcript_entry(data)
-        return [] if entry is None else self.take(number, entry)
 
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
         """The turns one parsed line completes."""

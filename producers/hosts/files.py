@@ -15,15 +15,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import TypeAlias
 
 from throughline.producers.hosts.claude_code import ClaudeCodeSession
 from throughline.producers.hosts.codex import CodexSession
+from throughline.producers.hosts.lines import SessionParser
 
 FORMATS = ("claude-code", "codex")
 _UUID_TAIL = re.compile(r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")
 
-SessionParser: TypeAlias = ClaudeCodeSession | CodexSession
 
 
 def default_roots(format: str, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -1,15 +1,18 @@
-"""What every host's transcript line reader shares: one JSON object a line, its strings and timestamps."""
+"""What every host's transcript parser shares: the ``SessionParser`` port, one JSON object a line, its strings
+and timestamps."""
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from typing import Any
 
 from throughline.core.exceptions import InvalidTurnError
 from throughline.core.turn import parse_rfc3339
 from throughline.producers.exceptions import TranscriptLineError
+from throughline.producers.hosts.render import HostTurn
 
-__all__ = ["nonempty_str", "timestamp_micros", "transcript_entry"]
+__all__ = ["SessionParser", "nonempty_str", "timestamp_micros", "transcript_entry"]
 
 
 def transcript_entry(data: bytes) -> dict[str, Any] | None:
@@ -41,3 +44,30 @@ def timestamp_micros(value: Any) -> int | None:
         return parse_rfc3339(value)
     except InvalidTurnError:
         return None
+
+
+class SessionParser(ABC):
+    """One host transcript read line by line in file order: the port every host's parser fills.
+
+    Deterministic and prefix-stable: the turns returned for the lines of any prefix of a file are
+    exactly the first turns returned for the whole file (a hook that stops at a line boundary and a
+    follower that reads on agree). ``problems`` collects turns left out, said once each; the caller
+    reports and clears them.
+    """
+
+    host: str
+    problems: list[str]
+
+    @property
+    @abstractmethod
+    def open_turn(self) -> bool:
+        """Whether a turn is in progress (begun, not completed yet)."""
+
+    @abstractmethod
+    def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
+        """The turns one parsed line (line ``number``, a JSON object) completes."""
+
+    def feed(self, number: int, data: bytes) -> list[HostTurn]:
+        """The turns line ``number`` completes (``TranscriptLineError`` for a line that is no JSON object)."""
+        entry = transcript_entry(data)
+        return [] if entry is None else self.take(number, entry)
