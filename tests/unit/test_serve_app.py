@@ -453,6 +453,7 @@ def test_metrics_parse_and_name_the_operator_series(world: World, client: TestCl
     assert samples[("throughline_read_errors_total", frozenset({("code", "invalid_limit")}))] == 1
     assert samples[("throughline_read_duration_seconds_count", frozenset())] == 3
     assert samples[("throughline_read_duration_seconds_bucket", frozenset({("le", "+Inf")}))] == 3
+    assert samples[("throughline_long_polls_waiting", frozenset())] == 0  # exported before the first long-poll
     for name in ("throughline_projector_turns_applied_total", "throughline_projector_quarantined_records_total"):
         assert (name, frozenset()) in samples
     routes = {dict(labels).get("route") for name, labels in samples if name == "throughline_http_requests_total"}

@@ -313,6 +313,7 @@ class ServeMetrics:
         self.long_polls = r.gauge(
             "throughline_long_polls_waiting", "Read requests waiting for new turns right now."
         )
+        self.long_polls.set(0)  # exported from the first scrape: a scraper (or a test) never sees it missing
         self.http_requests = r.counter(
             "throughline_http_requests_total", "HTTP requests answered, by route and status code.", ["route", "code"]
         )
