@@ -116,6 +116,27 @@ class PreparedBatch:
         return (_rebuild_batch, (self.partition, columns, refused, self.next_offset))
 
 
+def merge_polls(polls: Sequence[Sequence[PreparedBatch]]) -> list[PreparedBatch]:
+    """Consecutive polls as one: per partition, the batches' records in log order and the last next offset.
+
+    The polls must follow each other on every partition (each batch starts at or after the previous
+    one's ``next_offset``), as a feed delivers them; the result is what one larger poll would have been.
+    """
+    if len(polls) == 1:
+        return list(polls[0])
+    parts: dict[int, tuple[list[SoundRecord | RefusedRecord], int]] = {}
+    for poll in polls:
+        for b in poll:
+            items, end = parts.get(b.partition, ([], -1))
+            if b.items and b.items[0].offset < end:
+                raise InvalidBatchError(
+                    f"partition {b.partition}: a poll starting at offset {b.items[0].offset} follows one ending at {end}"
+                )
+            items.extend(b.items)
+            parts[b.partition] = (items, max(end, b.next_offset))
+    return [PreparedBatch(p, tuple(items), end) for p, (items, end) in parts.items()]
+
+
 def _rebuild_batch(
     partition: int, columns: tuple[tuple[Any, ...], ...], refused: list[tuple[Any, ...]], next_offset: int
 ) -> PreparedBatch:
