@@ -43,9 +43,7 @@ import duckdb
 import pyarrow as pa
 
 from throughline.core.chain import CHAIN_ORIGIN
-from throughline.core.cursor import Cursor
 from throughline.core.fold import Append, Duplicate, fold_turn
-from throughline.core.ports import SourceInfo, StoredTurn
 from throughline.projector.exceptions import (
     InvalidBatchError,
     ProjectionBusyError,
@@ -64,14 +62,13 @@ from throughline.projector.prepare import PreparedBatch as PreparedBatch
 from throughline.projector.prepare import RecordLike, RefusedRecord, SoundRecord
 from throughline.projector.prepare import prepare_batch as prepare_batch
 from throughline.projector.prepare import turn_key as turn_key
+from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ChainHead, ReadIndex
+from throughline.projector.snapshot import PAGE_BUCKET_BITS as PAGE_BUCKET_BITS
+from throughline.projector.snapshot import DuckView, _turn_rows, snapshot_version
+from throughline.projector.snapshot import page_key as page_key
 
 SCHEMA_VERSION = "1"
 
-#: Seqs per ``page_key`` bucket (a power of two): a page of up to 100 seqs spans at most 3 buckets.
-PAGE_BUCKET_BITS = 6
-_MAX_BUCKET_LOOKUPS = 32  # wider ranges (never asked by the reader) fall back to a scan
-_MASK63 = (1 << 63) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
 _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes, more by one hash join
 
 #: DuckDB checkpoints its WAL into the file when the WAL reaches this size. DuckDB's default (16 MiB)
@@ -89,6 +86,7 @@ DEFAULT_MEMORY_HEADROOM = 128 * 1024 * 1024
 DEFAULT_SOURCE_CACHE = 100_000
 _MEMORY_CHECK_EVERY = 16  # commits between two looks at the ART indexes' size
 _OOM_RETRIES = 4
+_SNAPSHOT_TRIES = 3  # snapshots taken to find one of the read index's version, before reading without it
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE meta (
@@ -243,31 +241,10 @@ def _arrow_table(columns: Sequence[tuple[str, pa.DataType]], values: Sequence[Se
 def _rows_table(columns: Sequence[tuple[str, pa.DataType]], rows: Sequence[Sequence[Any]]) -> pa.Table:
     """An Arrow table of ``rows`` (at least one), each in the order of ``columns``."""
     return _arrow_table(columns, list(zip(*rows, strict=True)))
-_VIEW_COLUMNS = (
-    "source_sha256",
-    "seq",
-    "turn_id",
-    "completed_at_us",
-    "body",
-    "body_bytes",
-    "content_digest",
-    "chain_digest",
-    "log_partition",
-    "log_offset",
-)
 _SOURCE_COLUMNS = (
     "source_sha256, project_sha256, length, chain_digest, head_partition, head_offset, "
     "broken_reason, broken_partition, broken_offset"
 )
-
-
-def page_key(source_sha256: bytes, seq: int) -> int:
-    """The indexed bucket key of (source, seq): one value per 64 consecutive seqs of a source.
-
-    A hash, not an identity: two sources may share a key, so every query also filters on the exact
-    source and seq; a shared key only costs a few extra rows read.
-    """
-    return (int.from_bytes(source_sha256[:8], "big") + (seq >> PAGE_BUCKET_BITS) * _GOLDEN) & _MASK63
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +314,12 @@ class _SourceState:
             self.broken_reason,
             self.broken_partition,
             self.broken_offset,
+        )
+
+    def chain_head(self) -> ChainHead:
+        """What a read needs of this state."""
+        return ChainHead(
+            self.project, self.length, self.chain_digest, self.head_partition, self.head_offset, self.broken_reason
         )
 
     def row(self, source: bytes) -> tuple[Any, ...]:
@@ -447,98 +430,6 @@ class ProjectionStats:
     latest_quarantine: tuple[QuarantineEntry, ...] = field(default_factory=tuple)
 
 
-def _inner(column: str) -> str:
-    return "rowid AS row_id" if column == "row_id" else column
-
-
-def _bucket_sql(columns: Sequence[str], buckets: int) -> str:
-    # DuckDB only takes an ART index scan for a bare equality filter, so each bucket is its own
-    # equality lookup inside a materialized CTE and the exact source/seq filter is applied after it.
-    inner = ", ".join(_inner(c) for c in dict.fromkeys((*columns, "source_sha256", "seq")))
-    union = " UNION ALL ".join(
-        f"SELECT {inner} FROM turns WHERE page_key = ${i + 1}"  # noqa: S608 (fixed column names)
-        for i in range(buckets)
-    )
-    n = buckets
-    return (
-        f"WITH b AS MATERIALIZED ({union}) SELECT {', '.join(columns)} FROM b "  # noqa: S608
-        f"WHERE source_sha256 = ${n + 1} AND seq BETWEEN ${n + 2} AND ${n + 3} ORDER BY seq"
-    )
-
-
-def _turn_rows(
-    cur: duckdb.DuckDBPyConnection, columns: Sequence[str], source: bytes, first: int, last: int
-) -> list[tuple[Any, ...]]:
-    """Live rows of ``source`` with ``first <= seq <= last`` (index lookups when the range is narrow)."""
-    first = max(1, first)
-    if last < first:
-        return []
-    lo, hi = first >> PAGE_BUCKET_BITS, last >> PAGE_BUCKET_BITS
-    if hi - lo + 1 > _MAX_BUCKET_LOOKUPS:
-        sql = (
-            f"SELECT {', '.join(_inner(c) for c in columns)} FROM turns "  # noqa: S608 (fixed column names)
-            "WHERE source_sha256 = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq"
-        )
-        return cur.execute(sql, [source, first, last]).fetchall()
-    keys = [page_key(source, b << PAGE_BUCKET_BITS) for b in range(lo, hi + 1)]
-    return cur.execute(_bucket_sql(columns, len(keys)), [*keys, source, first, last]).fetchall()
-
-
-class DuckView:
-    """One snapshot of the projection (a ``ProjectionView``): every read comes from one transaction."""
-
-    def __init__(self, cur: duckdb.DuckDBPyConnection, topic: str | None) -> None:
-        self._cur = cur
-        self._topic = topic
-
-    def applied_offset(self, partition: int) -> int:
-        """The next offset the projector will apply on ``partition`` (0 when nothing was applied)."""
-        if self._topic is None:
-            return 0
-        row = self._cur.execute(
-            "SELECT next_offset FROM applied_offsets WHERE topic = ? AND log_partition = ?", [self._topic, partition]
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def head(self, project_sha256: bytes) -> Cursor | None:
-        """The project's head source's full live chain as a cursor, or ``None`` when it has no turns."""
-        row = self._cur.execute(
-            "SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?", [project_sha256]
-        ).fetchone()
-        if row is None:
-            return None
-        info = self._cur.execute(
-            "SELECT length, chain_digest, head_partition, head_offset FROM sources WHERE source_sha256 = ?", [row[0]]
-        ).fetchone()
-        if info is None or not info[0]:
-            return None
-        return Cursor(project_sha256, bytes(row[0]), int(info[0]), bytes(info[1]), int(info[2]), int(info[3]))
-
-    def source(self, source_sha256: bytes) -> SourceInfo | None:
-        """A source's chain head and broken mark, or ``None`` when the projection never saw it."""
-        row = self._cur.execute(
-            "SELECT project_sha256, length, chain_digest, broken_reason FROM sources WHERE source_sha256 = ?",
-            [source_sha256],
-        ).fetchone()
-        if row is None:
-            return None
-        return SourceInfo(bytes(row[0]), source_sha256, int(row[1]), bytes(row[2]), row[3])
-
-    def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
-        """Live turns with ``first_seq <= seq <= last_seq`` in ascending seq (missing rows are absent)."""
-        rows = _turn_rows(
-            self._cur,
-            _VIEW_COLUMNS,
-            source_sha256,
-            first_seq,
-            last_seq,
-        )
-        return [
-            StoredTurn(int(r[1]), r[2], int(r[3]), r[4], int(r[5]), bytes(r[6]), bytes(r[7]), int(r[8]), int(r[9]))
-            for r in rows
-        ]
-
-
 # ---------------------------------------------------------------------------------------- projection
 
 
@@ -570,6 +461,7 @@ class DuckProjection:
         read_only: bool,
         source_cache: int = DEFAULT_SOURCE_CACHE,
         memory_headroom: int | None = None,
+        read_entries: int = DEFAULT_READ_ENTRIES,
     ) -> None:
         self._con = con
         self._memory_headroom = memory_headroom
@@ -594,6 +486,8 @@ class DuckProjection:
         self._partitions: int | None = int(meta["partitions"]) if "partitions" in meta else None
         self._counters: dict[int, _PartitionCounters] = {}
         self._load_counters()
+        # What every read needs besides the turns it serves (see ``throughline.projector.read_index``).
+        self._index = ReadIndex({p: c.next_offset for p, c in self._counters.items()}, capacity=read_entries)
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -607,6 +501,7 @@ class DuckProjection:
         wal_autocheckpoint: int = DEFAULT_WAL_AUTOCHECKPOINT,
         memory_headroom: int | None = None,
         source_cache: int = DEFAULT_SOURCE_CACHE,
+        read_entries: int = DEFAULT_READ_ENTRIES,
     ) -> DuckProjection:
         """Open (and, when writable and new, create) a projection file.
 
@@ -618,7 +513,8 @@ class DuckProjection:
         Writable handles tune DuckDB: ``wal_autocheckpoint`` (bytes of WAL between checkpoints) and,
         with ``memory_headroom``, a memory limit of that many bytes beyond the ART indexes (``None``:
         DuckDB's default, 80% of RAM; the projector's CLI passes ``DEFAULT_MEMORY_HEADROOM``).
-        ``source_cache`` bounds the chain heads kept in memory between batches.
+        ``source_cache`` bounds the chain heads kept in memory between batches, ``read_entries`` the
+        project heads and chain heads kept for reads (``ReadIndex``).
         """
         p = Path(path)
         if not read_only:
@@ -664,6 +560,7 @@ class DuckProjection:
                 read_only=read_only,
                 source_cache=source_cache,
                 memory_headroom=None if read_only else memory_headroom,
+                read_entries=read_entries,
             )
             projection._adapt_memory()
             if topic is not None:
@@ -840,21 +737,40 @@ class DuckProjection:
 
     @contextmanager
     def view(self) -> Iterator[DuckView]:
-        """One consistent snapshot: all reads of the yielded view come from one DuckDB transaction."""
+        """One consistent snapshot: every answer of the yielded view is of one committed version.
+
+        Applied offsets, project heads and chain heads come from memory (``ReadIndex``) when the
+        snapshot's version is the index's; turns always from DuckDB. A read-only file cannot change
+        (DuckDB lets no process write it meanwhile), so its statements need no transaction.
+        """
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
         cur = self._con.cursor()
         try:
+            if self._read_only:
+                version, applied = self._index.capture()
+                yield DuckView(cur, self._topic, self._index, version, applied)
+                return
             cur.execute("BEGIN TRANSACTION")
-            # DuckDB takes the snapshot when the transaction first touches the database, not at BEGIN:
-            # touch it now, so the view is the state at view() and not at its first read.
-            cur.execute("SELECT count(*) FROM meta").fetchall()
             try:
-                yield DuckView(cur, self._topic)
+                yield self._snapshot(cur)
             finally:
                 cur.execute("ROLLBACK")  # read-only transaction: nothing to keep
         finally:
             cur.close()
+
+    def _snapshot(self, cur: duckdb.DuckDBPyConnection) -> DuckView:
+        """A view of the transaction open on ``cur``, with the index when their versions agree."""
+        for _ in range(_SNAPSHOT_TRIES):
+            version, applied = self._index.capture()
+            # DuckDB takes the snapshot when the transaction first reads, not at BEGIN: this read takes it.
+            if snapshot_version(cur, self._topic) == version:
+                return DuckView(cur, self._topic, self._index, version, applied)
+            # A commit between the two (its entries are about to be published): a new snapshot.
+            cur.execute("ROLLBACK")
+            cur.execute("BEGIN TRANSACTION")
+        snapshot_version(cur, self._topic)
+        return DuckView(cur, self._topic)  # everything from the snapshot itself
 
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds until the applied offset of ``partition`` reaches ``offset``.
@@ -1047,6 +963,11 @@ class DuckProjection:
                 self._cache.popitem(last=False)
             with self._changed:
                 self._counters.update(work.counters)
+                self._index.publish(
+                    {p: c.next_offset for p, c in work.counters.items()},
+                    work.heads,
+                    {s: st.chain_head() for s, st in work.states.items()},
+                )
                 self._changed.notify_all()
             return summary
 
@@ -1083,6 +1004,7 @@ class _BatchWork:
         self.batches: list[tuple[PreparedBatch, list[SoundRecord | RefusedRecord]]] = []
         self.counters: dict[int, _PartitionCounters] = {}
         self.states: dict[bytes, _SourceState] = {}
+        self.heads: dict[bytes, bytes] = {}  # project -> head source, for the projects this batch moved
         changes = False
         for b in batches:
             current = projection._counters.get(b.partition, _PartitionCounters())
@@ -1286,6 +1208,7 @@ class _BatchWork:
         self._fix_turn_ids(inserted_keys, applied_now, first_content)
         self._write(works, superseded, heads, quarantine)
         self.states = {s: w.state for s, w in works.items()}
+        self.heads = heads
         return total
 
     # -------------------------------------------------------------- the writes

@@ -38,7 +38,7 @@ from throughline.core.cursor import Cursor, ForeignCursor, decode_cursor
 from throughline.core.identity import project_sha256
 from throughline.core.page_range import ThroughBeforeAfter, plan_page, validate_limit
 from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
-from throughline.core.ports import LogView, Projection, ProjectionView, StoredTurn
+from throughline.core.ports import LogView, Projection, SourceInfo, StoredTurn, read_turn_ranges
 from throughline.core.seconds import finite_seconds
 from throughline.core.turn import format_rfc3339
 from throughline.reader.exceptions import (
@@ -174,22 +174,38 @@ def read_observer_turn_page(
         assert through_cursor is not None
         pinned = through_cursor
 
-        for name, cursor in (("through", through), ("after", after)):
-            if cursor is None:
-                continue
-            verdict = _validate_prefix(view, cursor, project_hash, name)
-            if verdict is not None:
-                return answer(verdict, pinned)
-
+        # Everything the answer may need, read at once: the turn each cursor ends with (for a cursor
+        # whose source passes its checks) and the page's turns. The verdicts below then follow the
+        # order of checks exactly as if each had been read when it was needed.
+        cursors = [(name, c, view.source(c.source_sha256)) for name, c in (("through", through), ("after", after)) if c]
         try:
             plan = plan_page(after, through, limit=limit, offset=offset)
         except ThroughBeforeAfter:
+            plan = None
+        ranges = [
+            (c.source_sha256, c.length, c.length)
+            for name, c, info in cursors
+            if _source_verdict(info, c, project_hash, name) is None
+        ]
+        first = max(1, plan.page_start) if plan is not None else 1
+        if plan is not None and plan.page_end >= first:
+            ranges.append((plan.source_sha256, first, plan.page_end))
+        fetched = dict(zip(ranges, read_turn_ranges(view, ranges), strict=True))
+
+        for name, cursor, info in cursors:
+            verdict = _source_verdict(info, cursor, project_hash, name)
+            if verdict is None:
+                verdict = _row_verdict(fetched[cursor.source_sha256, cursor.length, cursor.length], cursor, name)
+            if isinstance(verdict, SourceQuarantinedError):
+                raise verdict
+            if verdict is not None:
+                return answer(verdict, pinned)
+
+        if plan is None:
             return answer(
                 _Verdict(STATUS_RESYNC, "the through cursor is shorter than the after cursor"), pinned
             )
-
-        first = max(1, plan.page_start)
-        rows = view.turns(plan.source_sha256, first, plan.page_end) if plan.page_end >= first else []
+        rows = fetched.get((plan.source_sha256, first, plan.page_end), [])
         served = _verify_page(rows, plan.page_start, plan.page_end, through)
         if isinstance(served, _Verdict):
             return answer(served, pinned)
@@ -230,21 +246,30 @@ def _empty(
     )
 
 
-def _validate_prefix(view: ProjectionView, cursor: Cursor, project_hash: bytes, name: str) -> _Verdict | None:
-    """Is ``cursor`` a prefix of its source's chain as this snapshot holds it? (ADR decision 5)"""
-    info = view.source(cursor.source_sha256)
+def _source_verdict(
+    info: SourceInfo | None, cursor: Cursor, project_hash: bytes, name: str
+) -> _Verdict | SourceQuarantinedError | None:
+    """Is ``cursor``'s source, as this snapshot holds it, one the cursor can be a prefix of? (ADR decision 5)
+
+    A quarantined source is returned as the error to raise, so that the caller raises it in the order
+    of checks.
+    """
     if info is None:
         return _Verdict(STATUS_RESYNC, f"the {name} cursor's source vanished from the projection")
     if info.project_sha256 != project_hash:
         return _Verdict(STATUS_RESYNC, f"the {name} cursor's source belongs to another project")
     if info.broken_reason:
-        raise SourceQuarantinedError(
+        return SourceQuarantinedError(
             f"the {name} cursor's source {cursor.source_sha256.hex()[:16]} has a quarantined record; "
             "see `throughline status`"
         )
     if info.length < cursor.length:
         return _Verdict(STATUS_RESYNC, f"the {name} cursor's source was rolled back under it")
-    rows = view.turns(cursor.source_sha256, cursor.length, cursor.length)
+    return None
+
+
+def _row_verdict(rows: list[StoredTurn], cursor: Cursor, name: str) -> _Verdict | None:
+    """Is the turn ``cursor`` ends with (``rows``: the snapshot's rows of that seq) the one it names?"""
     if len(rows) != 1 or rows[0].seq != cursor.length:
         return _Verdict(STATUS_PENDING, f"the projection lacks the turn the {name} cursor ends with")
     row = rows[0]

@@ -46,8 +46,8 @@ _SQL_TEXT = re.compile(
 
 #: (module path, function, parameter) -> why; every call must pass a constant-derived value for it.
 CONSTANT_PARAMETERS: dict[tuple[str, str, str], str] = {
-    ("projector/store.py", "_bucket_sql", "columns"): "a tuple of fixed column names of the turns table",
-    ("projector/store.py", "_turn_rows", "columns"): "a tuple of fixed column names of the turns table",
+    ("projector/snapshot.py", "_bucket_sql", "columns"): "a tuple of fixed column names of the turns table",
+    ("projector/snapshot.py", "_turn_rows", "columns"): "a tuple of fixed column names of the turns table",
 }
 #: (module path, function) -> why its result may enter SQL text.
 SANITIZERS: dict[tuple[str, str], str] = {

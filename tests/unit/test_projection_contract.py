@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from projector_histories import Placed, book_of, by_partition, histories, place, to_log, turn
 
-from throughline.core.ports import BookProjection, Projection, cursor_of
+from throughline.core.ports import BookProjection, Projection, cursor_of, read_turn_ranges
 from throughline.core.turn import TurnRecord
 from throughline.projector.store import DuckProjection
 
@@ -95,6 +95,10 @@ class ProjectionContract(abc.ABC):
                     (t.record.body, len(t.record.body.encode()), t.record.completed_at_micros, t.content_digest)
                     for t in turns
                 ]
+            # Several ranges at once (overlapping, repeated, empty, past the end) read as each alone.
+            ranges = [(s, a, b) for s, ts in book.live.items() for a, b in ((1, len(ts)), (len(ts), len(ts)), (2, 1))]
+            ranges += [(turn(thread="nowhere").source_sha256, 1, 5), *ranges[:2]]
+            assert read_turn_ranges(v, ranges) == [v.turns(*r) for r in ranges]
             live_ids = {(s, t.turn_id) for s, ts in book.live.items() for t in ts}
             for old in book.superseded:
                 if (old.record.source_sha256, old.turn_id) in live_ids:

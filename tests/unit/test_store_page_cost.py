@@ -24,13 +24,8 @@ import pyarrow as pa
 import pytest
 
 from throughline.core.chain import CHAIN_ORIGIN
-from throughline.projector.store import (
-    _VIEW_COLUMNS,
-    PAGE_BUCKET_BITS,
-    DuckProjection,
-    _bucket_sql,
-    page_key,
-)
+from throughline.projector.snapshot import PAGE_BUCKET_BITS, VIEW_COLUMNS, _bucket_sql, page_key
+from throughline.projector.store import DuckProjection
 
 TOPIC = "page-cost"
 
@@ -113,7 +108,7 @@ def test_a_page_of_turns_is_index_lookups_only(filled: DuckProjection, first: in
     buckets = range(first >> PAGE_BUCKET_BITS, (last >> PAGE_BUCKET_BITS) + 1)
     keys = [page_key(source, b << PAGE_BUCKET_BITS) for b in buckets]
     cur = filled._con.cursor()
-    plan = cur.execute("EXPLAIN ANALYZE " + _bucket_sql(_VIEW_COLUMNS, len(keys)), [*keys, source, first, last]).fetchall()[0][1]
+    plan = cur.execute("EXPLAIN ANALYZE " + _bucket_sql(VIEW_COLUMNS, len(keys)), [*keys, source, first, last]).fetchall()[0][1]
     cur.close()
     assert _scan_types(plan) == ["Index Scan"] * len(keys), plan
     with filled.view() as v:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -64,6 +64,19 @@ class ProjectionView(Protocol):
     def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
         """Live turns with ``first_seq <= seq <= last_seq``, ascending (rows missing are simply absent)."""
         ...
+
+
+def read_turn_ranges(view: ProjectionView, ranges: Sequence[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
+    """``view.turns`` of each (source, first seq, last seq), in one read when the view can.
+
+    A view with a ``turns_many`` method (the DuckDB projection's: one statement for all the ranges)
+    answers them together; any other is asked range by range.
+    """
+    many = getattr(view, "turns_many", None)
+    if callable(many):
+        answered: list[list[StoredTurn]] = many(ranges)
+        return answered
+    return [view.turns(source, first, last) for source, first, last in ranges]
 
 
 class Projection(Protocol):

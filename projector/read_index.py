@@ -1,0 +1,136 @@
+"""What every read needs, kept in memory: the applied offsets, projects' head sources, chains' heads.
+
+A first page needs the partition's applied offset, the project's head source and that source's chain
+head (length, digest, log position, broken mark) before it reads the turns it serves. Read from DuckDB
+they were four point queries besides the one range read of the page, most of a read's cost. The
+projection keeps them here instead: the writer publishes what each commit changed, and a read that
+misses (an entry never read, or evicted) loads it from its own snapshot and keeps it.
+
+Versions. Every commit moves at least one partition's applied offset forward (a batch that changes
+nothing is not written), so the sum of the applied offsets counts commits: it is the *version* of the
+projection, in memory (``ReadIndex.version``) and in the database
+(``SELECT sum(next_offset) FROM applied_offsets``). Each entry remembers the version it was written at.
+
+Why a view at version ``n`` may answer from an entry: the view reads the database in a transaction
+whose snapshot has version ``n`` too (``DuckProjection.view`` checks it, and reads everything from the
+database when it cannot get them equal). The writer publishes a commit's entries, and the new version,
+in one critical section after the commit; so an entry written at ``w <= n`` that is still the current
+one was not changed by any commit after ``w``, in particular by none up to ``n``: it is the state at
+``n``. An entry written after ``n`` is not used (the view reads that key from its snapshot). A missing
+key is read from the snapshot and learnt only while the index is still at ``n`` (under the lock), so a
+later commit that changes it always overwrites it. Dropping an entry is always safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+DEFAULT_READ_ENTRIES = 100_000  # per map (heads, chains): ~200 bytes each
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """A source's chain head as committed: what validates a cursor and makes the project's head cursor."""
+
+    project_sha256: bytes
+    length: int
+    chain_digest: bytes
+    head_partition: int | None
+    head_offset: int | None
+    broken_reason: str | None
+
+
+class Missing:
+    """The index does not know (the caller reads its snapshot)."""
+
+
+MISSING: Final = Missing()
+
+V = TypeVar("V")
+
+
+class _Entries(Generic[V]):
+    """A bounded map of key -> (version written, value), least recently used evicted first (no locking)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._entries: OrderedDict[bytes, tuple[int, V]] = OrderedDict()
+
+    def get(self, key: bytes, at: int) -> V | Missing:
+        entry = self._entries.get(key)
+        if entry is None or entry[0] > at:
+            return MISSING
+        self._entries.move_to_end(key)
+        return entry[1]
+
+    def put(self, key: bytes, version: int, value: V) -> None:
+        self._entries[key] = (version, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class ReadIndex:
+    """Applied offsets, head sources and chain heads at the projection's current version (thread-safe)."""
+
+    def __init__(self, applied: Mapping[int, int], *, capacity: int = DEFAULT_READ_ENTRIES) -> None:
+        self._lock = threading.Lock()
+        self._applied = dict(applied)
+        self._version = sum(self._applied.values())
+        self._heads: _Entries[bytes | None] = _Entries(capacity)
+        self._chains: _Entries[ChainHead | None] = _Entries(capacity)
+
+    def capture(self) -> tuple[int, dict[int, int]]:
+        """The current version and the applied offsets at it."""
+        with self._lock:
+            return self._version, dict(self._applied)
+
+    def publish(
+        self, applied: Mapping[int, int], heads: Mapping[bytes, bytes], chains: Mapping[bytes, ChainHead]
+    ) -> None:
+        """A commit: the new applied offsets, and every project head and chain head it wrote."""
+        with self._lock:
+            self._applied.update(applied)
+            self._version = sum(self._applied.values())
+            for project, source in heads.items():
+                self._heads.put(project, self._version, source)
+            for source, chain in chains.items():
+                self._chains.put(source, self._version, chain)
+
+    def forget(self) -> None:
+        """Drop every entry (after a failed write, whose effect on them is unknown)."""
+        with self._lock:
+            self._heads.clear()
+            self._chains.clear()
+
+    def head(self, project_sha256: bytes, at: int) -> bytes | None | Missing:
+        """The project's head source at version ``at`` (``None``: no turns), or ``MISSING``."""
+        with self._lock:
+            return self._heads.get(project_sha256, at)
+
+    def chain(self, source_sha256: bytes, at: int) -> ChainHead | None | Missing:
+        """The source's chain head at version ``at`` (``None``: never seen), or ``MISSING``."""
+        with self._lock:
+            return self._chains.get(source_sha256, at)
+
+    def learn_head(self, project_sha256: bytes, source: bytes | None, at: int) -> None:
+        """Keep a head read from a snapshot of version ``at`` (only while the index is still at ``at``)."""
+        with self._lock:
+            if self._version == at:
+                self._heads.put(project_sha256, at, source)
+
+    def learn_chain(self, source_sha256: bytes, chain: ChainHead | None, at: int) -> None:
+        """Keep a chain head read from a snapshot of version ``at`` (only while the index is still at ``at``)."""
+        with self._lock:
+            if self._version == at:
+                self._chains.put(source_sha256, at, chain)

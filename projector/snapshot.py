@@ -1,0 +1,216 @@
+"""The read side of the DuckDB projection: ``DuckView`` (one snapshot) and the SQL of turn ranges.
+
+A page read asks a view for the partition's applied offset, the project's head, the chain heads of
+its cursors' sources and then the turns it serves. The first three come from the projection's
+``ReadIndex`` (in memory, checked against the snapshot's version: see ``throughline.projector.read_index``)
+and, for what the index does not hold, from the snapshot itself; the turns of every range the page
+needs come in ONE statement (``turns_many``): a handful of ART index lookups, whatever the size of
+the history.
+
+``turns`` buckets 64 consecutive seqs of one source under one indexed ``page_key``, because DuckDB
+only takes an ART index for an equality filter, not for a range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+
+from throughline.core.cursor import Cursor
+from throughline.core.ports import SourceInfo, StoredTurn
+from throughline.projector.read_index import ChainHead, Missing, ReadIndex
+
+#: Seqs per ``page_key`` bucket (a power of two): a page of up to 100 seqs spans at most 3 buckets.
+PAGE_BUCKET_BITS = 6
+_MAX_BUCKET_LOOKUPS = 32  # wider ranges (never asked by the reader) fall back to a scan
+_MASK63 = (1 << 63) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+#: The columns a view reads of a turn (``StoredTurn`` in this order, after the source).
+VIEW_COLUMNS = (
+    "source_sha256",
+    "seq",
+    "turn_id",
+    "completed_at_us",
+    "body",
+    "body_bytes",
+    "content_digest",
+    "chain_digest",
+    "log_partition",
+    "log_offset",
+)
+#: The projection's version in a snapshot: the sum of its applied offsets (one more per commit at least).
+_VERSION_SQL = "SELECT coalesce(sum(next_offset), 0) FROM applied_offsets WHERE topic = ?"
+
+
+def snapshot_version(cur: duckdb.DuckDBPyConnection, topic: str | None) -> int:
+    """The version (``ReadIndex.version``) of the snapshot ``cur`` reads."""
+    row = cur.execute(_VERSION_SQL, [topic or ""]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def page_key(source_sha256: bytes, seq: int) -> int:
+    """The indexed bucket key of (source, seq): one value per 64 consecutive seqs of a source.
+
+    A hash, not an identity: two sources may share a key, so every query also filters on the exact
+    source and seq; a shared key only costs a few extra rows read.
+    """
+    return (int.from_bytes(source_sha256[:8], "big") + (seq >> PAGE_BUCKET_BITS) * _GOLDEN) & _MASK63
+
+
+def _inner(column: str) -> str:
+    return "rowid AS row_id" if column == "row_id" else column
+
+
+def _bucket_sql(columns: Sequence[str], buckets: int, ranges: int = 1) -> str:
+    # DuckDB only takes an ART index scan for a bare equality filter, so each bucket is its own
+    # equality lookup inside a materialized CTE and the exact source/seq filters are applied after it.
+    # Parameters: the bucket keys, then (source, first seq, last seq) of each range.
+    inner = ", ".join(_inner(c) for c in dict.fromkeys((*columns, "source_sha256", "seq")))
+    union = " UNION ALL ".join(
+        f"SELECT {inner} FROM turns WHERE page_key = ${i + 1}"  # noqa: S608 (fixed column names)
+        for i in range(buckets)
+    )
+    n = buckets
+    where = " OR ".join(
+        f"(source_sha256 = ${n + 3 * j + 1} AND seq BETWEEN ${n + 3 * j + 2} AND ${n + 3 * j + 3})"
+        for j in range(ranges)
+    )
+    return (
+        f"WITH b AS MATERIALIZED ({union}) SELECT {', '.join(columns)} FROM b "  # noqa: S608
+        f"WHERE {where} ORDER BY source_sha256, seq"
+    )
+
+
+def _turn_rows(
+    cur: duckdb.DuckDBPyConnection, columns: Sequence[str], source: bytes, first: int, last: int
+) -> list[tuple[Any, ...]]:
+    """Live rows of ``source`` with ``first <= seq <= last`` (index lookups when the range is narrow)."""
+    first = max(1, first)
+    if last < first:
+        return []
+    lo, hi = first >> PAGE_BUCKET_BITS, last >> PAGE_BUCKET_BITS
+    if hi - lo + 1 > _MAX_BUCKET_LOOKUPS:
+        sql = (
+            f"SELECT {', '.join(_inner(c) for c in columns)} FROM turns "  # noqa: S608 (fixed column names)
+            "WHERE source_sha256 = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq"
+        )
+        return cur.execute(sql, [source, first, last]).fetchall()
+    keys = [page_key(source, b << PAGE_BUCKET_BITS) for b in range(lo, hi + 1)]
+    return cur.execute(_bucket_sql(columns, len(keys)), [*keys, source, first, last]).fetchall()
+
+
+def _stored(r: tuple[Any, ...]) -> StoredTurn:
+    return StoredTurn(int(r[1]), r[2], int(r[3]), r[4], int(r[5]), bytes(r[6]), bytes(r[7]), int(r[8]), int(r[9]))
+
+
+class DuckView:
+    """One snapshot of the projection (a ``ProjectionView``): every answer is of one version.
+
+    ``cur`` reads that snapshot (a transaction, or any statement of a read-only file, which cannot
+    change); ``index`` and ``version``, when given, answer what the index holds at that version, and
+    ``applied`` are the applied offsets at it. Without them every answer comes from ``cur``.
+    """
+
+    def __init__(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        topic: str | None,
+        index: ReadIndex | None = None,
+        version: int = 0,
+        applied: dict[int, int] | None = None,
+    ) -> None:
+        self._cur = cur
+        self._topic = topic
+        self._index = index
+        self._version = version
+        self._applied = applied
+
+    def applied_offset(self, partition: int) -> int:
+        """The next offset the projector will apply on ``partition`` (0 when nothing was applied)."""
+        if self._applied is not None:
+            return self._applied.get(partition, 0)
+        if self._topic is None:
+            return 0
+        row = self._cur.execute(
+            "SELECT next_offset FROM applied_offsets WHERE topic = ? AND log_partition = ?", [self._topic, partition]
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _head_source(self, project_sha256: bytes) -> bytes | None:
+        if self._index is not None:
+            known = self._index.head(project_sha256, self._version)
+            if not isinstance(known, Missing):
+                return known
+        row = self._cur.execute(
+            "SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?", [project_sha256]
+        ).fetchone()
+        source = bytes(row[0]) if row else None
+        if self._index is not None:
+            self._index.learn_head(project_sha256, source, self._version)
+        return source
+
+    def _chain(self, source_sha256: bytes) -> ChainHead | None:
+        if self._index is not None:
+            known = self._index.chain(source_sha256, self._version)
+            if not isinstance(known, Missing):
+                return known
+        row = self._cur.execute(
+            "SELECT project_sha256, length, chain_digest, head_partition, head_offset, broken_reason "
+            "FROM sources WHERE source_sha256 = ?",
+            [source_sha256],
+        ).fetchone()
+        chain = None
+        if row is not None:
+            chain = ChainHead(bytes(row[0]), int(row[1]), bytes(row[2]), row[3], row[4], row[5])
+        if self._index is not None:
+            self._index.learn_chain(source_sha256, chain, self._version)
+        return chain
+
+    def head(self, project_sha256: bytes) -> Cursor | None:
+        """The project's head source's full live chain as a cursor, or ``None`` when it has no turns."""
+        source = self._head_source(project_sha256)
+        if source is None:
+            return None
+        chain = self._chain(source)
+        if chain is None or not chain.length or chain.head_partition is None or chain.head_offset is None:
+            return None
+        return Cursor(
+            project_sha256, source, chain.length, chain.chain_digest, int(chain.head_partition), int(chain.head_offset)
+        )
+
+    def source(self, source_sha256: bytes) -> SourceInfo | None:
+        """A source's chain head and broken mark, or ``None`` when the projection never saw it."""
+        chain = self._chain(source_sha256)
+        if chain is None:
+            return None
+        return SourceInfo(chain.project_sha256, source_sha256, chain.length, chain.chain_digest, chain.broken_reason)
+
+    def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
+        """Live turns with ``first_seq <= seq <= last_seq`` in ascending seq (missing rows are absent)."""
+        return [_stored(r) for r in _turn_rows(self._cur, VIEW_COLUMNS, source_sha256, first_seq, last_seq)]
+
+    def turns_many(self, ranges: Sequence[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
+        """``turns`` of each (source, first seq, last seq), all read by one statement."""
+        wanted = [(s, max(1, a), b) for s, a, b in ranges]
+        keys: dict[int, None] = {}
+        for source, first, last in wanted:
+            if last < first:
+                continue
+            lo, hi = first >> PAGE_BUCKET_BITS, last >> PAGE_BUCKET_BITS
+            if hi - lo + 1 > _MAX_BUCKET_LOOKUPS:
+                return [self.turns(*r) for r in ranges]  # a wide range: each is its own scan
+            keys.update((page_key(source, b << PAGE_BUCKET_BITS), None) for b in range(lo, hi + 1))
+        live = [(s, a, b) for s, a, b in wanted if b >= a]
+        if not live:
+            return [[] for _ in ranges]
+        params: list[Any] = list(keys)
+        for source, first, last in live:
+            params += [source, first, last]
+        found = self._cur.execute(_bucket_sql(VIEW_COLUMNS, len(keys), len(live)), params).fetchall()
+        by_source: dict[bytes, list[StoredTurn]] = {}
+        for r in found:
+            by_source.setdefault(bytes(r[0]), []).append(_stored(r))
+        return [[t for t in by_source.get(s, []) if a <= t.seq <= b] for s, a, b in wanted]

@@ -1,0 +1,101 @@
+"""The read index: what a view answers from memory is the state of its own snapshot's version.
+
+``ReadIndex`` on its own (versions, learning only at the current version, eviction), then the DuckDB
+projection with a writer thread committing while views are read: every answer a view takes from the
+index must equal the answer its own DuckDB snapshot gives (``DuckView`` without the index, on the same
+transaction), including while entries are evicted and learnt again.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+from projector_histories import place, to_log, turn
+
+from throughline.projector.read_index import MISSING, ChainHead, ReadIndex
+from throughline.projector.snapshot import DuckView
+from throughline.projector.store import DuckProjection
+
+TOPIC = "read-index"
+
+
+def _chain(length: int) -> ChainHead:
+    return ChainHead(b"p" * 32, length, bytes(32), 0, length - 1, None)
+
+
+def test_an_entry_serves_views_of_its_version_and_later_ones_only() -> None:
+    index = ReadIndex({0: 3})
+    assert index.capture() == (3, {0: 3})
+    index.publish({0: 5}, {b"a": b"s1"}, {b"s1": _chain(2)})
+    version, applied = index.capture()
+    assert (version, applied) == (5, {0: 5})
+    assert index.head(b"a", 5) == b"s1" and index.chain(b"s1", 7) == _chain(2)
+    assert index.head(b"a", 4) is MISSING  # a view of an older snapshot reads that snapshot
+    assert index.chain(b"s1", 3) is MISSING
+    assert index.head(b"b", 5) is MISSING
+
+
+def test_a_snapshot_read_is_learnt_only_at_the_current_version() -> None:
+    index = ReadIndex({0: 1, 1: 1})
+    index.learn_head(b"a", None, 2)  # the project has no turns yet, as of version 2
+    assert index.head(b"a", 2) is None
+    index.publish({1: 4}, {}, {})  # version 5
+    index.learn_chain(b"s", _chain(1), 2)  # read from a snapshot older than the index: not kept
+    assert index.chain(b"s", 5) is MISSING
+    index.learn_chain(b"s", _chain(1), 5)
+    assert index.chain(b"s", 5) == _chain(1)
+    index.publish({0: 2}, {b"a": b"s"}, {b"s": _chain(2)})  # a commit overwrites what was learnt
+    assert index.head(b"a", 6) == b"s" and index.chain(b"s", 6) == _chain(2)
+
+
+def test_the_least_recently_used_entries_are_dropped() -> None:
+    index = ReadIndex({}, capacity=2)
+    index.publish({0: 1}, {b"a": b"1", b"b": b"2"}, {})
+    assert index.head(b"a", 1) == b"1"  # used: b is now the oldest
+    index.publish({0: 2}, {b"c": b"3"}, {})
+    assert index.head(b"b", 2) is MISSING
+    assert index.head(b"a", 2) == b"1" and index.head(b"c", 2) == b"3"
+
+
+def test_every_answer_of_a_view_is_its_snapshots_while_commits_go_on(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    records = []
+    for i in range(240):
+        project = ("/p/one", "/p/two", "/p/three")[rng.randrange(3)]
+        thread = ("main", "side")[rng.randrange(2)]
+        seq = rng.randint(1, 3) if rng.random() < 0.1 else None  # a rewind now and then
+        records.append(turn(project, thread=thread, turn_id=f"t{i}", seq=seq, body=f"b{i}"))
+    log = to_log(place(records, 2))
+    projects = sorted({r.project_sha256 for r in records})
+    sources = sorted({r.source_sha256 for r in records})
+    # Two entries per map: most answers miss, are read from the snapshot and learnt, then evicted.
+    projection = DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC, read_entries=2)
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            for rec in log:
+                projection.apply_batch(TOPIC, rec.partition, [rec])
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    checked = 0
+    try:
+        while not done.is_set() or checked < 50:
+            with projection.view() as view:
+                strict = DuckView(view._cur, TOPIC)  # the same transaction, read without the index
+                for project in rng.sample(projects, len(projects)):
+                    assert view.head(project) == strict.head(project)
+                for source in rng.sample(sources, 3):
+                    assert view.source(source) == strict.source(source)
+                for partition in (0, 1):
+                    assert view.applied_offset(partition) == strict.applied_offset(partition)
+            checked += 1
+    finally:
+        writer.join(timeout=120)
+        projection.close()
+    assert checked >= 50
