@@ -116,6 +116,12 @@ class PreparedBatch:
         return (_rebuild_batch, (self.partition, columns, refused, self.next_offset))
 
 
+def record_projects(batch: PreparedBatch) -> list[tuple[int, bytes | None]]:
+    """(offset, project hash) of each record of ``batch``; ``None`` where the record names no project
+    for sure (it did not decode)."""
+    return [(it.offset, it.project_sha256 if isinstance(it, SoundRecord) else it.project) for it in batch.items]
+
+
 def merge_polls(polls: Sequence[Sequence[PreparedBatch]]) -> list[PreparedBatch]:
     """Consecutive polls as one: per partition, the batches' records in log order and the last next offset.
 

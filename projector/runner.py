@@ -262,6 +262,7 @@ class Projector:
                 tuple(self._servers), self._topic, info.partitions, (), self._options, self._kafka_config
             ).at(start_offsets)
             feed, worker = open_feed(spec, worker), None
+            self._projection.fetching_from(start_offsets)
             if self._options.fetch_worker:  # one core is the worker's while this run lasts
                 threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
             targets = dict(ends) if until_caught_up else None
@@ -322,7 +323,7 @@ class Projector:
                 batches = feed.next(o.poll_timeout)
             except LogError as exc:
                 self._explain(log_view, exc)
-                feed.restart(self._projection.applied_offsets())
+                self._restart(feed)
                 continue
             except FetchWorkerError as exc:
                 # The worker died (killed, out of memory): the log decides whether that was the log's
@@ -332,12 +333,21 @@ class Projector:
                 if self._worker_failures > _WORKER_RESTARTS:
                     raise
                 log.warning("restarting the fetch worker: %s", exc)
-                feed.restart(self._projection.applied_offsets())
+                self._restart(feed)
                 continue
             if batches:
                 self._worker_failures = 0
+                # Readers may now answer for projects none of these records belong to (``wait_settled``).
+                self._projection.fetched(batches)
                 on_applied(self._projection.apply_prepared(self._topic, batches))
         return self._caught_up(targets)
+
+    def _restart(self, feed: Feed) -> None:
+        """Fetch again from the applied offsets (what was fetched and not applied is dropped)."""
+        applied = self._projection.applied_offsets()
+        partitions = self._projection.partitions or 0
+        self._projection.fetching_from({p: applied.get(p, 0) for p in range(partitions)})
+        feed.restart(applied)
 
     def _explain(self, log_view: KafkaLog, exc: LogError) -> None:
         """Turn a Kafka error of the consume loop into the projector's verdict (or retry when it is transient).

@@ -65,22 +65,21 @@ def _inner(column: str) -> str:
 
 
 def _bucket_sql(columns: Sequence[str], buckets: int, ranges: int = 1) -> str:
-    # DuckDB only takes an ART index scan for a bare equality filter, so each bucket is its own
-    # equality lookup inside a materialized CTE and the exact source/seq filters are applied after it.
-    # Parameters: the bucket keys, then (source, first seq, last seq) of each range.
+    # DuckDB takes an ART index scan for an equality or IN filter on the indexed column alone (with
+    # any other conjunct it scans the table), so the buckets are one IN lookup inside a materialized
+    # CTE and the exact source/seq filters are applied after it (measured: a third cheaper than a
+    # UNION ALL of one lookup a bucket). Parameters: the bucket keys, then (source, first seq, last
+    # seq) of each range.
     inner = ", ".join(_inner(c) for c in dict.fromkeys((*columns, "source_sha256", "seq")))
-    union = " UNION ALL ".join(
-        f"SELECT {inner} FROM turns WHERE page_key = ${i + 1}"  # noqa: S608 (fixed column names)
-        for i in range(buckets)
-    )
+    keys = ", ".join(f"${i + 1}" for i in range(buckets))
     n = buckets
     where = " OR ".join(
         f"(source_sha256 = ${n + 3 * j + 1} AND seq BETWEEN ${n + 3 * j + 2} AND ${n + 3 * j + 3})"
         for j in range(ranges)
     )
     return (
-        f"WITH b AS MATERIALIZED ({union}) SELECT {', '.join(columns)} FROM b "  # noqa: S608
-        f"WHERE {where} ORDER BY source_sha256, seq"
+        f"WITH b AS MATERIALIZED (SELECT {inner} FROM turns WHERE page_key IN ({keys})) "  # noqa: S608
+        f"SELECT {', '.join(columns)} FROM b WHERE {where} ORDER BY source_sha256, seq"
     )
 
 

@@ -32,7 +32,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from throughline.core.chain import CHAIN_ORIGIN
 from throughline.core.fold import Append, Duplicate, fold_turn
+from throughline.core.inflight import InFlight
 from throughline.projector.exceptions import (
     InvalidBatchError,
     ProjectionBusyError,
@@ -59,7 +60,7 @@ from throughline.projector.prepare import Q_UNDECODABLE as Q_UNDECODABLE
 from throughline.projector.prepare import Q_UNKNOWN_SCHEMA as Q_UNKNOWN_SCHEMA
 from throughline.projector.prepare import LogRecord as LogRecord
 from throughline.projector.prepare import PreparedBatch as PreparedBatch
-from throughline.projector.prepare import RecordLike, RefusedRecord, SoundRecord
+from throughline.projector.prepare import RecordLike, RefusedRecord, SoundRecord, record_projects
 from throughline.projector.prepare import prepare_batch as prepare_batch
 from throughline.projector.prepare import turn_key as turn_key
 from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ChainHead, ReadIndex
@@ -488,6 +489,7 @@ class DuckProjection:
         self._load_counters()
         # What every read needs besides the turns it serves (see ``throughline.projector.read_index``).
         self._index = ReadIndex({p: c.next_offset for p, c in self._counters.items()}, capacity=read_entries)
+        self._inflight = InFlight()  # what the projector in this process fetched but has not applied
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -794,6 +796,38 @@ class DuckProjection:
                     return False
                 self._changed.wait(remaining)
 
+    def fetching_from(self, offsets: Mapping[int, int]) -> None:
+        """The projector's feed (re)starts at ``offsets`` (the applied offsets); see ``fetched``."""
+        with self._changed:
+            self._inflight.start(offsets)
+
+    def fetched(self, batches: Sequence[PreparedBatch]) -> None:
+        """The projector's feed delivered ``batches`` (each partition contiguous since ``fetching_from``),
+        about to be applied: until they are, ``wait_settled`` knows which projects they belong to."""
+        with self._changed:
+            for b in batches:
+                self._inflight.add(b.partition, record_projects(b), b.next_offset)
+            self._changed.notify_all()
+
+    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until no record of the project on ``partition`` below ``offset``
+        is unapplied, as far as this projection can prove (``throughline.core.inflight``): the applied
+        offset reached ``offset``, or the projector in this process has fetched up to it and none of
+        the records it has not applied yet belong to the project."""
+        if self._read_only:
+            return self.wait_applied(partition, offset, timeout)
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while True:
+                counters = self._counters.get(partition)
+                applied = counters.next_offset if counters is not None else 0
+                if self._inflight.settled(partition, project_sha256, offset, applied):
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    return False
+                self._changed.wait(remaining)
+
     def stats(self, *, latest_quarantine: int = 10) -> ProjectionStats:
         """Counts and per-partition counters, read in one snapshot (no raw record bytes)."""
         cur = self._con.cursor()
@@ -963,6 +997,8 @@ class DuckProjection:
                 self._cache.popitem(last=False)
             with self._changed:
                 self._counters.update(work.counters)
+                for part, c in work.counters.items():
+                    self._inflight.applied(part, c.next_offset)
                 self._index.publish(
                     {p: c.next_offset for p, c in work.counters.items()},
                     work.heads,

@@ -38,7 +38,14 @@ from throughline.core.cursor import Cursor, ForeignCursor, decode_cursor
 from throughline.core.identity import project_sha256
 from throughline.core.page_range import ThroughBeforeAfter, plan_page, validate_limit
 from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
-from throughline.core.ports import LogView, Projection, SourceInfo, StoredTurn, read_turn_ranges
+from throughline.core.ports import (
+    LogView,
+    Projection,
+    SourceInfo,
+    StoredTurn,
+    read_turn_ranges,
+    wait_for_project,
+)
 from throughline.core.seconds import finite_seconds
 from throughline.core.turn import format_rfc3339
 from throughline.reader.exceptions import (
@@ -141,16 +148,14 @@ def read_observer_turn_page(
                 _Verdict(STATUS_RESYNC, f"the {name} cursor names a log position this log does not hold")
             )
     need = end if through is None else max(through.offset, after.offset if after else -1) + 1
-    if not projection.wait_applied(partition, need, wait_timeout):
+    # Every record of the project below ``need`` must be applied; records of other projects need not be
+    # when the projection can prove that none of those it has not applied are the project's.
+    if not wait_for_project(projection, partition, project_hash, need, wait_timeout):
         return answer(
             _Verdict(STATUS_PENDING, f"the projector has not applied partition {partition} up to {need}")
         )
 
     with projection.view() as view:
-        if view.applied_offset(partition) < need:
-            return answer(
-                _Verdict(STATUS_PENDING, f"the projection has not applied partition {partition} up to {need}")
-            )
         if through is None:
             head = view.head(project_hash)
             if head is None:

@@ -24,14 +24,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from throughline.core.ports import BookProjection, FixedLog, Projection, ProjectionView, StoredTurn
+from throughline.core.ports import (
+    BookProjection,
+    FixedLog,
+    Projection,
+    ProjectionView,
+    StoredTurn,
+    read_turn_ranges,
+    wait_for_project,
+)
 from throughline.core.turn import build_turn
 from throughline.errors import ThroughlineError
 from throughline.schemas.codec import decode_turn, encode_turn
 
 from . import checker
 from .checker import Outcome
-from .grammar import VARIANTS, Append, Apply, Damage, Pick, Repair, Replay, Reread, Rewind, Start, Step
+from .grammar import VARIANTS, Append, Apply, Damage, Fetch, Pick, Repair, Replay, Reread, Rewind, Start, Step
 from .model import OK, PARTITION, PENDING, PROJECTS, SOURCES, Model, source_hash
 
 TOKEN_KEY = bytes(range(32))
@@ -61,6 +69,11 @@ class Target(Protocol):
         """Apply (key, value, partition, offset) records, in order, as the projector does."""
         ...
 
+    def fetch(self, batch: list[tuple[bytes, bytes, int, int]]) -> None:
+        """Tell the projection the projector fetched these records and will apply them next (as the
+        streaming projector does before each apply), so it knows their projects."""
+        ...
+
     def close(self) -> None:
         """Release files and connections."""
         ...
@@ -70,13 +83,18 @@ class BookTarget:
     """The in-memory ``BookProjection`` (the same ``Projection`` protocol; no DuckDB)."""
 
     def __init__(self) -> None:
-        self.projection: Projection = BookProjection()
-        self._book = self.projection
+        self._book = BookProjection()
+        self._book.fetching_from({PARTITION: 0})
+        self.projection: Projection = self._book
 
     def apply(self, batch: list[tuple[bytes, bytes, int, int]]) -> None:
-        assert isinstance(self._book, BookProjection)
         for _key, data, partition, offset in batch:
             self._book.apply(decode_turn(data), partition, offset)
+
+    def fetch(self, batch: list[tuple[bytes, bytes, int, int]]) -> None:
+        if batch:
+            records = [(offset, decode_turn(data).project_sha256) for _key, data, _p, offset in batch]
+            self._book.fetched(PARTITION, records, batch[-1][3] + 1)
 
     def close(self) -> None:
         pass
@@ -104,11 +122,17 @@ class DuckTarget:
         self._record = LogRecord
         self._dir = tempfile.TemporaryDirectory(prefix="throughline-oracle-")
         self._store = DuckProjection.open(Path(self._dir.name) / "oracle.duckdb", topic=self.TOPIC)
+        self._store.fetching_from({PARTITION: 0})
         self.projection: Projection = self._store
 
     def apply(self, batch: list[tuple[bytes, bytes, int, int]]) -> None:
         records = [self._record(partition, offset, key, value) for key, value, partition, offset in batch]
         self._store.apply_batch(self.TOPIC, PARTITION, records)
+
+    def fetch(self, batch: list[tuple[bytes, bytes, int, int]]) -> None:
+        records = [self._record(partition, offset, key, value) for key, value, partition, offset in batch]
+        if records:
+            self._store.fetched([self._store.prepare(PARTITION, records)])
 
     def close(self) -> None:
         try:
@@ -136,8 +160,16 @@ class _DamagedView:
         return self.inner.source(source_sha256)
 
     def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
+        return self._damaged(source_sha256, self.inner.turns(source_sha256, first_seq, last_seq))
+
+    def turns_many(self, ranges: list[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
+        # The production multi-range read (one statement on DuckDB), damaged range by range.
+        read = read_turn_ranges(self.inner, ranges)
+        return [self._damaged(source, rows) for (source, _, _), rows in zip(ranges, read, strict=True)]
+
+    def _damaged(self, source_sha256: bytes, read: list[StoredTurn]) -> list[StoredTurn]:
         rows = []
-        for row in self.inner.turns(source_sha256, first_seq, last_seq):
+        for row in read:
             if (source_sha256, row.seq) in self.hidden:
                 continue
             if (source_sha256, row.seq) in self.altered:
@@ -161,6 +193,10 @@ class DamagedProjection:
 
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
         return self.inner.wait_applied(partition, offset, timeout)
+
+    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
+        # The production scoped wait (the projection knows the projects of what it fetched).
+        return wait_for_project(self.inner, partition, project_sha256, offset, timeout)
 
 
 # ------------------------------------------------------------------------------------------- series
@@ -265,6 +301,29 @@ class Driver:
         for series in self.series:
             for variant in VARIANTS:
                 self.replay(number, series, Replay(series.index, 0, variant), final=True)
+        self.scoped_epilogue(number)
+
+    def scoped_epilogue(self, number: int) -> None:
+        """The last checkpoint of every history: the wait scoped to the project. A turn of each project
+        completes and is fetched, not applied: each project's first page is pending (its own turn is in
+        flight). Then the first of the two is applied: that project's first page must be ok although
+        the other's turn is still in flight, and the other's still pending; each in both forms (a
+        snapshot, and a delta from the first turn of the project's head source)."""
+        counted, self.stats = self.stats, Counter()  # the epilogue's pages are counted apart
+        for i in range(len(PROJECTS)):
+            self.append(Append(i, None, "in flight"))
+        self.step(number, Fetch(None))
+        for applied in (False, True):
+            if applied:
+                self.apply_records(1)
+            for i in range(len(PROJECTS)):
+                for after in (None, Pick("prefix", 0, 0)):
+                    self.start(number, Start(i, after, None, 10, 1 << 20))
+        self.apply_records(None)
+        epilogue, self.stats = self.stats, counted
+        self.stats["epilogue: ok while the other project's turn is in flight"] += epilogue[
+            "page ok while another project's records were not applied"]
+        self.stats["epilogue: pending while its own turn is in flight"] += epilogue["page projection_pending"]
 
     def step(self, number: int, step: Step) -> None:
         """Run one step."""
@@ -272,6 +331,9 @@ class Driver:
             self.append(step)
         elif isinstance(step, Apply):
             self.apply_records(step.count)
+        elif isinstance(step, Fetch):
+            first, end = self.model.fetch(step.count)
+            self.target.fetch([(*self.log[o], PARTITION, o) for o in range(first, end)])
         elif isinstance(step, Start):
             self.start(number, step)
         elif isinstance(step, Damage):
@@ -402,6 +464,8 @@ class Driver:
             after, through = self.model.cursors[series.after], self.model.cursors[series.through]
             if after.offset >= self.model.applied > through.offset and after.project == through.project == series.project:
                 self.stats["page whose after cursor's record is unapplied, its through cursor's applied"] += 1
+        if expect.status == OK and expect.scoped:
+            self.stats["page ok while another project's records were not applied"] += 1
         if expect.status == PENDING and "projection" in expect.reason:
             self.stats["page pending: the projection lacks or garbles a row"] += 1
         if expect.status != OK:

@@ -9,6 +9,8 @@ Append     a host completes a turn on a project's head source (``source=None``) 
            ``SOURCES[source]`` (another host or thread: the head switches)
 Rewind     a host rewinds a non-empty source ``back`` turns from its end (seq ``length - back%length``)
 Apply      the projector applies ``count`` pending records (all when ``None``)
+Fetch      the projector fetches ``count`` more records (all when ``None``) and has not applied them
+           yet: it knows their projects, so a read of another project need not wait for them
 Start      open a read series on a project, with or without an after cursor and an explicit through
            (one in six: an after cursor the projector has not applied, a through cursor it has)
 Next       read the next page of open series ``series`` (counted among the open ones)
@@ -52,6 +54,11 @@ class Rewind:
 
 @dataclass(frozen=True)
 class Apply:
+    count: int | None
+
+
+@dataclass(frozen=True)
+class Fetch:
     count: int | None
 
 
@@ -117,7 +124,7 @@ class Repair:
     pass
 
 
-Step = Append | Rewind | Apply | Start | Next | Reread | Replay | Damage | Repair
+Step = Append | Rewind | Apply | Fetch | Start | Next | Reread | Replay | Damage | Repair
 
 
 def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
@@ -140,6 +147,7 @@ through_picks = st.builds(Pick, st.sampled_from(["tip", "tip", "prefix", "saved"
 appends = st.builds(Append, projects, weighted((2, st.none()), (1, sources)), bodies)
 rewinds = st.builds(Rewind, projects, sources, small, bodies)
 applies = st.builds(Apply, weighted((2, st.none()), (1, st.integers(1, 4))))
+fetches = st.builds(Fetch, weighted((2, st.none()), (1, st.integers(1, 4))))
 plain_starts = st.builds(
     Start,
     projects,
@@ -169,7 +177,7 @@ repairs = st.just(Repair())
 # Appends and page reads dominate, so series are long and turns complete between pages.
 steps: st.SearchStrategy[Step] = weighted(
     (10, appends), (2, rewinds), (5, applies), (5, starts), (12, nexts),
-    (2, rereads), (2, replays), (3, damages), (1, repairs),
+    (2, rereads), (2, replays), (3, damages), (1, repairs), (3, fetches),
 )
 
 

@@ -10,7 +10,8 @@ it). It re-derives, from the documented canonical forms, everything it needs:
 - cursor strings ``"tlc1." + base64url(project || source || u64 length || chain digest || u32 partition ||
   u64 offset)`` (``throughline/core/cursor.py``'s docstring).
 
-The state is a list of log records and an applied-record counter (the projector's lag). A project's
+The state is a list of log records, an applied-record counter (the projector's lag) and how far the
+projector's fetches reach (records fetched but not applied yet, whose projects it knows). A project's
 chains are the fold of the applied records: per project a dict of sources, each a plain list of turns,
 and the head source. The expected answer of a read follows CONTRACT sections 3 and 5 and the order of
 checks in the reader's algorithm (docs/oracle.md, "The model").
@@ -176,14 +177,16 @@ class Expect:
     has_token: bool = False
     error_code: str | None = None
     page: tuple[int, int] = (0, 0)  # (page_start, page_end] of the through source, for messages
+    scoped: bool = False  # settled although records of other projects below the bound were not applied
 
 
 @dataclass
 class Model:
-    """The log, the projector's applied counter and the row faults the test injected."""
+    """The log, the projector's applied and fetched counters and the row faults the test injected."""
 
     records: list[Record] = field(default_factory=list)
     applied: int = 0
+    fetched: int = 0  # how far the projector's fetches reach (records fetched, not all applied yet)
     hidden: set[tuple[str, str, str, int]] = field(default_factory=set)
     altered: set[tuple[str, str, str, int]] = field(default_factory=set)
     cursors: dict[str, Prefix] = field(default_factory=dict)
@@ -205,6 +208,23 @@ class Model:
         n = pending if count is None else max(0, min(count, pending))
         self.applied += n
         return n
+
+    def fetch(self, count: int | None) -> tuple[int, int]:
+        """The projector fetches ``count`` more records (all when ``None``) without applying them yet;
+        returns the offsets fetched, ``(first, end)``."""
+        first = max(self.fetched, self.applied)
+        end = len(self.records) if count is None else min(len(self.records), first + max(0, count))
+        self.fetched = max(first, end)
+        return first, self.fetched
+
+    def settled(self, project: str, below: int) -> bool:
+        """Every record of ``project`` below ``below`` is applied, provably (CONTRACT section 5): the
+        applied count reaches ``below``, or the fetches do and no record in between is the project's."""
+        if self.applied >= below:
+            return True
+        if max(self.fetched, self.applied) < below:
+            return False
+        return all(r.project != project for r in self.records[self.applied : below])
 
     @property
     def log_end(self) -> int:
@@ -315,21 +335,25 @@ class Model:
             if c is not None and c.offset >= self.log_end:
                 return echo(RESYNC, "a cursor names a log position the log does not hold")
 
+        bound = self.log_end if t is None else max(t.offset, a.offset if a is not None else -1) + 1
+        scoped = self.applied < bound
         if t is None:
-            if self.applied < self.log_end:
-                return echo(PENDING, f"first page: applied {self.applied} < log end {self.log_end}")
+            if not self.settled(project, self.log_end):
+                return echo(PENDING, f"first page: {project}'s records below log end {self.log_end} are not all "
+                                     f"provably applied (applied {self.applied}, fetched {self.fetched})")
             state = self.applied_state
             t = self.head_of(state, project)
             if t is None:
                 if a is not None:
                     return echo(RESYNC, "first page: the project has no head but an after cursor")
-                return Expect(OK, "first contact with an empty project", after_text=after, complete=True)
+                return Expect(OK, "first contact with an empty project", after_text=after, complete=True, scoped=scoped)
             self.register(t)
             pinned: tuple[str | None, ...] = (None, t.text)
         else:
             need = max(t.offset, a.offset if a is not None else -1) + 1
-            if self.applied < need:
-                return echo(PENDING, f"applied {self.applied} < cursor position {need}")
+            if not self.settled(project, need):
+                return echo(PENDING, f"{project}'s records below cursor position {need} are not all provably "
+                                     f"applied (applied {self.applied}, fetched {self.fetched})")
             state = self.applied_state
             pinned = (through,)
 
@@ -386,6 +410,7 @@ class Model:
             complete=next_offset is None,
             has_token=next_offset is not None,
             page=(page_start, page_end),
+            scoped=scoped,
         )
 
     def series_range(self, project: str, after: str | None, through: str, limit: int, body_limit: int) -> list[dict[str, object]]:

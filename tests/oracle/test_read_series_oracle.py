@@ -27,7 +27,7 @@ from throughline.reader.wire import PageWire
 
 from .conftest import ENV_BLOB, ENV_EXAMPLES, ENV_SEED, ENV_TARGET
 from .driver import BookTarget, Driver, Target, duck_target_factory, production_reader, run_history
-from .grammar import Append, Apply, Damage, Next, Pick, Replay, Reread, Rewind, Start, Step, histories
+from .grammar import Append, Apply, Damage, Fetch, Next, Pick, Replay, Reread, Rewind, Start, Step, histories
 
 ORACLE_DIR = Path(__file__).resolve().parent
 EXAMPLES = int(os.environ.get(ENV_EXAMPLES, "100"))
@@ -99,6 +99,9 @@ FIXED_SEED_COVERAGE = {
     "token replayed with another through": 0.2,
     "pages of two series interleaved": 0.05,
     "page whose after cursor's record is unapplied, its through cursor's applied": 0.1,
+    "page ok while another project's records were not applied": 0.03,
+    "epilogue: ok while the other project's turn is in flight": 1.0,
+    "epilogue: pending while its own turn is in flight": 1.0,
 }
 
 
@@ -174,10 +177,26 @@ AFTER_UNAPPLIED: list[Step] = [
 ]
 
 
+#: The wait scoped to the project (CONTRACT section 5): beta's records fetched but not applied must not
+#: make alpha's first page pending; alpha's own record in flight must, and so must a record not fetched
+#: yet (whose project the projector cannot know).
+OTHER_PROJECT_LAG: list[Step] = [
+    Append(0, 0, "a1"), Append(0, 0, "a2"), Apply(None),
+    Append(1, 0, "b1"), Append(1, 0, "b2"), Fetch(None),
+    Start(0, None, None, 10, 1 << 20),                    # ok: neither record in flight is alpha's
+    Append(0, None, "a3"), Fetch(None),
+    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),     # pending: alpha's a3 is fetched, not applied
+    Apply(None), Append(1, 0, "b3"),
+    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),     # pending: b3 is not fetched, its project unknown
+    Fetch(None),
+    Next(0), Next(1),                                      # both pending series now read ok, b3 still in flight
+]
+
+
 @pytest.mark.parametrize(
     "steps",
-    [TURNS_COMPLETE_BETWEEN_PAGES, MISSING_ROW, ROLLBACK_AND_LAG, AFTER_UNAPPLIED],
-    ids=["turns-complete-between-pages", "missing-row", "rollback-and-lag", "after-unapplied"],
+    [TURNS_COMPLETE_BETWEEN_PAGES, MISSING_ROW, ROLLBACK_AND_LAG, AFTER_UNAPPLIED, OTHER_PROJECT_LAG],
+    ids=["turns-complete-between-pages", "missing-row", "rollback-and-lag", "after-unapplied", "other-project-lag"],
 )
 def test_pinned_history(steps: list[Step]) -> None:
     driver = run_history(steps, target=target_factory())
@@ -197,6 +216,10 @@ def test_pinned_histories_reach_their_cases() -> None:
     ahead = run_history(AFTER_UNAPPLIED, target=BookTarget)
     assert ahead.stats["page whose after cursor's record is unapplied, its through cursor's applied"] == 2
     assert ahead.stats["page projection_pending"] == 2 and ahead.stats["completed host/thread switch series"] == 1
+    for target in (BookTarget, target_factory()):
+        lag = run_history(OTHER_PROJECT_LAG, target=target)
+        assert lag.stats["page ok while another project's records were not applied"] >= 3
+        assert lag.stats["page projection_pending"] == 2
 
 
 # --------------------------------------------------------------------------------------- calibration

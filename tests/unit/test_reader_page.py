@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 
@@ -765,3 +766,20 @@ def test_the_limit_may_change_between_pages_without_gap_or_duplicate(world: Worl
         )
         served += [t.seq for t in page.turns]
     assert page.page.complete and served == list(range(2, 42))
+
+
+def test_a_cursor_naming_the_end_offset_itself_is_resync(world: World) -> None:
+    """The end offset is where the NEXT record will go: no record of this log sits there, so a cursor
+    naming it came from another log (a recreated topic) and is ``resync_required``, not waited for;
+    the offset just below it (the last record) is this log's."""
+    world.append_many(3)
+    last = _cursor(world.read().throughCursor)
+    end = world.log.ends[0]
+    assert last.offset == end - 1
+    assert world.read(after_cursor=last.encode()).status == "ok"
+    assert world.read(through_cursor=last.encode()).status == "ok"
+    at_end = dataclasses.replace(last, offset=end).encode()
+    for cursor in ({"after_cursor": at_end}, {"through_cursor": at_end}):
+        answer = world.read(**cursor)
+        assert answer.status == "resync_required", answer.reason
+        assert answer.reason is not None and "does not hold" in answer.reason

@@ -110,7 +110,7 @@ def test_a_page_of_turns_is_index_lookups_only(filled: DuckProjection, first: in
     cur = filled._con.cursor()
     plan = cur.execute("EXPLAIN ANALYZE " + _bucket_sql(VIEW_COLUMNS, len(keys)), [*keys, source, first, last]).fetchall()[0][1]
     cur.close()
-    assert _scan_types(plan) == ["Index Scan"] * len(keys), plan
+    assert _scan_types(plan) == ["Index Scan"], plan
     with filled.view() as v:
         assert [t.seq for t in v.turns(source, first, last)] == list(range(first, last + 1))
 

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from throughline.core.cursor import Cursor
 from throughline.core.fold import BookTurn, ChainBook
+from throughline.core.inflight import InFlight
 from throughline.core.partitioning import partition_for
 from throughline.core.turn import TurnRecord
 
@@ -91,6 +92,20 @@ class Projection(Protocol):
         ...
 
 
+def wait_for_project(projection: Projection, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
+    """Wait (at most ``timeout`` seconds) until no record of the project on ``partition`` below ``offset``
+    is unapplied, as far as ``projection`` can prove it.
+
+    A projection with a ``wait_settled`` method knows the projects of the records it fetched but has
+    not applied (``throughline.core.inflight``), so other projects' records need not be waited for;
+    any other waits for its applied offset (``wait_applied``).
+    """
+    scoped = getattr(projection, "wait_settled", None)
+    if callable(scoped):
+        return bool(scoped(partition, project_sha256, offset, timeout))
+    return projection.wait_applied(partition, offset, timeout)
+
+
 class LogView(Protocol):
     """What the reader needs to know about the log right now."""
 
@@ -164,6 +179,7 @@ class BookProjection:
     applied: dict[int, int] = field(default_factory=dict)
     _projects: dict[bytes, bytes] = field(default_factory=dict)
     _changed: threading.Condition = field(default_factory=threading.Condition)
+    _inflight: InFlight = field(default_factory=InFlight)
 
     def apply(self, record: TurnRecord, partition: int, offset: int) -> None:
         """Fold one record at (partition, offset)."""
@@ -171,7 +187,30 @@ class BookProjection:
             self.book.apply(record, partition, offset)
             self._projects.setdefault(record.source_sha256, record.project_sha256)
             self.applied[partition] = offset + 1
+            self._inflight.applied(partition, offset + 1)
             self._changed.notify_all()
+
+    def fetching_from(self, offsets: dict[int, int]) -> None:
+        """The feed (re)starts at ``offsets``: nothing is in flight (as ``DuckProjection.fetching_from``)."""
+        with self._changed:
+            self._inflight.start(offsets)
+
+    def fetched(self, partition: int, records: list[tuple[int, bytes | None]], next_offset: int) -> None:
+        """Records (offset, project) fetched and about to be applied (as ``DuckProjection.fetched``)."""
+        with self._changed:
+            self._inflight.add(partition, records, next_offset)
+            self._changed.notify_all()
+
+    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
+        """Wait until no record of the project below ``offset`` is unapplied, as far as it can prove."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while not self._inflight.settled(partition, project_sha256, offset, self.applied.get(partition, 0)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
 
     @contextmanager
     def view(self) -> Iterator[ProjectionView]:
