@@ -159,11 +159,12 @@ class Fetcher:
             self._consumer.seek(p, offset)
 
     def fetch(self, timeout: float) -> list[PreparedBatch]:
-        """One poll, prepared; offset-only batches when the position passed offsets holding no record.
+        """One poll, prepared; a batch's next offset is the consumer's position, past offsets that hold
+        no record (an offset-only batch when the partition returned no record).
 
-        Transaction markers and aborted records take offsets the consumer never returns; without the
-        offset-only batches the applied offset would stay below the end offset and
-        ``--until-caught-up`` would never end.
+        Transaction markers and aborted records take offsets the consumer never returns; without this
+        the applied offset would stay below the end offset, every first page of the partition's
+        projects would wait for it, and ``--until-caught-up`` would never end.
         """
         o = self._spec.options
         polled: dict[int, list[Any]] = {}
@@ -178,16 +179,18 @@ class Fetcher:
             if left <= 0:
                 break
             got += self._poll_into(polled, left, o.max_poll_records - got)
-        batches = [
-            prepare_batch(partition, records, partitions=self._spec.partitions)
-            for partition, records in polled.items()
-            if records
-        ]
-        if not batches:
-            for p in range(self._spec.partitions):
-                position = self._consumer.position(p)
-                if position is not None and position > self._next[p]:
-                    batches.append(prepare_batch(p, [], next_offset=position))
+        batches = []
+        for p in range(self._spec.partitions):
+            # The position is past every record the polls returned and past the offsets behind them
+            # that hold no record (markers, aborted records): those count as applied with the batch.
+            # On every partition, not only in a poll that returned nothing: while other partitions
+            # are busy, a partition whose last offsets are markers would otherwise never reach its end.
+            records = polled.get(p)
+            position = self._consumer.position(p)
+            end = records[-1].offset + 1 if records else self._next[p]
+            skipped = position if position is not None and position > end else None
+            if records or skipped is not None:
+                batches.append(prepare_batch(p, records or [], partitions=self._spec.partitions, next_offset=skipped))
         for b in batches:
             self._next[b.partition] = b.next_offset
         return batches

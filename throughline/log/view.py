@@ -4,6 +4,11 @@
 every call (a ListOffsets request, bounded in time) and never answers from a cache. One long-lived
 ``KafkaConsumer`` without a group serves those requests: it joins no group, commits nothing and
 fetches no records. kafka-python consumers are not thread-safe, so every use goes through a lock.
+
+The end offset is the one a ``read_committed`` consumer sees (the last stable offset): the projector
+reads committed records only, so a record of a transaction still open is not yet in the log it can
+apply, and a read must not wait for it (it may yet be aborted). Without transactional producers it is
+the high watermark.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class KafkaLog:
             kafka_config=kafka_config,
             group_id=None,
             enable_auto_commit=False,
+            isolation_level="read_committed",  # end offsets are the last stable offsets
             allow_auto_create_topics=False,
             request_timeout_ms=self._timeout_ms,
         )

@@ -1,0 +1,237 @@
+"""A topic written by a transactional producer (commits and aborts), through the real broker.
+
+Every transaction leaves a control marker at an offset no consumer ever returns, and an aborted one
+leaves records a ``read_committed`` consumer skips: the projector's applied offset must still reach the
+log's end, or every first page would wait for ever. Here: ``project --until-caught-up`` ends; the
+reader's first page, a long-poll and the wait scoped to the project all answer ``ok`` with the
+committed turns only; and a fetched-but-unapplied transaction of another project does not make a
+project's first page pending, while its own does.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from kafka import KafkaProducer
+from projector_env import cli_process, connection, turn
+
+from throughline.core.identity import project_sha256
+from throughline.core.partitioning import partition_for
+from throughline.core.ports import wait_for_project
+from throughline.core.turn import TurnRecord
+from throughline.log import KafkaLog
+from throughline.projector.feed import FeedSpec, ProjectorOptions, open_feed
+from throughline.projector.prepare import PreparedBatch, merge_polls
+from throughline.projector.runner import Projector
+from throughline.projector.store import DuckProjection
+from throughline.reader import read_observer_turn_page
+from throughline.schemas.codec import encode_turn
+from throughline.serve.app import READ_PATH, create_app
+from throughline.testing import create_topic
+
+KEY = bytes(range(32))
+ALPHA, BETA = "/srv/txn/alpha", "/srv/txn/beta"
+PARTITIONS = 2  # both projects hash to partition 1 of 2 (checked below): one partition's markers interleave them
+DEADLINE = 60.0
+
+
+def _topic(bootstrap: str) -> str:
+    name = f"txn-{os.getpid()}-{random.randrange(1 << 30)}"
+    create_topic(bootstrap, name, partitions=PARTITIONS)
+    return name
+
+
+class Transactions:
+    """A transactional producer of turns: each ``commit``/``abort`` is one transaction."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = KafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=f"tl-{topic}", acks="all", linger_ms=2
+        )
+        self.producer.init_transactions()
+        self.n = 0
+
+    def _send(self, project: str, count: int) -> list[TurnRecord]:
+        sent = []
+        for _ in range(count):
+            self.n += 1
+            t = turn(project, "main", f"{project}-{self.n}")
+            self.producer.send(self.topic, key=t.project_sha256, value=encode_turn(t),
+                               partition=partition_for(t.project_sha256, PARTITIONS))
+            sent.append(t)
+        return sent
+
+    def commit(self, project: str, count: int) -> list[TurnRecord]:
+        self.producer.begin_transaction()
+        sent = self._send(project, count)
+        self.producer.commit_transaction()
+        return sent
+
+    def abort(self, project: str, count: int) -> None:
+        self.producer.begin_transaction()
+        self._send(project, count)
+        self.producer.flush()
+        self.producer.abort_transaction()
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+@pytest.fixture
+def txn_topic(kafka_bootstrap: str) -> Iterator[tuple[str, Transactions]]:
+    topic = _topic(kafka_bootstrap)
+    producer = Transactions(kafka_bootstrap, topic)
+    try:
+        yield topic, producer
+    finally:
+        producer.close()
+
+
+def test_the_projects_share_a_partition() -> None:
+    assert partition_for(project_sha256(ALPHA), PARTITIONS) == partition_for(project_sha256(BETA), PARTITIONS)
+
+
+def test_until_caught_up_ends_and_the_first_page_is_ok(
+    kafka_bootstrap: str, txn_topic: tuple[str, Transactions], tmp_path: Path
+) -> None:
+    topic, txn = txn_topic
+    kept = txn.commit(ALPHA, 3)
+    txn.abort(ALPHA, 2)
+    kept += txn.commit(ALPHA, 2)
+    txn.abort(BETA, 1)  # the log ends with an abort marker
+    db = tmp_path / "p.duckdb"
+    done = cli_process("project", "--until-caught-up", *connection(kafka_bootstrap, topic, db), timeout=120)
+    assert done.returncode == 0, done.stderr
+    with KafkaLog([kafka_bootstrap], topic) as log, DuckProjection.open(db, read_only=True) as projection:
+        partition = log.partition_of(project_sha256(ALPHA))
+        assert projection.applied_offsets()[partition] == log.end_offset(partition)  # past every marker
+        page = read_observer_turn_page(
+            project=ALPHA, projection=projection, log=log, token_key=KEY, wait_timeout=0.0, limit=100
+        )
+    assert page.status == "ok"
+    assert [t.seq for t in page.turns] == list(range(1, len(kept) + 1))  # the aborted turns never appear
+
+
+def test_serve_reads_and_long_polls_across_markers(
+    kafka_bootstrap: str, txn_topic: tuple[str, Transactions], tmp_path: Path
+) -> None:
+    """The projector loop of ``serve`` (fetch worker on) under the HTTP API, in process."""
+    topic, txn = txn_topic
+    txn.commit(ALPHA, 2)
+    txn.abort(ALPHA, 3)
+    txn.commit(BETA, 1)
+    projection = DuckProjection.open(tmp_path / "p.duckdb", topic=topic)
+    stop = threading.Event()
+    projector = threading.Thread(
+        target=lambda: Projector(projection, [kafka_bootstrap], topic).run(stop=stop), daemon=True
+    )
+    projector.start()
+    try:
+        with KafkaLog([kafka_bootstrap], topic) as log, TestClient(
+            create_app(projection=projection, log=log, token_key=KEY)
+        ) as client:
+            deadline = time.monotonic() + DEADLINE
+            while True:  # the wait (2 s by default) answers pending only while the projector starts
+                first = client.get(READ_PATH, params={"project": ALPHA}).json()
+                if first["status"] == "ok":
+                    break
+                assert time.monotonic() < deadline, first
+            assert [t["seq"] for t in first["turns"]] == [1, 2]
+            answers: list[dict[str, object]] = []
+            poll = threading.Thread(
+                target=lambda: answers.append(
+                    client.get(
+                        READ_PATH, params={"project": ALPHA, "afterCursor": first["throughCursor"], "wait": "30"}
+                    ).json()
+                )
+            )
+            poll.start()
+            time.sleep(0.5)  # the long-poll is waiting; meanwhile an abort, then a commit, of alpha
+            txn.abort(ALPHA, 2)
+            txn.commit(ALPHA, 1)
+            poll.join(timeout=45)
+            assert not poll.is_alive()
+            assert answers[0]["status"] == "ok"
+            assert [t["seq"] for t in answers[0]["turns"]] == [3]  # type: ignore[index]
+            # Every record and marker applied: a first page needs no wait at all.
+            deadline = time.monotonic() + DEADLINE
+            partition = log.partition_of(project_sha256(ALPHA))
+            while projection.applied_offsets().get(partition, 0) < log.end_offset(partition):
+                assert time.monotonic() < deadline, "the applied offset never reached the end offset"
+                time.sleep(0.05)
+            for project in (ALPHA, BETA):
+                page = read_observer_turn_page(project=project, projection=projection, log=log, token_key=KEY,
+                                               wait_timeout=0.0)
+                assert page.status == "ok", page.reason
+    finally:
+        stop.set()
+        projector.join(timeout=60)
+        projection.close()
+
+
+def test_another_projects_transaction_in_flight_does_not_hold_a_first_page(
+    kafka_bootstrap: str, txn_topic: tuple[str, Transactions], tmp_path: Path
+) -> None:
+    """The scoped wait over a real feed: markers and aborted records are covered by the fetch positions."""
+    topic, txn = txn_topic
+    txn.commit(ALPHA, 2)
+    txn.abort(ALPHA, 1)
+    partition = partition_for(project_sha256(ALPHA), PARTITIONS)
+    projection = DuckProjection.open(tmp_path / "p.duckdb", topic=topic)
+    spec = FeedSpec((kafka_bootstrap,), topic, PARTITIONS, (), ProjectorOptions()).at({})
+    feed = open_feed(spec)
+    try:
+        with KafkaLog([kafka_bootstrap], topic) as log:
+            projection.fetching_from({p: 0 for p in range(PARTITIONS)})
+
+            held: list[list[PreparedBatch]] = []  # fetched, not applied yet
+
+            def fetch_to_end() -> None:
+                end = log.end_offset(partition)
+                reached = max([projection.applied_offsets().get(partition, 0),
+                               *(b.next_offset for poll in held for b in poll if b.partition == partition)])
+                deadline = time.monotonic() + DEADLINE
+                while reached < end:
+                    assert time.monotonic() < deadline, f"the feed reached {reached} of {end}"
+                    batches = feed.next(0.5)
+                    if batches:
+                        projection.fetched(batches)
+                        held.append(batches)
+                    reached = max([reached, *(b.next_offset for b in batches if b.partition == partition)])
+
+            def apply_held() -> None:
+                if held:
+                    projection.apply_prepared(topic, merge_polls(held))
+                    held.clear()
+
+            fetch_to_end()
+            apply_held()  # alpha's turns, its aborted record and both markers applied
+            txn.commit(BETA, 2)
+            txn.abort(BETA, 1)
+            fetch_to_end()  # beta's two transactions fetched, not applied
+            end = log.end_offset(partition)
+            assert projection.applied_offsets()[partition] < end
+            assert wait_for_project(projection, partition, project_sha256(ALPHA), end, 0.0)
+            assert not wait_for_project(projection, partition, project_sha256(BETA), end, 0.0)
+
+            def read(project: str) -> str:
+                return read_observer_turn_page(
+                    project=project, projection=projection, log=log, token_key=KEY, wait_timeout=0.0
+                ).status
+
+            assert read(ALPHA) == "ok"
+            assert read(BETA) == "projection_pending"
+            apply_held()
+            assert projection.applied_offsets()[partition] == end
+            assert read(BETA) == "ok"
+    finally:
+        feed.close()
+        projection.close()
