@@ -83,6 +83,21 @@ def _bucket_sql(columns: Sequence[str], buckets: int, ranges: int = 1) -> str:
     )
 
 
+def _ranges_sql(buckets: int, ranges: int) -> str:
+    # The bucket lookup alone as the filter, so DuckDB takes the ART index, and no CTE: a materialized
+    # one cost twice the lookup (measured at 1M turns: ~4.5 ms against ~2 ms). The rows of the buckets
+    # outside the ranges come back too, without their bodies (the CASE), and are dropped in Python.
+    # Parameters: the bucket keys, then (source, first seq, last seq) of each range.
+    keys = ", ".join(f"${i + 1}" for i in range(buckets))
+    n = buckets
+    match = " OR ".join(
+        f"(source_sha256 = ${n + 3 * j + 1} AND seq BETWEEN ${n + 3 * j + 2} AND ${n + 3 * j + 3})"
+        for j in range(ranges)
+    )
+    columns = ", ".join(f"CASE WHEN {match} THEN body END" if c == "body" else c for c in VIEW_COLUMNS)
+    return f"SELECT {columns} FROM turns WHERE page_key IN ({keys})"  # noqa: S608 (fixed column names)
+
+
 def _turn_rows(
     cur: duckdb.DuckDBPyConnection, columns: Sequence[str], source: bytes, first: int, last: int
 ) -> list[tuple[Any, ...]]:
@@ -189,27 +204,27 @@ class DuckView:
 
     def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
         """Live turns with ``first_seq <= seq <= last_seq`` in ascending seq (missing rows are absent)."""
-        return [_stored(r) for r in _turn_rows(self._cur, VIEW_COLUMNS, source_sha256, first_seq, last_seq)]
+        return self.turns_many([(source_sha256, first_seq, last_seq)])[0]
 
     def turns_many(self, ranges: Sequence[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
         """``turns`` of each (source, first seq, last seq), all read by one statement."""
         wanted = [(s, max(1, a), b) for s, a, b in ranges]
-        keys: dict[int, None] = {}
-        for source, first, last in wanted:
-            if last < first:
-                continue
-            lo, hi = first >> PAGE_BUCKET_BITS, last >> PAGE_BUCKET_BITS
-            if hi - lo + 1 > _MAX_BUCKET_LOOKUPS:
-                return [self.turns(*r) for r in ranges]  # a wide range: each is its own scan
-            keys.update((page_key(source, b << PAGE_BUCKET_BITS), None) for b in range(lo, hi + 1))
         live = [(s, a, b) for s, a, b in wanted if b >= a]
+        keys: dict[int, None] = {}
+        for source, first, last in live:
+            lo, hi = first >> PAGE_BUCKET_BITS, last >> PAGE_BUCKET_BITS
+            if hi - lo + 1 > _MAX_BUCKET_LOOKUPS:  # a wide range (never a page's): each is its own scan
+                return [[_stored(r) for r in _turn_rows(self._cur, VIEW_COLUMNS, *r)] for r in wanted]
+            keys.update((page_key(source, b << PAGE_BUCKET_BITS), None) for b in range(lo, hi + 1))
         if not live:
             return [[] for _ in ranges]
         params: list[Any] = list(keys)
         for source, first, last in live:
             params += [source, first, last]
-        found = self._cur.execute(_bucket_sql(VIEW_COLUMNS, len(keys), len(live)), params).fetchall()
         by_source: dict[bytes, list[StoredTurn]] = {}
-        for r in found:
-            by_source.setdefault(bytes(r[0]), []).append(_stored(r))
+        for r in self._cur.execute(_ranges_sql(len(keys), len(live)), params).fetchall():
+            if r[4] is not None:  # a row of a range (the others come without their body)
+                by_source.setdefault(bytes(r[0]), []).append(_stored(r))
+        for rows in by_source.values():
+            rows.sort(key=lambda t: t.seq)
         return [[t for t in by_source.get(s, []) if a <= t.seq <= b] for s, a, b in wanted]

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 
 from throughline.core.chain import CHAIN_ORIGIN
-from throughline.projector.snapshot import PAGE_BUCKET_BITS, VIEW_COLUMNS, _bucket_sql, page_key
+from throughline.projector.snapshot import PAGE_BUCKET_BITS, VIEW_COLUMNS, _bucket_sql, _ranges_sql, page_key
 from throughline.projector.store import DuckProjection
 
 TOPIC = "page-cost"
@@ -113,6 +113,22 @@ def test_a_page_of_turns_is_index_lookups_only(filled: DuckProjection, first: in
     assert _scan_types(plan) == ["Index Scan"], plan
     with filled.view() as v:
         assert [t.seq for t in v.turns(source, first, last)] == list(range(first, last + 1))
+
+
+@pytest.mark.parametrize(("first", "last"), [(1, 100), (40, 139), (150, 150), (1, 1)])
+def test_the_ranges_of_a_page_are_one_index_lookup(filled: DuckProjection, first: int, last: int) -> None:
+    """The reader's statement (the page's rows and the rows its cursors end with) is one index scan."""
+    source, other = _source(7), _source(8)
+    buckets = range(first >> PAGE_BUCKET_BITS, (last >> PAGE_BUCKET_BITS) + 1)
+    keys = [page_key(source, b << PAGE_BUCKET_BITS) for b in buckets] + [page_key(other, 150)]
+    cur = filled._con.cursor()
+    sql = "EXPLAIN ANALYZE " + _ranges_sql(len(keys), 2)
+    plan = cur.execute(sql, [*keys, source, first, last, other, 150, 150]).fetchall()[0][1]
+    cur.close()
+    assert _scan_types(plan) == ["Index Scan"], plan
+    with filled.view() as v:
+        page, cursor_row = v.turns_many([(source, first, last), (other, 150, 150)])
+    assert [t.seq for t in page] == list(range(first, last + 1)) and [t.seq for t in cursor_row] == [150]
 
 
 @pytest.mark.parametrize(
