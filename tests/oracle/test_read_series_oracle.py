@@ -99,7 +99,6 @@ FIXED_SEED_COVERAGE = {
     "token replayed with another through": 0.2,
     "pages of two series interleaved": 0.05,
     "page whose after cursor's record is unapplied, its through cursor's applied": 0.1,
-    "page ok while another project's records were not applied": 0.03,
     "epilogue: ok while the other project's turn is in flight": 1.0,
     "epilogue: pending while its own turn is in flight": 1.0,
 }
