@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from projector_env import cli_process, connection, turn
 
 from throughline.core.identity import project_sha256
@@ -58,6 +58,22 @@ class Transactions:
         )
         self.producer.init_transactions()
         self.n = 0
+        self._ends = {
+            level: KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=level)
+            for level in ("read_committed", "read_uncommitted")
+        }
+        self._tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+
+    def _settled(self) -> None:
+        """Wait until the markers are in the log: a transaction's end returns before the coordinator
+        writes them, and until then the last stable offset stays below the high watermark."""
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            stable, high = (self._ends[level].end_offsets(self._tps) for level in ("read_committed", "read_uncommitted"))
+            if stable == high:
+                return
+            assert time.monotonic() < deadline, f"the markers never came: {stable} < {high}"
+            time.sleep(0.02)
 
     def _send(self, project: str, count: int) -> list[TurnRecord]:
         sent = []
@@ -73,6 +89,7 @@ class Transactions:
         self.producer.begin_transaction()
         sent = self._send(project, count)
         self.producer.commit_transaction()
+        self._settled()
         return sent
 
     def abort(self, project: str, count: int) -> None:
@@ -80,9 +97,12 @@ class Transactions:
         self._send(project, count)
         self.producer.flush()
         self.producer.abort_transaction()
+        self._settled()
 
     def close(self) -> None:
         self.producer.close()
+        for consumer in self._ends.values():
+            consumer.close()
 
 
 @pytest.fixture
