@@ -513,6 +513,7 @@ class DuckProjection:
         # What every read needs besides the turns it serves (see ``throughline.projector.read_index``).
         self._index = ReadIndex({p: c.next_offset for p, c in self._counters.items()}, capacity=read_entries)
         self._inflight = InFlight()  # what the projector in this process fetched but has not applied
+        self._changes: dict[bytes, int] = {}  # project -> commits that changed it (for long-polls)
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -851,6 +852,22 @@ class DuckProjection:
                     return False
                 self._changed.wait(remaining)
 
+    def project_changes(self, project_sha256: bytes) -> int:
+        """How many commits of this process changed the project's chains (appends, rewinds, broken marks)."""
+        with self._changed:
+            return self._changes.get(project_sha256, 0)
+
+    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until ``project_changes`` exceeds ``seen``."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while self._changes.get(project_sha256, 0) <= seen:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
     def stats(self, *, latest_quarantine: int = 10) -> ProjectionStats:
         """Counts and per-partition counters, read in one snapshot (no raw record bytes)."""
         cur = self._con.cursor()
@@ -1032,6 +1049,8 @@ class DuckProjection:
                     work.heads,
                     {s: st.chain_head() for s, st in work.states.items()},
                 )
+                for project in {*work.heads, *(st.project for st in work.states.values())}:
+                    self._changes[project] = self._changes.get(project, 0) + 1
                 self._changed.notify_all()
             return summary
 

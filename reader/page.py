@@ -44,7 +44,6 @@ from throughline.core.ports import (
     SourceInfo,
     StoredTurn,
     read_turn_ranges,
-    wait_for_project,
 )
 from throughline.core.seconds import finite_seconds
 from throughline.core.turn import format_rfc3339
@@ -150,7 +149,7 @@ def read_observer_turn_page(
     need = end if through is None else max(through.offset, after.offset if after else -1) + 1
     # Every record of the project below ``need`` must be applied; records of other projects need not be
     # when the projection can prove that none of those it has not applied are the project's.
-    if not wait_for_project(projection, partition, project_hash, need, wait_timeout):
+    if not projection.wait_settled(partition, project_hash, need, wait_timeout):
         return answer(
             _Verdict(STATUS_PENDING, f"the projector has not applied partition {partition} up to {need}")
         )

@@ -24,7 +24,6 @@ from projector_env import cli_process, connection, turn
 
 from throughline.core.identity import project_sha256
 from throughline.core.partitioning import partition_for
-from throughline.core.ports import wait_for_project
 from throughline.core.turn import TurnRecord
 from throughline.log import KafkaLog
 from throughline.projector.feed import FeedSpec, ProjectorOptions, open_feed
@@ -239,8 +238,8 @@ def test_another_projects_transaction_in_flight_does_not_hold_a_first_page(
             fetch_to_end()  # beta's two transactions fetched, not applied
             end = log.end_offset(partition)
             assert projection.applied_offsets()[partition] < end
-            assert wait_for_project(projection, partition, project_sha256(ALPHA), end, 0.0)
-            assert not wait_for_project(projection, partition, project_sha256(BETA), end, 0.0)
+            assert projection.wait_settled(partition, project_sha256(ALPHA), end, 0.0)
+            assert not projection.wait_settled(partition, project_sha256(BETA), end, 0.0)
 
             def read(project: str) -> str:
                 return read_observer_turn_page(

@@ -31,7 +31,6 @@ from throughline.core.ports import (
     ProjectionView,
     StoredTurn,
     read_turn_ranges,
-    wait_for_project,
 )
 from throughline.core.turn import build_turn
 from throughline.errors import ThroughlineError
@@ -196,7 +195,13 @@ class DamagedProjection:
 
     def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
         # The production scoped wait (the projection knows the projects of what it fetched).
-        return wait_for_project(self.inner, partition, project_sha256, offset, timeout)
+        return self.inner.wait_settled(partition, project_sha256, offset, timeout)
+
+    def project_changes(self, project_sha256: bytes) -> int:
+        return self.inner.project_changes(project_sha256)
+
+    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
+        return self.inner.wait_project_changed(project_sha256, seen, timeout)
 
 
 # ------------------------------------------------------------------------------------------- series

@@ -142,6 +142,18 @@ class DoctoredProjection:
         """As the inner projection."""
         return self.inner.wait_applied(partition, offset, timeout)
 
+    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
+        """As the inner projection."""
+        return self.inner.wait_settled(partition, project_sha256, offset, timeout)
+
+    def project_changes(self, project_sha256: bytes) -> int:
+        """As the inner projection."""
+        return self.inner.project_changes(project_sha256)
+
+    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
+        """As the inner projection."""
+        return self.inner.wait_project_changed(project_sha256, seen, timeout)
+
 
 @dataclass
 class _DoctoredView:

@@ -2,7 +2,8 @@
 
 ``ProjectionContract`` feeds the same placed records through each implementation's apply path and checks
 its views against the reference fold (``ChainBook``): heads, sources, live turns, applied offsets,
-broken marks, superseded turns never served, one snapshot per view, and ``wait_applied``.
+broken marks, superseded turns never served, one snapshot per view, ``wait_applied``, and the
+per-project change count a long-poll waits on (``project_changes``, ``wait_project_changed``).
 Implementations: ``BookProjection`` (in memory, ``throughline.core.ports``) and ``DuckProjection`` (a real
 DuckDB file).
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from projector_histories import Placed, book_of, by_partition, histories, place, to_log, turn
+from projector_histories import PROJECTS, Placed, book_of, by_partition, histories, place, to_log, turn
 
 from throughline.core.ports import BookProjection, Projection, cursor_of, read_turn_ranges
 from throughline.core.turn import TurnRecord
@@ -191,6 +192,32 @@ class ProjectionContract(abc.ABC):
             waiter.join(timeout=30)
             assert answers == [True]
             assert fed.projection.wait_applied(0, 2, 0.0)
+
+    def test_a_project_change_wakes_only_that_projects_waiters(self) -> None:
+        """What a long-poll waits on: another project's commits move neither the count nor the waiter."""
+        alpha, beta = PROJECTS[0], PROJECTS[1]
+        placed = place([turn(alpha, turn_id="a1"), turn(beta, turn_id="b1"), turn(beta, turn_id="b2"),
+                        turn(alpha, turn_id="a2")])
+        hashed = placed[0].record.project_sha256
+        with self.fed() as fed:
+            assert fed.projection.project_changes(hashed) == 0
+            fed.feed(placed[:1])
+            seen = fed.projection.project_changes(hashed)
+            assert seen > 0
+            answers: list[bool] = []
+            waiter = threading.Thread(
+                target=lambda: answers.append(fed.projection.wait_project_changed(hashed, seen, 30.0))
+            )
+            waiter.start()
+            fed.feed(placed[1:3])  # beta's turns on the same partition
+            waiter.join(timeout=0.3)
+            assert waiter.is_alive() and answers == []
+            assert fed.projection.project_changes(hashed) == seen
+            assert not fed.projection.wait_project_changed(hashed, seen, 0.01)
+            fed.feed(placed[3:])
+            waiter.join(timeout=30)
+            assert answers == [True] and fed.projection.project_changes(hashed) > seen
+            assert fed.projection.wait_project_changed(hashed, seen, 0.0)
 
 
 class TestBookProjection(ProjectionContract):

@@ -22,6 +22,7 @@ from reader_world import KEY, OTHER_PROJECT, PROJECT, World
 
 from throughline.core.cursor import Cursor
 from throughline.errors import InputError
+from throughline.reader import read_observer_turn_page
 from throughline.reader.wire import ObserverRead
 from throughline.serve.app import (
     READ_PATH,
@@ -358,6 +359,32 @@ def test_a_long_poll_ignores_other_projects_on_the_same_partition(world: World, 
     assert [t["seq"] for t in results[0]["turns"]] == [4]
 
 
+def test_a_long_poll_is_not_woken_by_other_projects_commits(world: World) -> None:
+    """Other projects' turns on the partition do not wake it (no read again per commit of the partition)."""
+    reads: list[object] = []
+
+    def counting_read(**kwargs: Any) -> ObserverRead:
+        reads.append(kwargs["project"])
+        return read_observer_turn_page(**kwargs)
+
+    app = create_app(projection=world.projection, log=world.log, token_key=KEY,
+                     settings=ApiSettings(read_wait=0.0), read_page=counting_read)
+    with TestClient(app) as c:
+        after = read(c, project=PROJECT).json()["throughCursor"]
+        reads.clear()
+        results: list[Any] = []
+        thread = threading.Thread(target=lambda: results.append(read(c, project=PROJECT, afterCursor=after, wait="20").json()))
+        thread.start()
+        _wait_for(lambda: c.app.state.api.metrics.long_polls.value() == 1)  # type: ignore[attr-defined]
+        for _ in range(5):
+            world.append(project=OTHER_PROJECT)
+        time.sleep(0.2)
+        assert len(reads) == 1  # the first read only: five commits of another project woke nothing
+        world.append()
+        thread.join(timeout=20)
+    assert [t["seq"] for t in results[0]["turns"]] == [4] and len(reads) == 2
+
+
 def test_pages_of_a_pinned_series_never_wait(world: World) -> None:
     waits: list[tuple[int, int]] = []
 
@@ -368,6 +395,17 @@ def test_pages_of_a_pinned_series_never_wait(world: World) -> None:
         def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
             waits.append((partition, offset))
             return world.projection.wait_applied(partition, offset, timeout)
+
+        def wait_settled(self, partition: int, project: bytes, offset: int, timeout: float) -> bool:
+            waits.append((partition, offset))
+            return world.projection.wait_settled(partition, project, offset, timeout)
+
+        def project_changes(self, project: bytes) -> int:
+            return world.projection.project_changes(project)
+
+        def wait_project_changed(self, project: bytes, seen: int, timeout: float) -> bool:
+            waits.append((-1, seen))
+            return world.projection.wait_project_changed(project, seen, timeout)
 
     app = create_app(projection=Counting(), log=world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
     with TestClient(app) as c:

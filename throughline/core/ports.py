@@ -91,19 +91,28 @@ class Projection(Protocol):
         """Wait (at most ``timeout`` seconds) until ``applied_offset(partition) >= offset``."""
         ...
 
+    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until no record of the project on ``partition`` below
+        ``offset`` is unapplied, as far as the projection can prove it.
 
-def wait_for_project(projection: Projection, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
-    """Wait (at most ``timeout`` seconds) until no record of the project on ``partition`` below ``offset``
-    is unapplied, as far as ``projection`` can prove it.
+        A projection fed by a projector in its own process knows the projects of the records fetched
+        but not applied yet (``throughline.core.inflight``), so other projects' records need not be
+        waited for; one that cannot tell waits as ``wait_applied``.
+        """
+        ...
 
-    A projection with a ``wait_settled`` method knows the projects of the records it fetched but has
-    not applied (``throughline.core.inflight``), so other projects' records need not be waited for;
-    any other waits for its applied offset (``wait_applied``).
-    """
-    scoped = getattr(projection, "wait_settled", None)
-    if callable(scoped):
-        return bool(scoped(partition, project_sha256, offset, timeout))
-    return projection.wait_applied(partition, offset, timeout)
+    def project_changes(self, project_sha256: bytes) -> int:
+        """How many commits of this process changed the project's chains so far (appends, rewinds,
+        broken marks); a count that only grows, and that stays 0 where nothing writes."""
+        ...
+
+    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until ``project_changes(project_sha256) > seen``.
+
+        A long-poll waits on this, so it is woken (and reads again) only by its own project's commits,
+        not by every commit of the partition.
+        """
+        ...
 
 
 class LogView(Protocol):
@@ -180,6 +189,7 @@ class BookProjection:
     _projects: dict[bytes, bytes] = field(default_factory=dict)
     _changed: threading.Condition = field(default_factory=threading.Condition)
     _inflight: InFlight = field(default_factory=InFlight)
+    _changes: dict[bytes, int] = field(default_factory=dict)
 
     def apply(self, record: TurnRecord, partition: int, offset: int) -> None:
         """Fold one record at (partition, offset)."""
@@ -188,6 +198,7 @@ class BookProjection:
             self._projects.setdefault(record.source_sha256, record.project_sha256)
             self.applied[partition] = offset + 1
             self._inflight.applied(partition, offset + 1)
+            self._changes[record.project_sha256] = self._changes.get(record.project_sha256, 0) + 1
             self._changed.notify_all()
 
     def fetching_from(self, offsets: dict[int, int]) -> None:
@@ -200,6 +211,22 @@ class BookProjection:
         with self._changed:
             self._inflight.add(partition, records, next_offset)
             self._changed.notify_all()
+
+    def project_changes(self, project_sha256: bytes) -> int:
+        """Records applied to the project so far (as ``DuckProjection.project_changes``)."""
+        with self._changed:
+            return self._changes.get(project_sha256, 0)
+
+    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
+        """Wait until ``project_changes`` exceeds ``seen`` (as ``DuckProjection.wait_project_changed``)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while self._changes.get(project_sha256, 0) <= seen:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
 
     def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
         """Wait until no record of the project below ``offset`` is unapplied, as far as it can prove."""

@@ -397,21 +397,23 @@ class ReadApi:
     def _long_poll(self, params: ReadParams, spent: list[float]) -> ObserverRead:
         """Hold an empty answer until the project's chain moves past the after cursor (bounded).
 
-        The applied offset is taken *before* each read, so a turn projected between the read and the
-        wait wakes the wait at once instead of being missed; waking costs at most one extra read.
+        The project's change count is taken *before* each read, so a turn projected between the read
+        and the wait wakes the wait at once instead of being missed; waking costs at most one extra
+        read. Only the project's own commits wake it (``wait_project_changed``): other projects' turns
+        on its partition cost the waiting request nothing.
         """
         deadline = time.monotonic() + params.wait
-        partition = self._partition_of(params.project)
-        applied = self._applied(partition) if partition is not None else 0
+        project = self._project_of(params.project)
+        seen = self.projection.project_changes(project) if project is not None else 0
         result = self._read_once(params, spent)
         for _ in range(_MAX_WAIT_ROUNDS):
-            if partition is None or not self._idle(result, params) or self.stopping.is_set():
+            if project is None or not self._idle(result, params) or self.stopping.is_set():
                 break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            if self.projection.wait_applied(partition, applied + 1, min(remaining, _WAIT_SLICE)):
-                applied = self._applied(partition)
+            if self.projection.wait_project_changed(project, seen, min(remaining, _WAIT_SLICE)):
+                seen = self.projection.project_changes(project)
                 result = self._read_once(params, spent)
         return result
 
@@ -425,11 +427,14 @@ class ReadApi:
             and params.page_token is None
         )
 
-    def _partition_of(self, project: object) -> int | None:
+    def _project_of(self, project: object) -> bytes | None:
+        """The project's hash when the log can place it, else ``None``."""
         try:
-            return self.log.partition_of(project_sha256(project))  # type: ignore[arg-type]
+            hashed = project_sha256(project)  # type: ignore[arg-type]
+            self.log.partition_of(hashed)
         except ThroughlineError:
             return None  # the read itself reports the project's fault, in the reader's order of checks
+        return hashed
 
     def _applied(self, partition: int) -> int:
         committed = getattr(self.projection, "applied_offsets", None)
