@@ -6,7 +6,8 @@
 - ``quix``: a Quix Streams application (``quixstreams`` on PyPI, librdkafka underneath) whose
   dataframe decodes the same Avro records with fastavro and sinks them into DuckDB through a
   ``BatchingSink`` subclass (Quix ships no DuckDB sink; this is the documented way to write one). Each
-  Quix checkpoint (``commit_interval``, default 5 s) writes its batch as one Arrow insert.
+  Quix checkpoint (``commit_interval``, default 5 s) writes its batch as one Arrow insert. It runs as a
+  subprocess in its own pinned environment (``bench.peers``): Quix Streams cannot share throughline's.
 
 Neither folds chains, checks digests or deduplicates: they only land rows. The projector does all of that.
 """
@@ -14,19 +15,18 @@ Neither folds chains, checks digests or deduplicates: they only land rows. The p
 from __future__ import annotations
 
 import io
-import logging
-import signal
+import json
+import subprocess
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import fastavro
-import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
 
+from bench import peers
 from bench.ceiling import CONSUMER_SETTINGS
 from bench.common import end_offsets
 from throughline.schemas.codec import CURRENT_VERSION, HEADER_BYTES, SCHEMAS
@@ -124,85 +124,39 @@ def naive_loop(bootstrap: str, topic: str, db: Path, *, max_records: int, max_se
 
 
 def quix_app(bootstrap: str, topic: str, db: Path, state_dir: Path, *, timeout_s: float = 600.0) -> LoopResult:
-    """A Quix Streams application sinking every record of ``topic`` into DuckDB; timed from ``run()``."""
-    from quixstreams import Application
-    from quixstreams.models.serializers import Deserializer
-    from quixstreams.sinks import BatchingSink, SinkBatch
-
-    class AvroSingleObject(Deserializer):  # type: ignore[misc]
-        """Avro single-object records -> dicts, with fastavro (Quix's Avro class expects no header)."""
-
-        def __call__(self, value: bytes, ctx: Any) -> Any:
-            return _decode(value)
-
-    class DuckDBSink(BatchingSink):  # type: ignore[misc]
-        """Writes each checkpoint's batch into DuckDB as one Arrow insert (one transaction)."""
-
-        def __init__(self, path: Path) -> None:
-            super().__init__()
-            self._path = path
-            self._con: duckdb.DuckDBPyConnection | None = None
-            self.rows = 0
-
-        def setup(self) -> None:
-            self._con = duckdb.connect(str(self._path))
-            self._con.execute(_TABLE)
-
-        def write(self, batch: SinkBatch) -> None:
-            assert self._con is not None
-            cols: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
-            for item in batch:
-                d = item.value
-                cols["project_sha256"].append(d["projectSha256"])
-                cols["host"].append(d["host"])
-                cols["thread"].append(d["thread"])
-                cols["turn_id"].append(d["turnId"])
-                cols["seq"].append(d["seq"])
-                cols["completed_at_us"].append(d["completedAt"])
-                cols["body"].append(d["body"])
-                cols["content_digest"].append(d["contentDigest"])
-                cols["log_partition"].append(batch.partition)
-                cols["log_offset"].append(item.offset)
-            self._con.register("quix_batch", pa.table(cols))
-            try:
-                self._con.execute(f"INSERT INTO turns SELECT {', '.join(_COLUMNS)} FROM quix_batch")  # noqa: S608
-            finally:
-                self._con.unregister("quix_batch")
-            self.rows += batch.size
-
-        def close(self) -> None:
-            if self._con is not None:
-                self._con.close()
-                self._con = None
-
+    """A Quix Streams application sinking every record of ``topic`` into DuckDB (``bench/quix_peer.py``,
+    run in its own pinned environment, built on first use); timed inside it from ``run()``."""
+    env = peers.quix()
+    env.ensure()
     total = sum(end_offsets(bootstrap, topic).values())
-    for name in ("quixstreams", "confluent_kafka"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    app = Application(
-        broker_address=bootstrap,
-        consumer_group=f"bench-quix-{uuid.uuid4().hex[:8]}",
-        auto_offset_reset="earliest",
-        state_dir=str(state_dir),
-        loglevel="WARNING",
-        use_changelog_topics=False,
-    )
-    sink = DuckDBSink(db)
-    sdf = app.dataframe(app.topic(topic, value_deserializer=AvroSingleObject()))
-    sdf.sink(sink)
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    start = time.perf_counter()
+    job = {
+        "bootstrap": bootstrap,
+        "topic": topic,
+        "db": str(db),
+        "state_dir": str(state_dir),
+        "total": total,
+        "timeout_s": timeout_s,
+        "schema": SCHEMAS[CURRENT_VERSION].source,
+        "header_bytes": HEADER_BYTES,
+        "table_sql": _TABLE,
+        "columns": list(_COLUMNS),
+    }
     try:
-        app.run(count=total, timeout=timeout_s, collect=False)
-    finally:
-        # Quix installs its own SIGINT/SIGTERM handlers; give the benchmark its own back.
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    seconds = time.perf_counter() - start
-    sink.close()
-    con = duckdb.connect(str(db), read_only=True)
-    row = con.execute("SELECT count(*) FROM turns").fetchone()
-    con.close()
-    landed = int(row[0]) if row else 0
+        proc = subprocess.run(
+            [str(env.python), "-I", str(Path(__file__).with_name("quix_peer.py"))],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s + 120,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the Quix Streams peer did not finish within {timeout_s + 120:.0f} s") from None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the Quix Streams peer failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    doc = json.loads(lines[-1])
+    landed, seconds = int(doc["records"]), float(doc["seconds"])
     if landed < total:
         raise RuntimeError(f"Quix landed {landed} rows of {total}")
     return LoopResult(landed, seconds)

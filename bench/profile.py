@@ -1,13 +1,12 @@
 """Profiles for missed targets: py-spy sampling this very process and its children (every thread, so
 the projector's fetch worker too), summarised as the frames that held the most samples (self and
-inclusive)."""
+inclusive). py-spy runs from its own pinned environment (``bench.peers``), built on first use."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -16,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import peers
 from bench.common import REPO, log
 
-PY_SPY = str(REPO / ".venv" / "bin" / "py-spy")
 _PLUMBING = re.compile(r"\((threading\.py|bench/[^)]*|<stdin>|<string>|<frozen runpy>)\)$|^<module> ")
 # Leaf frames where a thread waits rather than works (py-spy's idle detection misses some of them).
 _IDLE = re.compile(
@@ -136,14 +135,17 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
     Yields a list that holds the ``Profile`` once the block has finished.
     """
     holder: list[Profile] = []
-    if not shutil.which(PY_SPY) and not Path(PY_SPY).exists():
-        holder.append(Profile(label, error="py-spy is not installed (pip install py-spy)"))
+    try:
+        peers.PY_SPY.ensure()
+    except (peers.PeerEnvError, OSError, subprocess.SubprocessError) as exc:
+        holder.append(Profile(label, error=f"py-spy's environment could not be built: {exc}"))
         yield holder
         return
+    py_spy = str(peers.PY_SPY.bin("py-spy"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [PY_SPY, "record", "--pid", str(pid or os.getpid()), "--rate", "200", "--format", "raw", "--threads",
+        [py_spy, "record", "--pid", str(pid or os.getpid()), "--rate", "200", "--format", "raw", "--threads",
          "--subprocesses", "--nonblocking", "-o", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
