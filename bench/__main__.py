@@ -52,6 +52,11 @@ def parse_args(argv: Sequence[str]) -> Config:
     p.add_argument("--body-bytes", type=int, help="body size of the throughput topic's turns (default 1024)")
     p.add_argument("--reader-sizes", type=_counts, help="turns projected for the reader (default 10k,1M,10M)")
     p.add_argument("--reader-reads", type=int, help="timed reads per reader cell (default 200)")
+    p.add_argument(
+        "--ratio-repeat",
+        type=int,
+        help="interleaved repetitions of item 1's target ratios (ceiling, projector, replay; default 7, --quick 1)",
+    )
     p.add_argument("--freshness-seconds", type=float, help="seconds of ingest per freshness run (default 15)")
     p.add_argument("--memory-sizes", type=_counts, help="topic sizes for the projector's peak RSS (default 50k,150k,300k)")
     p.add_argument("--only", help=f"comma-separated subset of {','.join(MEASUREMENTS)}")
@@ -66,7 +71,7 @@ def parse_args(argv: Sequence[str]) -> Config:
     a = p.parse_args(argv)
     cfg = Config.quick_config() if a.quick else Config()
     changes: dict[str, object] = {}
-    for name in ("repeat", "turns", "body_bytes", "reader_sizes", "reader_reads", "freshness_seconds", "memory_sizes", "report", "workdir"):
+    for name in ("repeat", "ratio_repeat", "turns", "body_bytes", "reader_sizes", "reader_reads", "freshness_seconds", "memory_sizes", "report", "workdir"):
         value = getattr(a, name)
         if value is not None:
             changes[name] = value
@@ -77,8 +82,8 @@ def parse_args(argv: Sequence[str]) -> Config:
             p.error(f"unknown measurement(s) {unknown}; choose from {MEASUREMENTS}")
         changes["only"] = only
     cfg = replace(cfg, **changes, argv=tuple(argv))  # type: ignore[arg-type]
-    if cfg.repeat < 1:
-        p.error("--repeat must be at least 1")
+    if cfg.repeat < 1 or cfg.ratio_repeat < 1:
+        p.error("--repeat and --ratio-repeat must be at least 1")
     return replace(cfg, profile=a.profile or ("none" if cfg.quick else "auto"))
 
 

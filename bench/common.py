@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import statistics
@@ -46,6 +47,7 @@ class Config:
     reader_body_bytes: int = 64
     reader_sources: int = 50
     reader_reads: int = 200  # timed reads per (size, kind, limit)
+    ratio_repeat: int = 7  # repetitions of item 1's target ratios (ceiling, projector, replay interleaved)
     freshness_seconds: float = 15.0
     freshness_clients: int = 16
     memory_sizes: tuple[int, ...] = (50_000, 150_000, 300_000)
@@ -67,6 +69,7 @@ class Config:
             naive_max_seconds=5.0,
             reader_sizes=(6_000, 60_000),
             reader_reads=50,
+            ratio_repeat=1,
             freshness_seconds=6.0,
             memory_sizes=(5_000, 20_000),
         )
@@ -160,6 +163,44 @@ def percentile(values: Sequence[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return float(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
+
+
+def median_interval(samples: Sequence[float], confidence: float = 0.9) -> tuple[float, float, float]:
+    """A distribution-free confidence interval of the median: ``(lo, hi, coverage)``.
+
+    For n sorted samples, ``(x_k, x_(n+1-k))`` holds the true median with probability
+    ``1 - 2 * P(Binomial(n, 1/2) <= k - 1)`` whatever the distribution; this takes the narrowest such
+    interval whose coverage is at least ``confidence``, or ``(min, max)`` with its (smaller) coverage when
+    there are too few samples to reach it.
+    """
+    ordered = sorted(samples)
+    n = len(ordered)
+    if n == 0:
+        return float("nan"), float("nan"), 0.0
+
+    def coverage(k: int) -> float:
+        tail = sum(math.comb(n, i) for i in range(k)) / 2**n
+        return 1.0 - 2.0 * tail
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return float(ordered[k - 1]), float(ordered[n - k]), coverage(k)
+
+
+def against_noise(samples: Sequence[float], threshold: float, higher_is_better: bool = True) -> str:
+    """Whether repeated ratios tell a pass or a miss from the run's noise, in words for the report."""
+    lo, hi, cov = median_interval(samples)
+    n = len(samples)
+    good = sum(1 for x in samples if (x >= threshold if higher_is_better else x <= threshold))
+    head = f"median of {n} interleaved repetition{'s' if n != 1 else ''}, {good} of {n} on the target's side"
+    if n < 2:
+        return head + "; one repetition cannot tell noise from a miss"
+    where = f"{cov:.0%} interval of the median {lo:.2f}..{hi:.2f}"
+    passes = lo >= threshold if higher_is_better else hi <= threshold
+    misses = hi < threshold if higher_is_better else lo > threshold
+    verdict = "a clear pass" if passes else "a clear miss" if misses else "within the noise of the threshold"
+    return f"{head}; {where}: {verdict}"
 
 
 def log(message: str) -> None:

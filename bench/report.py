@@ -172,7 +172,8 @@ def render(
         out.append(f"_{s.seconds:.0f} s; load average {s.load[0]:.1f} -> {s.load[1]:.1f}._")
         out.append("")
         if s.figures:
-            out.append("| figure | median" + (" (min..max)" if cfg.repeat > 1 else "") + " | unit |")
+            spread = any(len(f.samples) > 1 for f in s.figures)
+            out.append("| figure | median" + (" (min..max)" if spread else "") + " | unit |")
             out.append("|---|---|---|")
             for f in s.figures:
                 out.append(f"| {f.name} | {f.text()} | {f.unit} |")
