@@ -43,6 +43,24 @@ def _counts(text: str) -> tuple[int, ...]:
     return values
 
 
+def _rates(text: str) -> tuple[float | None, ...]:
+    values: list[float | None] = []
+    for t in text.split(","):
+        t = t.strip().lower()
+        if not t:
+            continue
+        if t == "half":
+            values.append(None)
+            continue
+        try:
+            values.append(float(parse_count(t)))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one rate")
+    return tuple(values)
+
+
 def parse_args(argv: Sequence[str]) -> Config:
     """Parse the command line into a ``Config``."""
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,7 +75,16 @@ def parse_args(argv: Sequence[str]) -> Config:
         type=int,
         help="interleaved repetitions of item 1's target ratios (ceiling, projector, replay; default 7, --quick 1)",
     )
-    p.add_argument("--freshness-seconds", type=float, help="seconds of ingest per freshness run (default 15)")
+    p.add_argument(
+        "--freshness-rates",
+        type=_rates,
+        help="steady ingest rates of the freshness sweep, turns/s; 'half' is half the projector's measured "
+        "capacity (default 10,100,1k,5k,half; --quick 100,1k)",
+    )
+    p.add_argument("--freshness-projects", type=_counts, help="projects per freshness cell (default 1,64)")
+    p.add_argument(
+        "--freshness-seconds", type=float, help="measured seconds per freshness cell (default 10, --quick 3)"
+    )
     p.add_argument("--memory-sizes", type=_counts, help="topic sizes for the projector's peak RSS (default 50k,150k,300k)")
     p.add_argument("--only", help=f"comma-separated subset of {','.join(MEASUREMENTS)}")
     p.add_argument(
@@ -71,7 +98,11 @@ def parse_args(argv: Sequence[str]) -> Config:
     a = p.parse_args(argv)
     cfg = Config.quick_config() if a.quick else Config()
     changes: dict[str, object] = {}
-    for name in ("repeat", "ratio_repeat", "turns", "body_bytes", "reader_sizes", "reader_reads", "freshness_seconds", "memory_sizes", "report", "workdir"):
+    names = (
+        "repeat", "ratio_repeat", "turns", "body_bytes", "reader_sizes", "reader_reads", "freshness_rates",
+        "freshness_projects", "freshness_seconds", "memory_sizes", "report", "workdir",
+    )
+    for name in names:
         value = getattr(a, name)
         if value is not None:
             changes[name] = value
@@ -84,6 +115,8 @@ def parse_args(argv: Sequence[str]) -> Config:
     cfg = replace(cfg, **changes, argv=tuple(argv))  # type: ignore[arg-type]
     if cfg.repeat < 1 or cfg.ratio_repeat < 1:
         p.error("--repeat and --ratio-repeat must be at least 1")
+    if cfg.freshness_seconds <= 0:
+        p.error("--freshness-seconds must be positive")
     return replace(cfg, profile=a.profile or ("none" if cfg.quick else "auto"))
 
 
@@ -161,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _wanted(cfg, "reader"):
                 _section("reader", lambda: reader.measure(cfg, work), sections, failures)
             if _wanted(cfg, "freshness"):
-                if capacity is None:
+                if capacity is None and None in cfg.freshness_rates:
                     capacity = _capacity(cfg, bootstrap, work, topics)
                 cap = capacity
                 _section("freshness", lambda: freshness.measure(cfg, bootstrap, cap, work), sections, failures)
@@ -191,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _capacity(cfg: Config, bootstrap: str, work: Path, topics: list[str]) -> float:
-    """The projector's rate on a small topic, when the throughput measurement did not run."""
+    """The projector's rate on a small topic (at most 50k turns of the throughput topic's kind), when the
+    throughput measurement did not run and the freshness sweep needs half of it."""
     from bench.projector import run_projector
 
     n = min(cfg.turns, 50_000)

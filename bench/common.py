@@ -48,8 +48,13 @@ class Config:
     reader_sources: int = 50
     reader_reads: int = 200  # timed reads per (size, kind, limit)
     ratio_repeat: int = 7  # repetitions of item 1's target ratios (ceiling, projector, replay interleaved)
-    freshness_seconds: float = 15.0
-    freshness_clients: int = 16
+    freshness_rates: tuple[float | None, ...] = (10.0, 100.0, 1_000.0, 5_000.0, None)  # None: half capacity
+    freshness_projects: tuple[int, ...] = (1, 64)
+    freshness_seconds: float = 10.0  # measured seconds per cell of the sweep
+    freshness_warmup: float = 1.0  # seconds of ingest before each cell's measurement
+    freshness_body_bytes: int = 512
+    freshness_pollers: int = 4
+    freshness_producers: int = 4  # producer processes at most (one per 2,500 turns/s of a cell)
     memory_sizes: tuple[int, ...] = (50_000, 150_000, 300_000)
     memory_body_bytes: int = 1024
     only: tuple[str, ...] = ()
@@ -70,7 +75,9 @@ class Config:
             reader_sizes=(6_000, 60_000),
             reader_reads=50,
             ratio_repeat=1,
-            freshness_seconds=6.0,
+            freshness_rates=(100.0, 1_000.0),
+            freshness_seconds=3.0,
+            freshness_warmup=0.5,
             memory_sizes=(5_000, 20_000),
         )
 

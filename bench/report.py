@@ -162,8 +162,12 @@ def render(
                f"{cfg.projects} projects x {cfg.threads} sources, {cfg.partitions} partitions.")
     out.append(f"- Reader (item 3): {', '.join(human_count(s) for s in cfg.reader_sizes)} turns projected, "
                f"{cfg.reader_body_bytes}-byte bodies, {cfg.reader_reads} timed reads per cell.")
-    out.append(f"- Freshness (item 4): {cfg.freshness_seconds:.0f} s of ingest per repetition, "
-               f"{cfg.freshness_clients} HTTP clients.")
+    rates = ", ".join("half capacity" if r is None else f"{r:,.0f}/s" for r in cfg.freshness_rates)
+    out.append(f"- Freshness (item 4): a sweep over {rates}, each with "
+               f"{' and with '.join(str(n) for n in cfg.freshness_projects)} project(s); "
+               f"{cfg.freshness_warmup:g} s of warm-up and {cfg.freshness_seconds:g} s measured per cell, "
+               f"{cfg.freshness_body_bytes}-byte bodies, {cfg.freshness_pollers} HTTP pollers; one sweep "
+               "(no repetitions).")
     out.append(f"- Memory (item 6): topics of {', '.join(human_count(s) for s in cfg.memory_sizes)} turns.")
     out.append("")
     for s in sections:

@@ -37,3 +37,56 @@ def test_quick_bench_writes_a_report(kafka_bootstrap: str, tmp_path: Path) -> No
     assert len(verdicts) == 5, text
     assert "identical `turns`" in text  # the bulk builder matched the projector's apply path
     assert not (tmp_path / "work").exists()  # scratch files are removed
+
+
+_CELL = re.compile(
+    r"^\| (?P<rate>[\d,]+/s) \| (?P<projects>\d+) \| [\d,]+ \(\d+\) \| [^|]+ \| [^|]+ "
+    r"\| (?P<samples>[\d,]+) \((?P<missed>[\d,]+), [\d,]+\) \| [^|]+ "
+    r"\| (?P<ok>[\d,]+) of (?P<reads>[\d,]+) \([^|]*\) \| [^|]+ \| [^|]+ \| (?:PASS|MISS[^|]*) \|$",
+    flags=re.M,
+)
+
+
+def _n(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The freshness sweep (item 4) in small: 100 and 1,000 turns/s, one busy project and 64, 3 s a cell.
+
+    No latency is asserted. What is asserted is correctness the contract promises at these rates, far
+    below the projector's capacity: every acknowledged turn a poller followed became readable (within the
+    bench's 10 s bound), and almost every first-page read under steady ingest answered `ok` (CONTRACT
+    section 5) -- the freshness cliff of issue 15 made most of them `projection_pending`."""
+    report = tmp_path / "benchmarks.md"
+    env = dict(os.environ, THROUGHLINE_TEST_BOOTSTRAP_SERVERS=kafka_bootstrap)
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "bench", "--quick", "--only", "freshness", "--profile", "none",
+            "--report", str(report), "--workdir", str(tmp_path / "work"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = report.read_text(encoding="utf-8")
+    assert "## 4. Freshness at every rate" in text
+    section = text.split("## 4. Freshness at every rate", 1)[1].split("\n## ", 1)[0]
+    cells = [m.groupdict() for m in _CELL.finditer(section)]
+    assert [(c["rate"], c["projects"]) for c in cells] == [
+        ("100/s", "1"), ("100/s", "64"), ("1,000/s", "1"), ("1,000/s", "64")
+    ], section
+    for c in cells:
+        where = f"{c['rate']} x {c['projects']} projects"
+        assert _n(c["samples"]) > 0, f"{where}: no acknowledged turn was seen readable\n{section}"
+        assert _n(c["missed"]) == 0, f"{where}: acknowledged turns never became readable\n{section}"
+        reads, ok = _n(c["reads"]), _n(c["ok"])
+        assert reads > 0
+        assert ok >= 0.999 * reads, f"{where}: {reads - ok} of {reads} first-page reads were not ok\n{section}"
+    # Three targets with a verdict each (the half-capacity cells are not part of the quick sweep).
+    verdicts = re.findall(r"^\| 4 \| .+ \| \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
+    assert len(verdicts) == 3, section
+    assert not (tmp_path / "work").exists()

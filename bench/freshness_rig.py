@@ -1,0 +1,555 @@
+"""Item 4's rig: one ``throughline serve``, producer processes, pollers and a lag sampler, and one cell
+of the freshness sweep run on them (``bench.freshness`` plans the sweep and reports it).
+
+``throughline serve`` (its defaults: projector and HTTP API in one process) runs over a new topic and
+file for the whole sweep. Producer processes append turns with ``TurnProducer`` (acks=all) at a steady,
+open-loop rate: turn ``i`` of a cell is sent at ``start + i / rate`` whatever the acknowledgements do, so
+the offered rate stays steady when the system slows down; the rate achieved is reported. One process
+per ``PER_PRODUCER_RATE`` turns/s, each sending whole sources (a source's turns keep their order).
+
+Pollers (one keep-alive HTTP connection each) take acknowledgements as the producers get them
+(``(partition, offset, instant)`` of a sample of the turns, at most ``ACK_SAMPLES_PER_S`` a second) and
+re-read that project's first page (``GET /v1/projects/read``, limit 10) until its through cursor covers
+the acknowledged offset: the delay from the acknowledgement to that answer is ack -> readable. Every read
+they make is a first-page read under that ingest (latency and status are recorded). An acknowledgement
+no poller could take within ``STALE_S`` is skipped, so queueing inside the benchmark is not counted; one
+not readable within ``POLL_BOUND_S`` counts as missed (an infinite latency in the percentiles). A sampler
+reads ``/readyz`` every ``LAG_EVERY_S`` for the projector's lag: records (the log's end minus the applied
+offset, summed over partitions) and milliseconds (since the acknowledgement of the oldest record not yet
+applied, from the producers' acknowledgement times).
+"""
+
+from __future__ import annotations
+
+import bisect
+import http.client
+import json
+import math
+import multiprocessing as mp
+import queue
+import signal
+import subprocess
+import threading
+import time
+import urllib.parse
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    PYTHON,
+    Config,
+    Workload,
+    create_topic,
+    delete_topics,
+    new_topic_name,
+    percentile,
+)
+from bench.profile import recording
+from throughline.core.cursor import Cursor, decode_cursor
+
+ACK_SAMPLES_PER_S = 100  # acknowledgements offered to the pollers per second (a sample of every rate)
+POLL_BOUND_S = 10.0  # an acknowledged turn not readable within this is "missed"
+STALE_S = 0.05  # an ack no poller picked up within this is skipped, not measured late
+LAG_EVERY_S = 0.2
+PER_PRODUCER_RATE = 2_500.0  # turns/s one producer process is asked for at most (sources allowing)
+DRAIN_BOUND_S = 90.0  # the wait for the projector to catch up between cells
+FIRST_PAGE_LIMIT = 10
+
+# ------------------------------------------------------------------------------------------ the producers
+
+
+def _producer_main(bootstrap: str, topic: str, partitions: int, commands: Any, acks: Any, results: Any) -> None:
+    """Producer process: ``("build", cell, rate, projects, seconds, body_bytes, j, n)`` builds the cell's
+    turns and keeps share ``j`` of ``n``; ``("go", cell, start)`` sends them paced at ``rate`` from the
+    instant ``start`` (open loop), offering a sample of acknowledgements to ``acks`` as they arrive, and
+    puts the summary (with every acknowledgement's time) on ``results``; ``None`` ends the process."""
+    from throughline.producers.producer import TurnProducer
+
+    with TurnProducer(bootstrap, topic, partitions=partitions) as producer:
+        built: tuple[Any, ...] | None = None
+        while True:
+            cmd = commands.get()
+            if cmd is None:
+                return
+            try:
+                if cmd[0] == "build":
+                    built = _build_share(producer, *cmd[1:])
+                    results.put({"cell": cmd[1], "ready": True})
+                elif built is not None and cmd[0] == "go" and built[0] == cmd[1]:
+                    results.put(_send_share(producer, acks, built, start=cmd[2]))
+                    built = None
+            except Exception as exc:  # reported to the sweep, which fails the cell
+                results.put({"cell": cmd[1], "error": f"{type(exc).__name__}: {exc}"})
+
+
+def _build_share(
+    producer: Any, cell: int, rate: float, projects: int, seconds: float, body_bytes: int, j: int, n: int
+) -> tuple[Any, ...]:
+    count = max(1, int(rate * seconds))
+    wl = Workload(count, body_bytes=body_bytes, projects=projects, label=f"fresh{cell}", seed=3 + cell)
+    # Whole sources per process, dealt round-robin in order of first appearance (every process builds
+    # the same turns, so all agree): each source's turns keep their order in the log, since one
+    # process's ``TurnProducer`` keeps the order it sends in.
+    sources: dict[tuple[str, str, str], int] = {}
+    mine = []
+    for i, t in enumerate(wl.records()):
+        q = sources.setdefault((t.project, t.host, t.thread), len(sources))
+        if q % n == j:
+            mine.append((i, t))
+    partition_of: dict[str, int] = {}
+    for _, t in mine:
+        if t.project not in partition_of:
+            partition_of[t.project] = producer.partition_of(t.project_sha256)
+    return cell, rate, mine, partition_of
+
+
+def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: float) -> dict[str, Any]:
+    cell, rate, mine, partition_of = built
+    sample_every = max(1, round(rate / ACK_SAMPLES_PER_S))
+    # One waiter per partition: acknowledgements of one partition arrive in order, so waiting on them in
+    # send order stamps each when it arrives, and no partition waits behind another's.
+    waiters: dict[int, queue.SimpleQueue[Any]] = {}
+    times: dict[int, tuple[array[int], array[float]]] = {}
+    failures = [0]
+
+    def wait_acks(q: queue.SimpleQueue[Any], offsets: array[int], stamps: array[float]) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            project, pending, sampled = item
+            try:
+                pos = pending.result(timeout=60)
+            except Exception:
+                failures[0] += 1
+                continue
+            now = time.monotonic()
+            offsets.append(pos.offset)
+            stamps.append(now)
+            if sampled:
+                acks.put((cell, project, pos.partition, pos.offset, now))
+
+    threads = []
+    for p in sorted(set(partition_of.values())):
+        waiters[p] = queue.SimpleQueue()
+        times[p] = (array("q"), array("d"))
+        threads.append(threading.Thread(target=wait_acks, args=(waiters[p], *times[p]), daemon=True))
+    for t in threads:
+        t.start()
+    behind = 0.0
+    now = time.monotonic()
+    if start > now:
+        time.sleep(start - now)
+    for i, turn in mine:
+        due = start + i / rate
+        now = time.monotonic()
+        if due > now:
+            time.sleep(due - now)
+        else:
+            behind = max(behind, now - due)
+        pending = producer.send_async(turn, validated=True)
+        waiters[partition_of[turn.project]].put((turn.project, pending, i % sample_every == 0))
+    last = time.monotonic()
+    producer.flush(timeout=60)
+    for q in waiters.values():
+        q.put(None)
+    for t in threads:
+        t.join(timeout=70)
+    return {"cell": cell, "sent": len(mine), "last": last, "behind_s": behind, "failed": failures[0], "acks": times}
+
+
+# ------------------------------------------------------------------------------------------ HTTP
+
+
+class _Http:
+    """One keep-alive connection to serve (reconnects once when the server closed it)."""
+
+    def __init__(self, base: str) -> None:
+        u = urllib.parse.urlsplit(base)
+        self._host, self._port = u.hostname or "127.0.0.1", u.port or 80
+        self._conn: http.client.HTTPConnection | None = None
+
+    def get(self, path: str, timeout: float = 30.0) -> tuple[int, dict[str, Any] | None]:
+        """``(status code, JSON document or None)``; code 0 when the server did not answer."""
+        for attempt in range(2):
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            try:
+                self._conn.request("GET", path)
+                resp = self._conn.getresponse()
+                body = resp.read()
+            except (OSError, http.client.HTTPException):
+                self.close()
+                if attempt:
+                    return 0, None
+                continue
+            try:
+                return resp.status, json.loads(body)
+            except ValueError:
+                return resp.status, None
+        return 0, None  # pragma: no cover - the loop returns
+
+    def close(self) -> None:
+        """Drop the connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _read_path(project: str, limit: int = FIRST_PAGE_LIMIT) -> str:
+    return f"/v1/projects/read?project={urllib.parse.quote(project, safe='')}&limit={limit}"
+
+
+# ------------------------------------------------------------------------------------------ one cell
+
+
+@dataclass
+class _CellStats:
+    """What the pollers and the lag sampler saw in one cell (filled from several threads)."""
+
+    cell: int
+    measure_from: float = math.inf  # monotonic instant the measurement starts (after the warm-up)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    statuses: dict[str, int] = field(default_factory=dict)
+    read_ms: list[float] = field(default_factory=list)
+    readable_ms: list[float] = field(default_factory=list)
+    missed: int = 0
+    stale: int = 0
+    lag: list[tuple[float, int, dict[int, int], dict[int, int]]] = field(default_factory=list)
+
+    def read(self, status: str, ms: float) -> None:
+        with self.lock:
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            self.read_ms.append(ms)
+
+
+class Rig:
+    """The serve process, the producer processes, the pollers and the lag sampler of one sweep."""
+
+    def __init__(self, cfg: Config, bootstrap: str, workdir: Path) -> None:
+        self.cfg = cfg
+        self.bootstrap = bootstrap
+        self.workdir = workdir
+        self.commands: list[Any] = []
+        self.producers: list[Any] = []
+        self.pollers: list[threading.Thread] = []
+        self.current: _CellStats | None = None
+        self.accepting = threading.Event()  # pollers take new acks only while a cell is measured
+        self.stop = threading.Event()
+        self.busy = threading.Semaphore(cfg.freshness_pollers)
+        self.topic = new_topic_name("fresh")
+        create_topic(bootstrap, self.topic, cfg.partitions)
+        try:
+            self.proc, self.url = start_serve(bootstrap, self.topic, workdir / "fresh.duckdb", cfg.partitions)
+        except BaseException:
+            delete_topics(bootstrap, [self.topic])
+            raise
+        try:
+            self._start_clients()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_clients(self) -> None:
+        cfg = self.cfg
+        ctx = mp.get_context("spawn")
+        self.acks, self.results = ctx.Queue(), ctx.Queue()
+        self.commands = [ctx.Queue() for _ in range(cfg.freshness_producers)]
+        self.producers = [
+            ctx.Process(
+                target=_producer_main, args=(self.bootstrap, self.topic, cfg.partitions, q, self.acks, self.results),
+                daemon=True,
+            )
+            for q in self.commands
+        ]
+        for proc in self.producers:
+            proc.start()
+        self.pollers = [threading.Thread(target=self._poller, daemon=True) for _ in range(cfg.freshness_pollers)]
+        for t in self.pollers:
+            t.start()
+
+    def close(self) -> None:
+        """Stop every thread and process this sweep started (bounded waits)."""
+        self.stop.set()
+        self.accepting.clear()
+        for q in self.commands:
+            try:
+                q.put(None)
+            except (OSError, ValueError):
+                pass
+        for proc in self.producers:
+            if proc.pid is not None:
+                proc.join(timeout=30)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=10)
+        for t in self.pollers:
+            t.join(timeout=POLL_BOUND_S + 5)
+        stop_serve(self.proc)
+        delete_topics(self.bootstrap, [self.topic])
+
+    # -- threads
+
+    def _poller(self) -> None:
+        http_ = _Http(self.url)
+        try:
+            while not self.stop.is_set():
+                try:
+                    cell, project, partition, offset, acked = self.acks.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                with self.busy:
+                    stats = self.current
+                    if stats is None or cell != stats.cell or acked < stats.measure_from:
+                        continue  # another cell's or the warm-up's
+                    if not self.accepting.is_set() or time.monotonic() - acked > STALE_S:
+                        with stats.lock:  # every poller was busy when this ack came
+                            stats.stale += 1
+                        continue
+                    self._follow(http_, stats, project, partition, offset, acked)
+        finally:
+            http_.close()
+
+    def _follow(self, http_: _Http, stats: _CellStats, project: str, partition: int, offset: int, acked: float) -> None:
+        """Re-read the project's first page until its through cursor covers ``(partition, offset)``."""
+        deadline = acked + POLL_BOUND_S
+        path = _read_path(project)
+        while time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            code, doc = http_.get(path, timeout=POLL_BOUND_S)
+            now = time.monotonic()
+            stats.read(str(doc.get("status")) if code == 200 and doc else f"http_{code}", (time.perf_counter() - t0) * 1000)
+            if code == 200 and doc and doc.get("status") == "ok" and doc.get("throughCursor"):
+                cur = decode_cursor(doc["throughCursor"])
+                if isinstance(cur, Cursor) and cur.partition == partition and cur.offset >= offset:
+                    with stats.lock:
+                        stats.readable_ms.append((now - acked) * 1000)
+                    return
+            time.sleep(0.002)
+        with stats.lock:
+            stats.missed += 1
+
+    def _lag_sampler(self, stats: _CellStats, until: threading.Event) -> None:
+        http_ = _Http(self.url)
+        try:
+            while not until.wait(LAG_EVERY_S):
+                code, doc = http_.get("/readyz", timeout=10)
+                now = time.monotonic()
+                if doc and doc.get("lag") is not None and isinstance(doc.get("partitions"), list):
+                    applied = {int(p["partition"]): int(p["appliedOffset"]) for p in doc["partitions"]}
+                    ends = {int(p["partition"]): int(p["endOffset"]) for p in doc["partitions"] if p.get("endOffset") is not None}
+                    stats.lag.append((now, int(doc["lag"]), applied, ends))
+        finally:
+            http_.close()
+
+    def caught_up(self, bound_s: float = DRAIN_BOUND_S) -> float:
+        """Wait until the projector applied everything in the log; return the seconds it took (bounded)."""
+        http_ = _Http(self.url)
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < bound_s:
+                code, doc = http_.get("/readyz", timeout=10)
+                if doc and doc.get("lag") == 0:
+                    return time.monotonic() - start
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"throughline serve exited with {self.proc.returncode}")
+                time.sleep(0.1)
+        finally:
+            http_.close()
+        return math.inf
+
+    def _results(self, cell: int, n: int, bound_s: float) -> list[dict[str, Any]]:
+        """The next answer of each of ``n`` producers for ``cell`` (bounded)."""
+        deadline = time.monotonic() + bound_s
+        got: list[dict[str, Any]] = []
+        while len(got) < n and time.monotonic() < deadline:
+            try:
+                answer: dict[str, Any] = self.results.get(timeout=1.0)
+            except queue.Empty:
+                if not all(p.is_alive() for p in self.producers):
+                    raise RuntimeError("a producer process died") from None
+                continue
+            if answer.get("cell") != cell:
+                continue
+            if "error" in answer:
+                raise RuntimeError(f"a producer failed: {answer['error']}")
+            got.append(answer)
+        if len(got) < n:
+            raise RuntimeError(f"{n - len(got)} of {n} producers did not answer within {bound_s:.0f} s")
+        return got
+
+    # -- a cell
+
+    def run_cell(self, cell: int, rate: float, projects: int, *, label: str, profile_label: str | None = None) -> dict[str, Any]:
+        """One cell: ``rate`` turns/s over ``projects`` projects for warm-up + measured seconds."""
+        cfg = self.cfg
+        drained = self.caught_up()
+        stats = _CellStats(cell)
+        seconds = cfg.freshness_warmup + cfg.freshness_seconds
+        n = producers_for(rate, projects, cfg.freshness_producers)
+        self.current = stats
+        for j in range(n):
+            self.commands[j].put(("build", cell, rate, projects, seconds, cfg.freshness_body_bytes, j, n))
+        self._results(cell, n, 300)  # every producer built its share of the cell's turns
+        recorder = recording(profile_label, self.workdir / "serve.pyspy", pid=self.proc.pid) if profile_label else None
+        profile = None
+        if recorder is not None:
+            profile = recorder.__enter__()
+        start = time.monotonic() + 0.05
+        for j in range(n):
+            self.commands[j].put(("go", cell, start))
+        stats.measure_from = start + cfg.freshness_warmup
+        until = threading.Event()
+        sampler = threading.Thread(target=self._lag_sampler, args=(stats, until), daemon=True)
+        self.accepting.set()
+        time.sleep(max(0.0, stats.measure_from - time.monotonic()))
+        sampler.start()
+        try:
+            summaries = self._results(cell, n, seconds * 4 + 120)
+        finally:
+            until.set()
+            self.accepting.clear()
+            sampler.join(timeout=15)
+            # Let every poller finish the acknowledgement it follows (each is bounded by POLL_BOUND_S).
+            held = sum(1 for _ in range(cfg.freshness_pollers) if self.busy.acquire(timeout=POLL_BOUND_S + 5))
+            for _ in range(held):
+                self.busy.release()
+            if recorder is not None:
+                recorder.__exit__(None, None, None)
+            self.current = None
+        summary = _merge(summaries, start)
+        return _figures(stats, summary, rate=rate, projects=projects, label=label, drained_s=drained,
+                        producers=n, profile=profile[0] if profile else None)
+
+
+def producers_for(rate: float, projects: int, pool: int) -> int:
+    """Producer processes for a cell: one per ``PER_PRODUCER_RATE`` turns/s, at most ``pool`` and at most
+    one per source (4 per project)."""
+    return max(1, min(pool, projects * 4, math.ceil(rate / PER_PRODUCER_RATE)))
+
+
+def _merge(summaries: list[dict[str, Any]], start: float) -> dict[str, Any]:
+    """One summary of the producers of a cell: turns sent, sending seconds, acknowledgement times."""
+    by_partition: dict[int, list[tuple[int, float]]] = {}
+    for s in summaries:
+        for p, (offsets, stamps) in s["acks"].items():
+            by_partition.setdefault(int(p), []).extend(zip(offsets, stamps, strict=True))
+    acks = {}
+    for p, pairs in by_partition.items():
+        pairs.sort()
+        acks[p] = ([o for o, _ in pairs], [t for _, t in pairs])
+    return {
+        "sent": sum(s["sent"] for s in summaries),
+        "send_seconds": max(s["last"] for s in summaries) - start,
+        "behind_s": max(s["behind_s"] for s in summaries),
+        "failed": sum(s["failed"] for s in summaries),
+        "acks": acks,
+    }
+
+
+def _lag_ms(stats: _CellStats, summary: dict[str, Any]) -> list[float]:
+    """Per lag sample: milliseconds since the acknowledgement of the oldest record not yet applied."""
+    acks = summary["acks"]
+    out: list[float] = []
+    for t, _, applied, ends in stats.lag:
+        worst = 0.0
+        for p, a in applied.items():
+            if a >= ends.get(p, a) or p not in acks:
+                continue
+            offsets, stamps = acks[p]
+            i = bisect.bisect_left(offsets, a)
+            if i < len(offsets) and offsets[i] == a:
+                worst = max(worst, (t - stamps[i]) * 1000)
+        out.append(max(0.0, worst))
+    return out
+
+
+def _pct(values: list[float], missed: int, q: float) -> float:
+    """``percentile`` with ``missed`` samples counted as infinitely late (interpolating toward one of them
+    gives infinity, where plain interpolation would compute inf - inf)."""
+    ordered = sorted(values) + [math.inf] * missed
+    if not ordered:
+        return math.nan
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    if math.isinf(ordered[lo]) or (pos > lo and math.isinf(ordered[hi])):
+        return math.inf
+    if pos == lo:
+        return float(ordered[lo])
+    return float(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
+
+
+def _figures(
+    stats: _CellStats, summary: dict[str, Any], *, rate: float, projects: int, label: str, drained_s: float,
+    producers: int, profile: Any,
+) -> dict[str, Any]:
+    reads = sum(stats.statuses.values())
+    lag_records = [float(x[1]) for x in stats.lag]
+    lag_ms = _lag_ms(stats, summary)
+    return {
+        "label": label,
+        "rate": rate,
+        "projects": projects,
+        "producers": producers,
+        "achieved": summary["sent"] / summary["send_seconds"] if summary["send_seconds"] > 0 else math.nan,
+        "behind_s": summary["behind_s"],
+        "send_failed": summary["failed"],
+        "drained_s": drained_s,
+        "samples": len(stats.readable_ms),
+        "missed": stats.missed,
+        "stale": stats.stale,
+        "fresh_p50": _pct(stats.readable_ms, stats.missed, 50),
+        "fresh_p99": _pct(stats.readable_ms, stats.missed, 99),
+        "reads": reads,
+        "statuses": dict(stats.statuses),
+        "ok": stats.statuses.get("ok", 0),
+        "ok_share": 100.0 * stats.statuses.get("ok", 0) / reads if reads else math.nan,
+        "read_p50": percentile(stats.read_ms, 50),
+        "read_p99": percentile(stats.read_ms, 99),
+        "lag_records_p50": percentile(lag_records, 50),
+        "lag_records_max": max(lag_records) if lag_records else math.nan,
+        "lag_ms_p50": percentile(lag_ms, 50),
+        "lag_ms_max": max(lag_ms) if lag_ms else math.nan,
+        "lag_samples": len(lag_records),
+        "profile": profile,
+    }
+
+
+# ------------------------------------------------------------------------------------------ serve
+
+
+def start_serve(bootstrap: str, topic: str, db: Path, partitions: int) -> tuple[subprocess.Popen[str], str]:
+    """Start ``throughline serve --port 0`` with its defaults; return the process and its URL (bounded wait)."""
+    for p in (db, Path(str(db) + ".wal")):
+        p.unlink(missing_ok=True)
+    cmd = [
+        PYTHON, "-m", "throughline.cli", "serve", "--port", "0", "--bootstrap-servers", bootstrap,
+        "--topic", topic, "--db", str(db), "--partitions", str(partitions),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(proc.stdout.readline() if proc.stdout else ""), daemon=True).start()
+    try:
+        url = lines.get(timeout=90).strip()
+    except queue.Empty:
+        stop_serve(proc)
+        raise RuntimeError("throughline serve printed no URL within 90 s") from None
+    if not url.startswith("http"):
+        code = proc.poll()
+        stop_serve(proc)
+        raise RuntimeError(f"throughline serve did not start (exit {code}): {url!r}")
+    return proc, url
+
+
+def stop_serve(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, then kill after a bounded wait."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=45)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
