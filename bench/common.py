@@ -204,6 +204,8 @@ def against_noise(samples: Sequence[float], threshold: float, higher_is_better: 
     if n < 2:
         return head + "; one repetition cannot tell noise from a miss"
     where = f"{cov:.0%} interval of the median {lo:.2f}..{hi:.2f}"
+    if cov < 0.9:
+        return f"{head}; {where}: too few repetitions to tell noise from a miss at 90%"
     passes = lo >= threshold if higher_is_better else hi <= threshold
     misses = hi < threshold if higher_is_better else lo > threshold
     verdict = "a clear pass" if passes else "a clear miss" if misses else "within the noise of the threshold"

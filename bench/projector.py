@@ -193,7 +193,8 @@ def measure(cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Pat
         Target("projector / per-record loop > 1", f_stream.median / f_naive.median, 1.0, text="ratio of medians"),
     ]
     two.notes = [
-        "Quix Streams 3.28 (librdkafka consumer in a consumer group, `auto_offset_reset=earliest`, default "
+        "Quix Streams 3.28 in its own pinned environment (`bench/peers.py`; it cannot share throughline's "
+        "pydantic) as a subprocess (librdkafka consumer in a consumer group, `auto_offset_reset=earliest`, default "
         "5 s checkpoints): a custom `Deserializer` (fastavro, after the 10-byte single-object header) and a "
         "`BatchingSink` subclass writing each checkpoint's batch to DuckDB as one Arrow insert; clock from "
         "`Application.run()` to its return after the last record's checkpoint.",
