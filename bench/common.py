@@ -264,16 +264,21 @@ class Workload:
         """The name of project ``k``."""
         return f"/bench/{self.label}/project-{k:05d}"
 
-    def records(self) -> Iterator[TurnRecord]:
-        """The turns, in log order, validated by ``build_turn``."""
+    def source_of(self, i: int) -> int:
+        """The source (``0 .. projects * threads - 1``) that completes turn ``i``."""
+        k = i % self.projects
+        return k * self.threads + (i // self.projects // 16) % self.threads
+
+    def records(self, sources: Callable[[int], bool] | None = None) -> Iterator[TurnRecord]:
+        """The turns, in log order, validated by ``build_turn``; only those of the sources ``sources``
+        keeps, when given (the others are not built)."""
         pool = _body_pool(max(0, self.body_bytes - 16), 256, self.seed)
         names = [self.project(k) for k in range(self.projects)]
-        counts = [0] * self.projects
         for i in range(self.turns):
             k = i % self.projects
-            n = counts[k]
-            counts[k] += 1
-            source = (n // 16) % self.threads
+            source = (i // self.projects // 16) % self.threads
+            if sources is not None and not sources(k * self.threads + source):
+                continue
             yield build_turn(
                 project=names[k],
                 host=f"host-{source % 2}",

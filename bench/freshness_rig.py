@@ -89,15 +89,11 @@ def _build_share(
 ) -> tuple[Any, ...]:
     count = max(1, int(rate * seconds))
     wl = Workload(count, body_bytes=body_bytes, projects=projects, label=f"fresh{cell}", seed=3 + cell)
-    # Whole sources per process, dealt round-robin in order of first appearance (every process builds
-    # the same turns, so all agree): each source's turns keep their order in the log, since one
-    # process's ``TurnProducer`` keeps the order it sends in.
-    sources: dict[tuple[str, str, str], int] = {}
-    mine = []
-    for i, t in enumerate(wl.records()):
-        q = sources.setdefault((t.project, t.host, t.thread), len(sources))
-        if q % n == j:
-            mine.append((i, t))
+    # Whole sources per process, dealt round-robin (source q to process q % n): each source's turns keep
+    # their order in the log, since one process's ``TurnProducer`` keeps the order it sends in. Each
+    # process builds only its own turns.
+    numbers = [i for i in range(count) if wl.source_of(i) % n == j]
+    mine = list(zip(numbers, wl.records(lambda q: q % n == j), strict=True))
     partition_of: dict[str, int] = {}
     for _, t in mine:
         if t.project not in partition_of:
@@ -427,7 +423,7 @@ class Rig:
 def producers_for(rate: float, projects: int, pool: int) -> int:
     """Producer processes for a cell: one per ``PER_PRODUCER_RATE`` turns/s, at most ``pool`` and at most
     one per source (4 per project)."""
-    return max(1, min(pool, projects * 4, math.ceil(rate / PER_PRODUCER_RATE)))
+    return max(1, min(pool, projects * Workload.threads, math.ceil(rate / PER_PRODUCER_RATE)))
 
 
 def _merge(summaries: list[dict[str, Any]], start: float) -> dict[str, Any]:
