@@ -1,5 +1,6 @@
-"""Smoke test of the benchmark command: ``python -m bench --quick`` for two measurements, against the real
-broker. It asserts that the suite runs and writes a well-formed report, never how fast anything is."""
+"""Smoke tests of the benchmark command: ``python -m bench --quick`` for some measurements, against the real
+broker. They assert that the suite runs and writes a well-formed report, and (the freshness sweep) what the
+contract promises about reads under steady ingest, never how fast anything is."""
 
 from __future__ import annotations
 
@@ -12,22 +13,27 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_quick_bench_writes_a_report(kafka_bootstrap: str, tmp_path: Path) -> None:
+def _quick_bench(kafka_bootstrap: str, tmp_path: Path, only: str, timeout: float) -> str:
+    """Run ``python -m bench --quick --only ONLY`` against the session's broker; return the report."""
     report = tmp_path / "benchmarks.md"
     env = dict(os.environ, THROUGHLINE_TEST_BOOTSTRAP_SERVERS=kafka_bootstrap)
     proc = subprocess.run(
         [
-            sys.executable, "-m", "bench", "--quick", "--only", "producer,reader", "--profile", "none",
+            sys.executable, "-m", "bench", "--quick", "--only", only, "--profile", "none",
             "--report", str(report), "--workdir", str(tmp_path / "work"),
         ],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    text = report.read_text(encoding="utf-8")
+    return report.read_text(encoding="utf-8")
+
+
+def test_quick_bench_writes_a_report(kafka_bootstrap: str, tmp_path: Path) -> None:
+    text = _quick_bench(kafka_bootstrap, tmp_path, "producer,reader", timeout=300)
     assert text.startswith("# Benchmarks")
     assert "python -m bench --quick --only producer,reader" in text  # the reproduce command
     for heading in ("## Targets", "## Machine", "## 3. Reader cost", "## 5. Producer"):
@@ -58,21 +64,7 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
     below the projector's capacity: every acknowledged turn a poller followed became readable (within the
     bench's 10 s bound), and almost every first-page read under steady ingest answered `ok` (CONTRACT
     section 5) -- the freshness cliff of issue 15 made most of them `projection_pending`."""
-    report = tmp_path / "benchmarks.md"
-    env = dict(os.environ, THROUGHLINE_TEST_BOOTSTRAP_SERVERS=kafka_bootstrap)
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "bench", "--quick", "--only", "freshness", "--profile", "none",
-            "--report", str(report), "--workdir", str(tmp_path / "work"),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    text = report.read_text(encoding="utf-8")
+    text = _quick_bench(kafka_bootstrap, tmp_path, "freshness", timeout=400)
     assert "## 4. Freshness at every rate" in text
     section = text.split("## 4. Freshness at every rate", 1)[1].split("\n## ", 1)[0]
     cells = [m.groupdict() for m in _CELL.finditer(section)]
