@@ -151,9 +151,9 @@ def method_notes(cfg: Config) -> list[str]:
         f"of the cell in one project, 4 sources), 64 spreads the turns round-robin over 64 projects.",
         f"ack -> readable: {cfg.freshness_pollers} poller threads (one keep-alive HTTP connection each) take "
         f"a sample of the acknowledgements (at most {ACK_SAMPLES_PER_S} a second, timed when the producer "
-        f"receives them) and re-read that project's first page (limit {FIRST_PAGE_LIMIT}) until its through "
+        f"process receives them) and re-read that project's first page (limit {FIRST_PAGE_LIMIT}) until its through "
         f"cursor covers the acknowledged offset. An acknowledgement no poller could take within "
-        f"{STALE_S * 1000:.0f} ms is skipped (not measured late); one not readable within {POLL_BOUND_S:g} s "
+        f"{STALE_S * 1000:.0f} ms is skipped (a later start would add its delay to the figure); one not readable within {POLL_BOUND_S:g} s "
         "is missed and counts as infinitely late in the percentiles. The first-page read figures and the "
         "`ok` share are over every read the pollers made.",
         f"Projector lag: `/readyz` every {LAG_EVERY_S * 1000:.0f} ms: records (log end minus applied offset, "
@@ -215,7 +215,10 @@ def measure(cfg: Config, bootstrap: str, capacity: float | None, workdir: Path) 
         for k, v in r["statuses"].items():
             statuses[k] = statuses.get(k, 0) + v
     sec.notes = method_notes(cfg) + [
-        "Read answers over all cells: " + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + ".",
+        "Read answers over all cells: " + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + "; "
+        "an acknowledgement's pickup (from the ack to its poller's first read) p50 / max per cell: "
+        + ", ".join(f"{_fmt(r['pickup_p50'], '{:.1f}')} / {_fmt(r['pickup_max'], '{:.1f}')} ms" for r in cells)
+        + ".",
     ]
     sec.notes += [
         f"{r['label']} x {r['projects']}: the producer fell {r['behind_s']:.2f} s behind its schedule at worst"
