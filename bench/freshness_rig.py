@@ -253,21 +253,23 @@ class Rig:
 
     def _start_clients(self) -> None:
         cfg = self.cfg
-        ctx = mp.get_context("spawn")
-        self.acks, self.results = ctx.Queue(), ctx.Queue()
-        self.commands = [ctx.Queue() for _ in range(cfg.freshness_producers)]
-        self.producers = [
-            ctx.Process(
-                target=_producer_main, args=(self.bootstrap, self.topic, cfg.partitions, q, self.acks, self.results),
-                daemon=True,
-            )
-            for q in self.commands
-        ]
-        for proc in self.producers:
-            proc.start()
+        self._ctx = mp.get_context("spawn")
+        self.acks, self.results = self._ctx.Queue(), self._ctx.Queue()
         self.pollers = [threading.Thread(target=self._poller, daemon=True) for _ in range(cfg.freshness_pollers)]
         for t in self.pollers:
             t.start()
+
+    def _producers(self, n: int) -> None:
+        """Start producer processes until there are ``n`` (each stays for the rest of the sweep)."""
+        while len(self.producers) < n:
+            q = self._ctx.Queue()
+            proc = self._ctx.Process(
+                target=_producer_main, args=(self.bootstrap, self.topic, self.cfg.partitions, q, self.acks, self.results),
+                daemon=True,
+            )
+            self.commands.append(q)
+            self.producers.append(proc)
+            proc.start()
 
     def close(self) -> None:
         """Stop every thread and process this sweep started (bounded waits)."""
@@ -390,6 +392,7 @@ class Rig:
         stats = _CellStats(cell)
         seconds = cfg.freshness_warmup + cfg.freshness_seconds
         n = producers_for(rate, projects, cfg.freshness_producers)
+        self._producers(n)
         self.current = stats
         for j in range(n):
             self.commands[j].put(("build", cell, rate, projects, seconds, cfg.freshness_body_bytes, j, n))
