@@ -55,6 +55,7 @@ class Config:
     freshness_body_bytes: int = 512
     freshness_pollers: int = 4
     freshness_producers: int = 4  # producer processes at most (one per 2,500 turns/s of a cell)
+    freshness_idle_reads: int = 500  # first pages timed over HTTP on the idle serve after the sweep
     memory_sizes: tuple[int, ...] = (50_000, 150_000, 300_000)
     memory_body_bytes: int = 1024
     only: tuple[str, ...] = ()
@@ -78,6 +79,7 @@ class Config:
             freshness_rates=(100.0, 1_000.0),
             freshness_seconds=3.0,
             freshness_warmup=0.5,
+            freshness_idle_reads=50,
             memory_sizes=(5_000, 20_000),
         )
 

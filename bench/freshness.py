@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.common import Config, Section, Target, log, wants_profile
+from bench.common import Config, Figure, Section, Target, Workload, log, percentile, wants_profile
 from bench.freshness_rig import (
     ACK_SAMPLES_PER_S,
     DRAIN_BOUND_S,
@@ -38,6 +38,8 @@ STEADY_MAX_RATE = 5_000.0
 STEADY_P50_MS, STEADY_P99_MS = 50.0, 250.0
 HALF_P50_MS, HALF_P99_MS = 200.0, 1_000.0
 OK_SHARE_MIN = 99.9
+#: Issue 15 item 3: a first page over HTTP on ``serve``, idle.
+IDLE_HTTP_P50_MS, IDLE_HTTP_P99_MS = 6.0, 15.0
 
 
 # ------------------------------------------------------------------------------------------ the sweep
@@ -119,6 +121,29 @@ def targets(cells: list[dict[str, Any]]) -> list[Target]:
     return out
 
 
+def _idle_http(sec: Section, sweep: Rig, plan: list[tuple[float, int, str, bool]], reads: int) -> list[Target]:
+    """First pages over HTTP once the sweep is over and serve is idle (every project the sweep wrote)."""
+    projects = [Workload(1, projects=n, label=f"fresh{i}").project(k) for i, (_, n, _, _) in enumerate(plan) for k in range(n)]
+    ms, statuses = sweep.idle_reads(projects, reads)
+    p50, p99 = percentile(ms, 50), percentile(ms, 99)
+    log(f"freshness: idle first pages over HTTP p50 {p50:.2f} p99 {p99:.2f} ms {statuses}")
+    sec.figures += [Figure("first page over HTTP, idle serve, p50", [p50], "ms", "{:.2f}"),
+                    Figure("first page over HTTP, idle serve, p99", [p99], "ms", "{:.2f}")]
+    sec.notes.append(
+        f"Idle reads: after the sweep, once the projector applied everything and nothing is produced, one "
+        f"client times {len(ms)} first pages (limit {FIRST_PAGE_LIMIT}, after a warm-up) of the {len(projects)} "
+        "projects the sweep wrote, in turn, over one keep-alive connection: "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + " (issue 15 item 3's HTTP target)."
+    )
+    where = f"ms; {len(ms)} reads"
+    return [
+        Target(f"first page over HTTP on an idle serve p50 <= {IDLE_HTTP_P50_MS:g} ms", p50, IDLE_HTTP_P50_MS,
+               higher_is_better=False, text=where),
+        Target(f"first page over HTTP on an idle serve p99 <= {IDLE_HTTP_P99_MS:g} ms", p99, IDLE_HTTP_P99_MS,
+               higher_is_better=False, text=where),
+    ]
+
+
 def _plan(cfg: Config, capacity: float | None) -> list[tuple[float, int, str, bool]]:
     """The cells: ``(rate, projects, label, is_half_capacity)`` in the order they run."""
     plan: list[tuple[float, int, str, bool]] = []
@@ -190,6 +215,7 @@ def measure(cfg: Config, bootstrap: str, capacity: float | None, workdir: Path) 
                 f"/{_fmt(r['lag_records_max'])} records {_fmt(r['lag_ms_p50'])}/{_fmt(r['lag_ms_max'])} ms"
             )
         sec.targets = targets(cells)
+        sec.targets += _idle_http(sec, sweep, plan, cfg.freshness_idle_reads)
         missed = [r for r in cells if _misses(r, r["half"])]
         if wants_profile(cfg, sec.targets) and (missed or cfg.profile == "all"):
             worst = missed[0] if missed else cells[-1]
@@ -214,7 +240,7 @@ def measure(cfg: Config, bootstrap: str, capacity: float | None, workdir: Path) 
     for r in cells:
         for k, v in r["statuses"].items():
             statuses[k] = statuses.get(k, 0) + v
-    sec.notes = method_notes(cfg) + [
+    sec.notes = method_notes(cfg) + sec.notes + [
         "Read answers over all cells: " + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + "; "
         "an acknowledgement's pickup (from the ack to its poller's first read) p50 / max per cell: "
         + ", ".join(f"{_fmt(r['pickup_p50'], '{:.1f}')} / {_fmt(r['pickup_max'], '{:.1f}')} ms" for r in cells)

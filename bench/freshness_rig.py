@@ -383,6 +383,32 @@ class Rig:
             raise RuntimeError(f"{n - len(got)} of {n} producers did not answer within {bound_s:.0f} s")
         return got
 
+    # -- idle reads
+
+    def idle_reads(self, projects: list[str], reads: int) -> tuple[list[float], dict[str, int]]:
+        """``reads`` first pages (limit ``FIRST_PAGE_LIMIT``) of ``projects`` in turn over one keep-alive
+        connection, once the projector applied everything and nothing is being produced: what a read
+        costs over HTTP on an idle serve. Returns the latencies (ms, after a warm-up) and the statuses."""
+        if self.caught_up() == math.inf:
+            raise RuntimeError(f"the projector did not catch up within {DRAIN_BOUND_S:.0f} s before the idle reads")
+        http_ = _Http(self.url)
+        warm = max(5, reads // 20)
+        ms: list[float] = []
+        statuses: dict[str, int] = {}
+        try:
+            for i in range(reads + warm):
+                path = _read_path(projects[i % len(projects)])
+                t0 = time.perf_counter()
+                code, doc = http_.get(path)
+                dt = (time.perf_counter() - t0) * 1000
+                status = str(doc.get("status")) if code == 200 and doc else f"http {code}"
+                if i >= warm:
+                    ms.append(dt)
+                    statuses[status] = statuses.get(status, 0) + 1
+        finally:
+            http_.close()
+        return ms, statuses
+
     # -- a cell
 
     def run_cell(self, cell: int, rate: float, projects: int, *, label: str, profile_label: str | None = None) -> dict[str, Any]:

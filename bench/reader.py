@@ -51,6 +51,9 @@ BASE_MICROS = 1_767_225_600_000_000
 HOST, THREAD = "host-0", "thread-0"
 _BODY = "the observer audits each completed turn and saves its cursor after a whole series of pages"
 _INDEX_DDL = "CREATE INDEX turns_page_key ON turns (page_key)"
+#: Issue 15 item 3: a first page of the reader's default limit, in process, at the largest size.
+FIRST_PAGE_LIMIT = 10
+FIRST_PAGE_P50_MS, FIRST_PAGE_P99_MS = 3.0, 8.0
 
 
 @dataclass(frozen=True)
@@ -341,6 +344,7 @@ def measure(cfg: Config, workdir: Path, progress: Callable[[str], None] = log) -
     lines = [header, "|" + "---|" * (len(sizes) + 3)]
     for (kind, limit), per_size in by_key.items():
         cells = []
+        p50s: dict[int, float] = {}
         p99s: dict[int, float] = {}
         for s in sizes:
             samples = per_size.get(s)
@@ -349,7 +353,7 @@ def measure(cfg: Config, workdir: Path, progress: Callable[[str], None] = log) -
                 continue
             p50 = Figure("p50", [x[0] for x in samples], "ms", "{:.2f}").median
             p99 = Figure("p99", [x[1] for x in samples], "ms", "{:.2f}").median
-            p99s[s] = p99
+            p50s[s], p99s[s] = p50, p99
             cells.append(f"{p50:.2f} / {p99:.2f}")
         ratio = p99s[sizes[-1]] / p99s[sizes[0]] if sizes[0] in p99s and sizes[-1] in p99s else None
         lines.append(f"| {kind} | {limit} | " + " | ".join(cells) + f" | {'n/a' if ratio is None else f'{ratio:.2f}'} |")
@@ -362,6 +366,14 @@ def measure(cfg: Config, workdir: Path, progress: Callable[[str], None] = log) -
                 text="p99 ratio",
             )
         )
+        if limit == FIRST_PAGE_LIMIT:  # issue 15 item 3: a first page of the default limit, in process
+            largest = human_count(sizes[-1])
+            section.targets += [
+                Target(f"{kind} first page (limit {limit}) in process p50 <= {FIRST_PAGE_P50_MS:g} ms at {largest}",
+                       p50s.get(sizes[-1]), FIRST_PAGE_P50_MS, higher_is_better=False, text="ms"),
+                Target(f"{kind} first page (limit {limit}) in process p99 <= {FIRST_PAGE_P99_MS:g} ms at {largest}",
+                       p99s.get(sizes[-1]), FIRST_PAGE_P99_MS, higher_is_better=False, text="ms"),
+            ]
     section.tables.append("\n".join(lines))
     if last is not None:
         if wants_profile(cfg, section.targets):

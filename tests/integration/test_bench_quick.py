@@ -38,9 +38,10 @@ def test_quick_bench_writes_a_report(kafka_bootstrap: str, tmp_path: Path) -> No
     assert "python -m bench --quick --only producer,reader" in text  # the reproduce command
     for heading in ("## Targets", "## Machine", "## 3. Reader cost", "## 5. Producer"):
         assert heading in text
-    # Every target of the two measurements has a verdict, and the reader measured all four cells.
+    # Every target of the two measurements has a verdict: the reader's four p99 ratios and its first
+    # page's p50 and p99 (snapshot and delta), the producer's ratio.
     verdicts = re.findall(r"^\| [35] \| .+ \| \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
-    assert len(verdicts) == 5, text
+    assert len(verdicts) == 9, text
     assert "identical `turns`" in text  # the bulk builder matched the projector's apply path
     assert not (tmp_path / "work").exists()  # scratch files are removed
 
@@ -78,7 +79,12 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
         reads, ok = _n(c["reads"]), _n(c["ok"])
         assert reads > 0
         assert ok >= 0.999 * reads, f"{where}: {reads - ok} of {reads} first-page reads were not ok\n{section}"
-    # Three targets with a verdict each (the half-capacity cells are not part of the quick sweep).
+    # Five targets with a verdict each: the sweep's three (the half-capacity cells are not part of the
+    # quick sweep) and the idle serve's two.
     verdicts = re.findall(r"^\| 4 \| .+ \| \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
-    assert len(verdicts) == 3, section
+    assert len(verdicts) == 5, section
     assert not (tmp_path / "work").exists()
+    # After the sweep, first pages of an idle serve over HTTP: all ok, with a verdict on both targets.
+    assert re.search(r"^- Idle reads: .+: ok [\d,]+ \(issue 15", section, flags=re.M), section
+    idle = re.findall(r"^\| 4 \| first page over HTTP on an idle serve p[59][09] .+ \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
+    assert len(idle) == 2, text
