@@ -1,14 +1,17 @@
-"""Avro encoding of turn records, with the writer schema named in every record.
+"""Avro encoding of the log's records, with the writer schema named in every record.
 
 Wire format: Avro single-object encoding (Avro spec, "Single object encoding")::
 
     0xC3 0x01 || CRC-64-AVRO fingerprint of the writer schema's parsing canonical form (8 bytes,
     little-endian) || Avro binary body
 
-The schemas live in ``completed_turn.vN.avsc`` beside this module and are parsed once at import. A
-record is always written with the newest version; a record written with any known older version is
-read through Avro schema resolution into the newest shape. A record whose fingerprint is unknown
-raises ``UnknownSchemaError``.
+Two families of records share the topic, told apart by the fingerprint alone: completed turns
+(``completed_turn.vN.avsc``) and source repairs (``source_repair.vN.avsc``, ``throughline repair``).
+The schemas live beside this module and are parsed once at import. A record is always written with
+its family's newest version; a record written with any known older version is read through Avro
+schema resolution into the newest shape. A record whose fingerprint is unknown raises
+``UnknownSchemaError``; ``decode_turn``/``decode_turn_datum`` raise it for a repair record too (they
+read turns only), ``decode_record``/``decode_log_datum`` return either family.
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from throughline.core.encoding import read_zigzag
+from throughline.core.repair import RepairRecord
 from throughline.core.turn import TurnRecord
 from throughline.schemas.exceptions import RecordDecodeError, UnknownSchemaError
 
 MAGIC = b"\xc3\x01"
 HEADER_BYTES = 10
+TURN = "completed_turn"
+REPAIR = "source_repair"
 SCHEMA_VERSIONS = (1, 2)
 CURRENT_VERSION = SCHEMA_VERSIONS[-1]
+REPAIR_SCHEMA_VERSIONS = (1,)
+CURRENT_REPAIR_VERSION = REPAIR_SCHEMA_VERSIONS[-1]
 
 
 def _strip_logical_types(node: Any) -> Any:
@@ -51,20 +59,25 @@ class SchemaVersion:
     source: dict[str, Any]
     parsed: Any
     fingerprint: bytes
+    family: str = TURN
 
 
-def _load(version: int) -> SchemaVersion:
-    text = resources.files("throughline.schemas").joinpath(f"completed_turn.v{version}.avsc").read_text("utf-8")
+def _load(version: int, family: str = TURN) -> SchemaVersion:
+    text = resources.files("throughline.schemas").joinpath(f"{family}.v{version}.avsc").read_text("utf-8")
     source = json.loads(text)
     canonical = to_parsing_canonical_form(fastavro.parse_schema(copy.deepcopy(source)))
     parsed = fastavro.parse_schema(_strip_logical_types(source))
-    return SchemaVersion(version, source, parsed, bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO")))
+    return SchemaVersion(version, source, parsed, bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO")), family)
 
 
 SCHEMAS: dict[int, SchemaVersion] = {v: _load(v) for v in SCHEMA_VERSIONS}
+REPAIR_SCHEMAS: dict[int, SchemaVersion] = {v: _load(v, REPAIR) for v in REPAIR_SCHEMA_VERSIONS}
 _BY_FINGERPRINT: dict[bytes, SchemaVersion] = {s.fingerprint: s for s in SCHEMAS.values()}
+_REPAIR_BY_FINGERPRINT: dict[bytes, SchemaVersion] = {s.fingerprint: s for s in REPAIR_SCHEMAS.values()}
+assert not set(_BY_FINGERPRINT) & set(_REPAIR_BY_FINGERPRINT), "two schemas share a fingerprint"
 _CURRENT = SCHEMAS[CURRENT_VERSION]
 _CURRENT_HEADER = MAGIC + _CURRENT.fingerprint
+_CURRENT_REPAIR = REPAIR_SCHEMAS[CURRENT_REPAIR_VERSION]
 
 
 def turn_to_avro(record: TurnRecord) -> dict[str, Any]:
@@ -160,9 +173,9 @@ def _fixed32(b: bytes) -> bytes:
     return bytes(b)
 
 
-def encode_datum(datum: dict[str, Any], version: int) -> bytes:
-    """Encode a raw datum with an explicit schema version (golden-bytes and evolution tests)."""
-    schema = SCHEMAS[version]
+def encode_datum(datum: dict[str, Any], version: int, family: str = TURN) -> bytes:
+    """Encode a raw datum with an explicit schema version of ``family`` (golden-bytes and evolution tests)."""
+    schema = (REPAIR_SCHEMAS if family == REPAIR else SCHEMAS)[version]
     buf = io.BytesIO()
     buf.write(MAGIC + schema.fingerprint)
     fastavro.schemaless_writer(buf, schema.parsed, datum)
@@ -175,8 +188,22 @@ def writer_version(data: bytes) -> int:
         raise RecordDecodeError("not an Avro single-object record (bad magic or too short)")
     schema = _BY_FINGERPRINT.get(bytes(data[2:HEADER_BYTES]))
     if schema is None:
+        repair = _REPAIR_BY_FINGERPRINT.get(bytes(data[2:HEADER_BYTES]))
+        if repair is not None:
+            raise UnknownSchemaError(f"a {REPAIR} record (schema v{repair.version}), not a turn")
         raise UnknownSchemaError(f"unknown writer schema fingerprint {bytes(data[2:HEADER_BYTES]).hex()}")
     return schema.version
+
+
+def writer_schema(data: bytes) -> SchemaVersion:
+    """The schema (of either family) a record was written with; raises for a bad header or unknown fingerprint."""
+    if len(data) < HEADER_BYTES or data[:2] != MAGIC:
+        raise RecordDecodeError("not an Avro single-object record (bad magic or too short)")
+    head = bytes(data[2:HEADER_BYTES])
+    schema = _BY_FINGERPRINT.get(head) or _REPAIR_BY_FINGERPRINT.get(head)
+    if schema is None:
+        raise UnknownSchemaError(f"unknown writer schema fingerprint {head.hex()}")
+    return schema
 
 
 def decode_turn(data: bytes) -> TurnRecord:
@@ -215,10 +242,15 @@ def decode_turn_datum(data: bytes) -> dict[str, Any]:
             return _read_current(data)
         except (IndexError, ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
             raise RecordDecodeError(f"Avro body does not decode: {type(exc).__name__}: {exc}") from None
+    return _resolve(data, SCHEMAS[version], _CURRENT)
+
+
+def _resolve(data: bytes, writer: SchemaVersion, reader: SchemaVersion) -> dict[str, Any]:
+    """The body of ``data`` (written with ``writer``) read by fastavro into ``reader``'s shape."""
     buf = io.BytesIO(data)
     buf.seek(HEADER_BYTES)
     try:
-        datum = fastavro.schemaless_reader(buf, SCHEMAS[version].parsed, _CURRENT.parsed)
+        datum = fastavro.schemaless_reader(buf, writer.parsed, reader.parsed)
     except Exception as exc:  # fastavro raises many types (EOFError, UnicodeDecodeError, ...)
         raise RecordDecodeError(f"Avro body does not decode: {type(exc).__name__}: {exc}") from None
     if buf.tell() != len(data):
@@ -226,6 +258,99 @@ def decode_turn_datum(data: bytes) -> dict[str, Any]:
     if not isinstance(datum, dict):
         raise RecordDecodeError("Avro body is not a record")
     return datum
+
+
+# ------------------------------------------------------------------------------------------- repairs
+
+
+def repair_to_avro(record: RepairRecord) -> dict[str, Any]:
+    """The Avro datum (current repair schema) of a repair record."""
+    return {
+        "projectSha256": record.project_sha256,
+        "sourceSha256": record.source_sha256,
+        "reason": record.reason,
+        "producer": {
+            "name": record.producer_name,
+            "version": record.producer_version,
+            "producedAt": record.produced_at_micros,
+            "attributes": dict(record.attributes),
+        },
+    }
+
+
+def encode_repair(record: RepairRecord) -> bytes:
+    """Encode a repair record with the current repair schema, single-object framed.
+
+    fastavro's generic writer: repairs are rare, so no hand-written encoder. Raises
+    ``TypeError``/``ValueError``/``OverflowError`` for a field that does not fit the schema.
+    """
+    buf = io.BytesIO()
+    buf.write(MAGIC + _CURRENT_REPAIR.fingerprint)
+    fastavro.schemaless_writer(buf, _CURRENT_REPAIR.parsed, repair_to_avro(record))
+    return buf.getvalue()
+
+
+def _repair_of(datum: dict[str, Any]) -> RepairRecord:
+    try:
+        producer = datum["producer"]
+        return RepairRecord(
+            project_sha256=datum["projectSha256"],
+            source_sha256=datum["sourceSha256"],
+            reason=datum["reason"],
+            producer_name=producer["name"],
+            producer_version=producer["version"],
+            produced_at_micros=producer["producedAt"],
+            attributes=producer.get("attributes", {}),
+        )
+    except (KeyError, TypeError) as exc:
+        raise RecordDecodeError(f"Avro body is not a repair record: {type(exc).__name__}: {exc}") from None
+
+
+def decode_repair(data: bytes) -> RepairRecord:
+    """Decode one topic record written with a repair schema (any known version) into a ``RepairRecord``.
+
+    Raises ``UnknownSchemaError`` (a turn, or an unknown fingerprint) or ``RecordDecodeError``.
+    """
+    schema = writer_schema(data)
+    if schema.family != REPAIR:
+        raise UnknownSchemaError(f"a {schema.family} record (schema v{schema.version}), not a {REPAIR}")
+    return _repair_of(_resolve(data, schema, _CURRENT_REPAIR))
+
+
+def decode_log_datum(data: bytes) -> dict[str, Any] | RepairRecord:
+    """Decode any record of the log: a turn's datum (as ``decode_turn_datum``) or a ``RepairRecord``.
+
+    The projector's decode path (``projector/prepare.py``) tells the two apart by type: a ``dict`` is
+    a turn, a ``RepairRecord`` a repair. Same errors as ``decode_turn_datum``.
+    """
+    if len(data) >= HEADER_BYTES and data[2:HEADER_BYTES] == _CURRENT.fingerprint:
+        return decode_turn_datum(data)  # the usual case, without a second fingerprint lookup
+    schema = writer_schema(data)
+    if schema.family == REPAIR:
+        return _repair_of(_resolve(data, schema, _CURRENT_REPAIR))
+    return decode_turn_datum(data)
+
+
+def decode_record(data: bytes) -> TurnRecord | RepairRecord:
+    """Decode any record of the log into its value type (``decode_turn`` or ``decode_repair``)."""
+    if writer_schema(data).family == REPAIR:
+        return decode_repair(data)
+    return decode_turn(data)
+
+
+def produced_at(data: bytes | None) -> int | None:
+    """When a record's producer wrote it (``producer.producedAt``, µs), or ``None`` when it does not decode.
+
+    What ``throughline quarantine`` shows as a quarantined record's time: the projection keeps no
+    wall-clock time of its own (a replay must reproduce it exactly).
+    """
+    if data is None:
+        return None
+    try:
+        record = decode_record(data)
+    except RecordDecodeError:
+        return None
+    return record.produced_at_micros
 
 
 def _read_string(data: bytes, p: int) -> tuple[str, int]:

@@ -39,3 +39,9 @@ class PageTokenError(InputError):
     """A page token is refused; ``code`` says why."""
 
     code = "invalid_page_token"
+
+
+class InvalidRepairError(InputError):
+    """A repair cannot be built: its source or reason breaks the rules (``code`` says which)."""
+
+    code = "invalid_repair"

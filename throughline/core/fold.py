@@ -11,8 +11,10 @@ For a record of source S whose chain has length ``n`` and head digest ``d(n)``:
    record becomes turn ``seq``, chained onto ``d(seq - 1)``.
 5. ``seq > n + 1``: ``Reject`` (a gap).
 
-Every ``Append`` makes S its project's head source. ``ChainBook`` is the in-memory fold over whole
-histories; the DuckDB projection applies the same decisions in bulk.
+Every ``Append`` makes S its project's head source. A rejected record marks S *broken* (the reader
+refuses to serve it) but does not stop the fold: later records of S are folded by the same rules. A
+repair record (``throughline.core.repair``) lifts the mark. ``ChainBook`` is the in-memory fold over
+whole histories, repairs included; the DuckDB projection applies the same decisions in bulk.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from throughline.core.chain import CHAIN_ORIGIN, next_chain_digest
+from throughline.core.repair import RepairOutcome, RepairRecord, decide_repair, repair_problem
 from throughline.core.turn import TurnRecord, verify_turn
 
 
@@ -134,9 +137,32 @@ class BookTurn:
     record: TurnRecord
 
 
+@dataclass(frozen=True, slots=True)
+class BookRepair:
+    """A sound repair record the book applied: where it is, what it repaired, and the chain it accepted."""
+
+    partition: int
+    offset: int
+    project_sha256: bytes
+    source_sha256: bytes
+    reason: str
+    outcome: RepairOutcome
+    length: int  # the source's chain as applied when the repair was applied
+    chain_digest: bytes
+
+
+Position = tuple[int, int]  # (partition, offset) of a log record
+
+
 @dataclass
 class ChainBook:
-    """An in-memory fold over whole histories (the reference the DuckDB projection must agree with)."""
+    """An in-memory fold over whole histories (the reference the DuckDB projection must agree with).
+
+    ``quarantined`` lists (partition, offset, reason) in fold order; ``quarantine_identity`` gives the
+    (project, source) of those whose record decoded far enough to name them; ``repaired`` maps a
+    quarantined position to the position of the repair that marked it; ``broken`` holds the sources
+    with a rejected record no repair has marked.
+    """
 
     live: dict[bytes, list[BookTurn]] = field(default_factory=dict)
     applied: dict[bytes, dict[str, bytes]] = field(default_factory=dict)
@@ -144,6 +170,10 @@ class ChainBook:
     heads: dict[bytes, bytes] = field(default_factory=dict)
     quarantined: list[tuple[int, int, str]] = field(default_factory=list)
     broken: set[bytes] = field(default_factory=set)
+    source_projects: dict[bytes, bytes] = field(default_factory=dict)
+    quarantine_identity: dict[Position, tuple[bytes, bytes | None]] = field(default_factory=dict)
+    repaired: dict[Position, Position] = field(default_factory=dict)
+    repairs: list[BookRepair] = field(default_factory=list)
 
     def head_of(self, source: bytes) -> ChainHead:
         """The current head of a source's chain."""
@@ -152,13 +182,22 @@ class ChainBook:
             return ChainHead()
         return ChainHead(turns[-1].seq, turns[-1].chain_digest)
 
+    def _quarantine(self, partition: int, offset: int, reason: str, project: bytes, source: bytes | None) -> None:
+        self.quarantined.append((partition, offset, reason))
+        self.quarantine_identity[(partition, offset)] = (project, source)
+
     def apply(self, record: TurnRecord, partition: int, offset: int, partition_key: bytes | None = None) -> Outcome:
         """Fold one record at log position (partition, offset)."""
         problem = record_problem(record, partition_key)
         if problem is not None:
-            self.quarantined.append((partition, offset, problem))
+            try:
+                identity: bytes | None = record.source_sha256
+            except Exception:  # an unencodable host or thread: quarantined without a source hash
+                identity = None
+            self._quarantine(partition, offset, problem, record.project_sha256, identity)
             return Reject(problem)
         source = record.source_sha256
+        self.source_projects.setdefault(source, record.project_sha256)
         turns = self.live.setdefault(source, [])
         seen = self.applied.setdefault(source, {})
         outcome = fold_turn(
@@ -168,7 +207,7 @@ class ChainBook:
             digest_at=lambda k: turns[k - 1].chain_digest,
         )
         if isinstance(outcome, Reject):
-            self.quarantined.append((partition, offset, outcome.reason))
+            self._quarantine(partition, offset, outcome.reason, record.project_sha256, source)
             self.broken.add(source)
         elif isinstance(outcome, Append):
             if outcome.is_rewind:
@@ -183,7 +222,48 @@ class ChainBook:
             self.heads[record.project_sha256] = source
         return outcome
 
-    def apply_all(self, records: Iterable[tuple[TurnRecord, int, int]]) -> None:
-        """Fold (record, partition, offset) triples in order."""
+    def apply_repair(
+        self, record: RepairRecord, partition: int, offset: int, partition_key: bytes | None = None
+    ) -> RepairOutcome | Reject:
+        """Apply one repair record at log position (partition, offset) (``throughline.core.repair``).
+
+        An unsound record is quarantined (``Reject``) and changes nothing else. A sound one marks the
+        source's unmarked quarantined records on ``partition`` below ``offset`` repaired by this
+        position and lifts the source's broken mark; its chain, head and applied turn ids stay as they
+        are, so the next turn with seq = length + 1 appends.
+        """
+        problem = repair_problem(record, partition_key)
+        if problem is not None:
+            self._quarantine(partition, offset, problem, record.project_sha256, record.source_sha256)
+            return Reject(problem)
+        source, project = record.source_sha256, record.project_sha256
+        pending = [
+            position
+            for position, (p, s) in self.quarantine_identity.items()
+            if s == source and p == project and position[0] == partition and position[1] < offset
+            and position not in self.repaired
+        ]
+        known = self.source_projects.get(source) == project
+        outcome = decide_repair(known=known, broken=known and source in self.broken, unrepaired=len(pending))
+        for position in pending:
+            self.repaired[position] = (partition, offset)
+        if outcome.cleared:
+            self.broken.discard(source)
+        head = self.head_of(source)
+        self.repairs.append(
+            BookRepair(partition, offset, project, source, record.reason, outcome, head.length, head.chain_digest)
+        )
+        return outcome
+
+    def apply_record(
+        self, record: TurnRecord | RepairRecord, partition: int, offset: int, partition_key: bytes | None = None
+    ) -> Outcome | RepairOutcome:
+        """Fold a decoded log record of either family (``apply`` or ``apply_repair``)."""
+        if isinstance(record, RepairRecord):
+            return self.apply_repair(record, partition, offset, partition_key)
+        return self.apply(record, partition, offset, partition_key)
+
+    def apply_all(self, records: Iterable[tuple[TurnRecord | RepairRecord, int, int]]) -> None:
+        """Fold (record, partition, offset) triples in order (turns and repairs)."""
         for record, partition, offset in records:
-            self.apply(record, partition, offset)
+            self.apply_record(record, partition, offset)

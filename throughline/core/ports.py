@@ -18,6 +18,7 @@ from throughline.core.cursor import Cursor
 from throughline.core.fold import BookTurn, ChainBook
 from throughline.core.inflight import InFlight
 from throughline.core.partitioning import partition_for
+from throughline.core.repair import RepairRecord
 from throughline.core.turn import TurnRecord
 
 
@@ -191,11 +192,12 @@ class BookProjection:
     _inflight: InFlight = field(default_factory=InFlight)
     _changes: dict[bytes, int] = field(default_factory=dict)
 
-    def apply(self, record: TurnRecord, partition: int, offset: int) -> None:
-        """Fold one record at (partition, offset)."""
+    def apply(self, record: TurnRecord | RepairRecord, partition: int, offset: int) -> None:
+        """Fold one record (a turn or a repair) at (partition, offset)."""
         with self._changed:
-            self.book.apply(record, partition, offset)
-            self._projects.setdefault(record.source_sha256, record.project_sha256)
+            self.book.apply_record(record, partition, offset)
+            if isinstance(record, TurnRecord):
+                self._projects.setdefault(record.source_sha256, record.project_sha256)
             self.applied[partition] = offset + 1
             self._inflight.applied(partition, offset + 1)
             self._changes[record.project_sha256] = self._changes.get(record.project_sha256, 0) + 1
