@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .model import OK, PENDING, READ_SCHEMA, RESYNC, Expect, Model
+from .model import ERROR, OK, PENDING, QUARANTINED, READ_SCHEMA, RESYNC, Expect, Model
 
 SERIES_EXACT = "series-exact"
 PINNED_THROUGH = "pinned-through"
@@ -21,6 +21,7 @@ TOKEN_BINDING = "token-binding"
 PENDING_HONESTY = "pending-honesty"
 RESYNC_EXACT = "resync-exact"
 SNAPSHOT = "snapshot"
+QUARANTINE_EXACT = "quarantine-exact"
 WIRE = "wire"
 TURN_FIELDS = ("seq", "completedAt", "body", "bodyBytes", "bodyTruncated", "contentDigest", "chainDigest")
 
@@ -65,6 +66,11 @@ def check_read(model: Model, expect: Expect, outcome: Outcome, *, context: str, 
                pin_end: int | None = None) -> None:
     """One call against the model's expectation (status, echo, rows, page, token presence)."""
     where = f"{context}: model expects {expect.status} ({expect.reason}); production {outcome.describe()}"
+    if expect.status == ERROR or outcome.error_code == QUARANTINED:
+        # A broken source is never served, and a mended one is served again (then by the laws below).
+        if outcome.error_code != expect.error_code:
+            fail(QUARANTINE_EXACT, where)
+        return
     if outcome.wire is None:
         law = TOKEN_BINDING if (outcome.error_code or "").startswith("page_token") else _status_law(expect.status, None)
         fail(law, where)

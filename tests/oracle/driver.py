@@ -32,14 +32,30 @@ from throughline.core.ports import (
     StoredTurn,
     read_turn_ranges,
 )
+from throughline.core.repair import build_repair
 from throughline.core.turn import build_turn
 from throughline.errors import ThroughlineError
-from throughline.schemas.codec import decode_turn, encode_turn
+from throughline.schemas.codec import decode_record, encode_repair, encode_turn
 
 from . import checker
 from .checker import Outcome
-from .grammar import VARIANTS, Append, Apply, Damage, Fetch, Pick, Repair, Replay, Reread, Rewind, Start, Step
-from .model import OK, PARTITION, PENDING, PROJECTS, SOURCES, Model, source_hash
+from .grammar import (
+    VARIANTS,
+    Append,
+    Apply,
+    Damage,
+    Fetch,
+    Gap,
+    Mend,
+    Pick,
+    Repair,
+    Replay,
+    Reread,
+    Rewind,
+    Start,
+    Step,
+)
+from .model import ERROR, OK, PARTITION, PENDING, PROJECTS, SOURCES, Model, source_hash
 
 TOKEN_KEY = bytes(range(32))
 
@@ -88,11 +104,11 @@ class BookTarget:
 
     def apply(self, batch: list[tuple[bytes, bytes, int, int]]) -> None:
         for _key, data, partition, offset in batch:
-            self._book.apply(decode_turn(data), partition, offset)
+            self._book.apply(decode_record(data), partition, offset)
 
     def fetch(self, batch: list[tuple[bytes, bytes, int, int]]) -> None:
         if batch:
-            records = [(offset, decode_turn(data).project_sha256) for _key, data, _p, offset in batch]
+            records = [(offset, decode_record(data).project_sha256) for _key, data, _p, offset in batch]
             self._book.fetched(PARTITION, records, batch[-1][3] + 1)
 
     def close(self) -> None:
@@ -332,8 +348,10 @@ class Driver:
 
     def step(self, number: int, step: Step) -> None:
         """Run one step."""
-        if isinstance(step, Append | Rewind):
+        if isinstance(step, Append | Rewind | Gap):
             self.append(step)
+        elif isinstance(step, Mend):
+            self.mend(step)
         elif isinstance(step, Apply):
             self.apply_records(step.count)
         elif isinstance(step, Fetch):
@@ -362,12 +380,16 @@ class Driver:
             if open_series:
                 self.next_page(number, open_series[step.series % len(open_series)])
 
-    def append(self, step: Append | Rewind) -> None:
+    def append(self, step: Append | Rewind | Gap) -> None:
         project = PROJECTS[step.project]
         state = self.model.log_state
         if isinstance(step, Append):
             source = state.heads.get(project, SOURCES[0]) if step.source is None else SOURCES[step.source]
             seq = None
+        elif isinstance(step, Gap):
+            source = state.heads.get(project, SOURCES[0]) if step.source is None else SOURCES[step.source]
+            seq = len(state.chain(project, source) or []) + 2 + step.skip % 3
+            self.stats["a source broken by a gap"] += 1
         else:
             live = state.sources(project)
             if not live:
@@ -381,6 +403,23 @@ class Driver:
             completed_at_micros=record.micros, body=record.body, seq=record.seq,
         )
         self.log.append((turn.project_sha256, encode_turn(turn)))
+
+    def mend(self, step: Mend) -> None:
+        """An operator's repair record: for a broken source of the project when there is one."""
+        project = PROJECTS[step.project]
+        state = self.model.log_state
+        broken = [s for s in SOURCES if (project, *s) in state.broken]
+        head = state.heads.get(project)
+        if step.source is None and head in broken:
+            source = head
+        elif broken:
+            source = broken[(step.source or 0) % len(broken)]
+        else:
+            source = SOURCES[(step.source or 0) % len(SOURCES)]
+        record = self.model.append_repair(project, source[0], source[1], f"mended at step {len(self.log)}")
+        repair = build_repair(project=record.project, host=record.host, thread=record.thread, reason=record.body)
+        self.log.append((repair.project_sha256, encode_repair(repair)))
+        self.stats["a repair record appended" + ("" if broken else " with nothing to repair")] += 1
 
     def apply_records(self, count: int | None) -> None:
         first = self.model.applied
@@ -464,7 +503,7 @@ class Driver:
         snapshot = series.after is None
         pin_end = series.pin_end if series.through is not None else self.model.log_end
         checker.check_read(self.model, expect, outcome, context=context, snapshot=snapshot, pin_end=pin_end)
-        self.stats[f"page {expect.status}"] += 1
+        self.stats[f"page {expect.error_code if expect.status == ERROR else expect.status}"] += 1
         if series.after is not None and series.through is not None:
             after, through = self.model.cursors[series.after], self.model.cursors[series.through]
             if after.offset >= self.model.applied > through.offset and after.project == through.project == series.project:
@@ -476,6 +515,9 @@ class Driver:
         if expect.status != OK:
             return False
         assert outcome.wire is not None
+        mended_at = None if expect.through is None else self.model.mended.get((series.project, *expect.through.source))
+        if mended_at is not None and mended_at < self.model.applied:
+            self.stats["page ok of a source a repair mended"] += 1
         if series.through is None:
             series.through = outcome.wire["throughCursor"]
             if series.through is None:

@@ -21,6 +21,13 @@ Replay     replay a token of series ``series`` (counted among the series holding
 Damage     the projection loses (``hide``) or garbles (``alter``) one live turn row, ``back`` turns
            from the end of the head source (``source=None``) or of another source
 Repair     the projection's damaged rows are restored
+Gap        (``histories(breaks=True)`` only) a host completes a turn whose seq leaves a gap after
+           the chain of the project's head source (``source=None``) or of ``SOURCES[source]`` (seq ``length + 2 + skip % 3``): the record is quarantined and the
+           source broken
+Mend       (``breaks=True`` with ``repairs=True`` only) an operator appends a repair record for the
+           project's head source when it is broken (``source=None``), else for one of its broken
+           sources (``source`` counted among them), or for ``SOURCES[source]`` when none is broken (a
+           repair with nothing to do)
 =========  ============================================================================================
 
 Read pages of several series interleave in whatever order the list gives their ``Next`` steps; turns
@@ -124,7 +131,21 @@ class Repair:
     pass
 
 
-Step = Append | Rewind | Apply | Fetch | Start | Next | Reread | Replay | Damage | Repair
+@dataclass(frozen=True)
+class Gap:
+    project: int
+    source: int | None  # None: the project's head source (the one most reads serve)
+    skip: int
+    body: str
+
+
+@dataclass(frozen=True)
+class Mend:
+    project: int
+    source: int | None  # None: the project's head source when it is broken
+
+
+Step = Append | Rewind | Apply | Fetch | Start | Next | Reread | Replay | Damage | Repair | Gap | Mend
 
 
 def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
@@ -181,18 +202,36 @@ steps: st.SearchStrategy[Step] = weighted(
 )
 
 
+gaps = st.builds(Gap, projects, weighted((2, st.none()), (1, sources)), small, bodies)
+mends = st.builds(Mend, projects, weighted((2, st.none()), (1, sources)))
+
+
+def _steps_with_breaks(repairs: bool) -> st.SearchStrategy[Step]:
+    """``steps`` plus gaps (and, with ``repairs``, repair records), often enough that most histories
+    break a source that a series reads and, with repairs, mend it while series are open."""
+    mix: list[tuple[int, st.SearchStrategy[Any]]] = [
+        (10, appends), (2, rewinds), (5, applies), (5, starts), (12, nexts),
+        (2, rereads), (2, replays), (3, damages), (1, st.just(Repair())), (3, fetches), (6, gaps),
+    ]
+    if repairs:
+        mix.append((5, mends))
+    return weighted(*mix)
+
+
 def history(prologue: list[Step], first: Start, body: list[Step]) -> list[Step]:
     """The steps of one history: the prologue, the projector catching up, a first series, the body."""
     return [*prologue, Apply(None), first, *body]
 
 
-def histories(max_steps: int = 40) -> st.SearchStrategy[list[Step]]:
+def histories(max_steps: int = 40, *, breaks: bool = False, repairs: bool = False) -> st.SearchStrategy[list[Step]]:
     """A prologue of 2..12 appends the projector applies, a first series, then 1..``max_steps``
-    mixed steps.
+    mixed steps (with ``breaks``: gaps too; with ``repairs`` as well: repair records).
 
     The prologue gives the first series chains to read; the lengths are drawn first, so shrinking
-    shortens both parts.
+    shortens both parts. Without ``breaks`` the strategy is the one the calibrated runs and the
+    mutant blobs of docs/oracle.md were made with.
     """
+    mixed = _steps_with_breaks(repairs) if breaks else steps
     prologue = st.integers(2, 12).flatmap(lambda n: st.lists(appends, min_size=n, max_size=n))
-    body = st.integers(1, max_steps).flatmap(lambda n: st.lists(steps, min_size=n, max_size=n))
+    body = st.integers(1, max_steps).flatmap(lambda n: st.lists(mixed, min_size=n, max_size=n))
     return st.builds(history, prologue, plain_starts, body)  # nothing is unapplied at the first start

@@ -13,8 +13,9 @@ it). It re-derives, from the documented canonical forms, everything it needs:
 The state is a list of log records, an applied-record counter (the projector's lag) and how far the
 projector's fetches reach (records fetched but not applied yet, whose projects it knows). A project's
 chains are the fold of the applied records: per project a dict of sources, each a plain list of turns,
-and the head source. The expected answer of a read follows CONTRACT sections 3 and 5 and the order of
-checks in the reader's algorithm (docs/oracle.md, "The model").
+the head source, and the broken sources (a turn that leaves a gap breaks its source; a repair record
+mends it; docs/operations.md). The expected answer of a read follows CONTRACT sections 3 and 5 and the
+order of checks in the reader's algorithm (docs/oracle.md, "The model").
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ READ_SCHEMA = "throughline.observer_read.v1"
 OK = "ok"
 PENDING = "projection_pending"
 RESYNC = "resync_required"
+ERROR = "error"
+QUARANTINED = "source_quarantined"
 
 _EPOCH_MICROS = 1_784_000_000_123_456  # mid-2026, with a fraction so completedAt prints all six digits
 _CHAIN_ORIGIN = hashlib.sha256(b"throughline.chain.v1").digest()
@@ -92,6 +95,7 @@ class Record:
     seq: int | None
     micros: int
     body: str
+    kind: str = "turn"  # or "repair": an operator's repair of (host, thread), ``body`` its reason
 
 
 @dataclass(frozen=True)
@@ -140,10 +144,15 @@ class Prefix:
 
 @dataclass
 class State:
-    """The fold of a log prefix: per project, its sources' chains and its head source."""
+    """The fold of a log prefix: per project, its sources' chains, its head source and the broken sources.
+
+    A turn whose seq leaves a gap does not enter its chain and breaks its source (the chain is kept,
+    perhaps empty); a repair record mends a broken source; nothing else changes either.
+    """
 
     chains: dict[tuple[str, str, str], list[Turn]] = field(default_factory=dict)
     heads: dict[str, tuple[str, str]] = field(default_factory=dict)
+    broken: set[tuple[str, str, str]] = field(default_factory=set)
 
     def chain(self, project: str, source: tuple[str, str]) -> list[Turn] | None:
         """The live chain of a source, or ``None`` when no record of it was folded."""
@@ -190,15 +199,24 @@ class Model:
     hidden: set[tuple[str, str, str, int]] = field(default_factory=set)
     altered: set[tuple[str, str, str, int]] = field(default_factory=set)
     cursors: dict[str, Prefix] = field(default_factory=dict)
+    mended: dict[tuple[str, str, str], int] = field(default_factory=dict)  # source -> offset of its first mend
     _states: dict[int, State] = field(default_factory=dict)
     _offsets: dict[bytes, int] = field(default_factory=dict)  # chain digest -> log offset, every turn ever
 
     # ------------------------------------------------------------------------------------- history
 
     def append(self, project: str, host: str, thread: str, seq: int | None, body: str) -> Record:
-        """A host completes a turn (``seq`` at or below the chain's length rewinds it)."""
+        """A host completes a turn (``seq`` at or below the chain's length rewinds it, above length + 1
+        leaves a gap)."""
         offset = len(self.records)
         record = Record(offset, project, host, thread, f"turn-{offset}", seq, _EPOCH_MICROS + offset * 1_000_003, body)
+        self.records.append(record)
+        return record
+
+    def append_repair(self, project: str, host: str, thread: str, reason: str) -> Record:
+        """An operator repairs the source (host, thread) of ``project`` (whether it is broken or not)."""
+        offset = len(self.records)
+        record = Record(offset, project, host, thread, f"repair-{offset}", None, 0, reason, kind="repair")
         self.records.append(record)
         return record
 
@@ -238,12 +256,19 @@ class Model:
             return cached
         base_n = max((k for k in self._states if k < n), default=0)
         base = self._states.get(base_n)
-        st = State({k: list(v) for k, v in base.chains.items()}, dict(base.heads)) if base else State()
+        st = State({k: list(v) for k, v in base.chains.items()}, dict(base.heads), set(base.broken)) if base else State()
         for record in self.records[base_n:n]:
             key = (record.project, record.host, record.thread)
+            if record.kind == "repair":
+                if key in st.broken:
+                    st.broken.discard(key)
+                    self.mended.setdefault(key, record.offset)
+                continue
             chain = st.chains.setdefault(key, [])
             seq = len(chain) + 1 if record.seq is None else record.seq
-            assert 1 <= seq <= len(chain) + 1, "the grammar never makes a gap"
+            if seq > len(chain) + 1:  # a gap: the turn never enters the chain
+                st.broken.add(key)
+                continue
             previous = _CHAIN_ORIGIN if seq == 1 else chain[seq - 2].chain
             content = content_digest(record.turn_id, record.micros, record.body)
             digest = hashlib.sha256(previous + content).digest()
@@ -366,6 +391,9 @@ class Model:
             chain = state.chain(project, c.source)
             if chain is None:
                 return refused(RESYNC, f"{name}: its source is not in the projection")
+            if (project, *c.source) in state.broken:
+                return Expect(ERROR, f"{name}: its source is broken (a quarantined record, not repaired)",
+                              after_text=after, through_text=through, through_either=pinned, error_code=QUARANTINED)
             if len(chain) < c.length:
                 return refused(RESYNC, f"{name}: the chain is now shorter ({len(chain)} < {c.length})")
             if (project, *c.source, c.length) in self.hidden:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, event, given, note, reproduce_failure, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.strategies import SearchStrategy
 
 from throughline.core.identity import project_sha256
 from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
@@ -45,10 +46,13 @@ def target_factory() -> Callable[[], Target]:
 def oracle_property(seed_value: int, *, reader: Callable[..., Any] | None = None,
                     examples: int = EXAMPLES, shrink: bool = True,
                     target: Callable[[], Target] | None = None,
-                    coverage: Counter[str] | None = None) -> Callable[[], None]:
+                    coverage: Counter[str] | None = None,
+                    strategy: SearchStrategy[list[Step]] | None = None) -> Callable[[], None]:
     """The property, seeded; a failure prints the seed and the ``@reproduce_failure`` blob.
 
-    ``coverage`` counts, per kind of event, the generated histories that had it.
+    ``coverage`` counts, per kind of event, the generated histories that had it. ``strategy``: the
+    histories (default ``histories()``, the calibrated grammar; ``test_breaks_oracle.py`` passes the
+    grammar with breaks and repairs).
     """
     # No explain phase: it re-runs many variations of a counterexample and costs minutes on DuckDB.
     phases = (Phase.explicit, Phase.generate, Phase.shrink) if shrink else (Phase.explicit, Phase.generate)
@@ -65,7 +69,7 @@ def oracle_property(seed_value: int, *, reader: Callable[..., Any] | None = None
         phases=phases,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(histories())
+    @given(strategy if strategy is not None else histories())
     def read_series_oracle(steps: list[Step]) -> None:
         note(f"oracle seed {seed_value} (replay: {ENV_SEED}={seed_value})")
         driver = run_history(steps, reader=reader, target=make)
