@@ -1,4 +1,5 @@
-"""``TurnProducer``: appends completed turns to the log, one Avro record per turn.
+"""``TurnProducer``: appends completed turns to the log, one Avro record per turn (and an operator's
+source repair records, ``send_repair``, the same way).
 
 Guarantees:
 
@@ -30,8 +31,9 @@ from types import TracebackType
 from typing import Any
 
 from throughline.core.chain import micros_since_epoch
-from throughline.core.exceptions import InvalidTurnError
+from throughline.core.exceptions import InvalidRepairError, InvalidTurnError
 from throughline.core.partitioning import partition_for
+from throughline.core.repair import RepairRecord, verify_repair
 from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_turn, parse_rfc3339, verify_turn
 from throughline.errors import ThroughlineError
 from throughline.log import (
@@ -50,7 +52,7 @@ from throughline.log import (
 )
 from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
 from throughline.runtime import fewer_gc_passes
-from throughline.schemas.codec import encode_turn
+from throughline.schemas.codec import encode_repair, encode_turn
 
 DEFAULT_SEND_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 15.0
@@ -132,10 +134,10 @@ class PendingSend:
 
     __slots__ = ("_future", "_owner", "turn_id")
 
-    def __init__(self, owner: TurnProducer, future: Any, turn: TurnRecord) -> None:
+    def __init__(self, owner: TurnProducer, future: Any, turn_id: str) -> None:
         self._owner = owner
         self._future = future
-        self.turn_id = turn.turn_id  # not the turn: a pending send must not pin its body in memory
+        self.turn_id = turn_id  # not the turn: a pending send must not pin its body in memory
 
     @property
     def done(self) -> bool:
@@ -342,6 +344,22 @@ class TurnProducer:
             attributes=attributes,
         )
 
+    def send_repair(self, repair: RepairRecord) -> LogPosition:
+        """Append one source repair record (``throughline repair``) to its project's partition, keyed
+        like the project's turns so that it lands in their order, and wait for the acknowledgement.
+
+        The record is checked (``verify_repair``) and encoded before anything is sent: an unsound one
+        raises ``InvalidRepairError`` and nothing reaches the broker.
+        """
+        problem = verify_repair(repair)
+        if problem is not None:
+            raise InvalidRepairError(problem, code="invalid_reason")
+        try:
+            value = encode_repair(repair)
+        except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
+            raise InvalidRepairError(f"the repair does not encode as a record: {type(exc).__name__}: {exc}") from None
+        return PendingSend(self, self._send(repair.project_sha256, value), "repair").result()
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every handed-over turn is acknowledged or failed (bounded by the send timeout)."""
         try:
@@ -400,15 +418,18 @@ class TurnProducer:
         return turn, value
 
     def _submit(self, turn: TurnRecord, value: bytes) -> PendingSend:
+        return PendingSend(self, self._send(turn.project_sha256, value), turn.turn_id)
+
+    def _send(self, project_sha256: bytes, value: bytes) -> Any:
+        """Hand one record of the project to kafka-python: keyed by the project hash, on its partition."""
         if self._closed:
             raise ProducerError("the producer is closed", code="producer_closed")
-        partition = partition_for(turn.project_sha256, self._partitions)
+        partition = partition_for(project_sha256, self._partitions)
         try:
             with self.kafka_errors:
-                future = self._producer.send(self._topic, value=value, key=turn.project_sha256, partition=partition)
+                return self._producer.send(self._topic, value=value, key=project_sha256, partition=partition)
         except LogError as exc:
             raise self.send_error(exc) from exc
-        return PendingSend(self, future, turn)
 
     def send_error(self, exc: LogError) -> Exception:
         """The producer's error for a (translated) Kafka error raised while sending."""

@@ -7,6 +7,11 @@
   progress bar on stderr and a JSON summary on stdout (records, turns, duplicates, quarantined, rate).
 - ``throughline status [--json]``: applied and end offsets and lag per partition, counts, and the
   latest quarantined records (a table, or one JSON document with ``--json``).
+- ``throughline quarantine [--json] [--project P]``: every quarantined record, broken source and repair,
+  hashes only (``throughline.projector.quarantine``).
+- ``throughline repair --project P (--host H --thread T | --source SHA256) --reason TEXT [--dry-run]``:
+  append a source repair record to the project's partition, or say what it would change
+  (``throughline.projector.repair``; docs/operations.md).
 
 Errors are raised as typed ``ThroughlineError``s; ``throughline.cli`` prints them as JSON on stderr and
 exits 2 for input/configuration errors, 1 otherwise.
@@ -66,6 +71,35 @@ def register(subparsers: Any) -> None:
     status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     status.add_argument("--quarantine", type=int, default=10, metavar="N", help="latest quarantined records to show")
     status.set_defaults(func=_cmd_status)
+
+    quarantine = subparsers.add_parser(
+        "quarantine",
+        help="quarantined records, broken sources and repairs (hashes only)",
+        description="List the projection's quarantined records (position, reason code and text, source and "
+        "project hashes, when), its broken sources with counts, and the repairs applied. Reads --db.",
+    )
+    add_connection_options(quarantine)
+    quarantine.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    quarantine.add_argument("--project", default=None, metavar="P", help="only this project (its name; it is hashed)")
+    quarantine.set_defaults(func=_cmd_quarantine)
+
+    repair = subparsers.add_parser(
+        "repair",
+        help="append a repair record that un-breaks a source (see docs/operations.md)",
+        description="Append a source repair record to the project's partition: when the projector applies "
+        "it, the source's chain as applied is accepted and served again, and its quarantined records are "
+        "marked repaired. --dry-run reads --db and prints what would change, appending nothing.",
+    )
+    add_connection_options(repair)
+    repair.add_argument("--project", required=True, metavar="P", help="the project (its name; it is hashed)")
+    repair.add_argument("--host", default=None, metavar="H", help="the source's host (with --thread; hashed)")
+    repair.add_argument("--thread", default=None, metavar="T", help="the source's thread (with --host; hashed)")
+    repair.add_argument(
+        "--source", default=None, metavar="SOURCE_SHA256", help="the source's hash, as `throughline quarantine` prints it"
+    )
+    repair.add_argument("--reason", required=True, metavar="TEXT", help="why the chain as applied is accepted")
+    repair.add_argument("--dry-run", action="store_true", help="print what the repair would change; append nothing")
+    repair.set_defaults(func=_cmd_repair)
 
 
 def _add_tuning(parser: argparse.ArgumentParser) -> None:
@@ -259,3 +293,61 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if settings.bootstrap_servers and log.error is not None:
         raise log.error  # with its own code and exit code (2 for settings that do not fit the cluster)
     return 0
+
+
+def _cmd_quarantine(args: argparse.Namespace) -> int:
+    from throughline.core.identity import project_sha256
+    from throughline.projector.quarantine import collect_quarantine, render_quarantine
+
+    settings = settings_from(args)
+    project = None if args.project is None else project_sha256(args.project)
+    doc = collect_quarantine(settings.db, settings.topic, project)
+    print(json.dumps(doc, indent=2) if args.json else render_quarantine(doc))
+    return 0
+
+
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from throughline.core.repair import build_repair, parse_source_hash
+    from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
+    from throughline.projector.repair import dry_run_document, repair_json
+
+    settings = settings_from(args)
+    if args.source is not None and (args.host is not None or args.thread is not None):
+        from throughline.core.exceptions import InvalidRepairError
+
+        raise InvalidRepairError("name the source by --host and --thread, or by --source, not both", code="invalid_arguments")
+    repair = build_repair(
+        project=args.project,
+        host=args.host,
+        thread=args.thread,
+        source=None if args.source is None else parse_source_hash(args.source),
+        reason=args.reason,
+        producer_name=REPAIR_PRODUCER_NAME,
+        producer_version=PRODUCER_VERSION,
+        produced_at_micros=time.time_ns() // 1000,
+    )
+    if args.dry_run:
+        print(json.dumps(dry_run_document(settings.db, settings.topic, repair), indent=2))
+        return 0
+    servers = settings.require_bootstrap()
+    # ensure=False: a repair never creates the topic (there is nothing to repair in a new one).
+    with TurnProducer(
+        servers, settings.topic, ensure=False, producer_name=REPAIR_PRODUCER_NAME, kafka_config=settings.kafka_config()
+    ) as producer:
+        position = producer.send_repair(repair)
+    print(
+        json.dumps(
+            {"topic": settings.topic, "repair": repair_json(repair), "appended": {"partition": position.partition, "offset": position.offset}},
+            indent=2,
+        )
+    )
+    print(
+        f"repair appended at p{position.partition}@{position.offset}; it takes effect when the projector applies "
+        "that offset (see `throughline quarantine`)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+#: The producer name a repair record carries (``producer.name``).
+REPAIR_PRODUCER_NAME = "throughline-repair"

@@ -413,7 +413,11 @@ class _PartitionCounters:
 
 @dataclass(frozen=True, slots=True)
 class QuarantineEntry:
-    """One quarantined record, without its raw bytes."""
+    """One quarantined record, without its raw bytes.
+
+    ``produced_at_micros``: when its producer wrote it (``None`` when it does not decode);
+    ``repaired_by``: the (partition, offset) of the repair record that marked it, if one did.
+    """
 
     partition: int
     offset: int
@@ -422,6 +426,45 @@ class QuarantineEntry:
     project_sha256: bytes | None
     source_sha256: bytes | None
     value_bytes: int
+    produced_at_micros: int | None = None
+    repaired_by: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokenSource:
+    """A source with a broken mark: its chain as applied, and the record that broke it (and its code)."""
+
+    source_sha256: bytes
+    project_sha256: bytes
+    length: int
+    reason: str
+    partition: int | None
+    offset: int | None
+    code: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RepairEntry:
+    """A repair record the projector applied, with its outcome (``throughline.core.repair``)."""
+
+    partition: int
+    offset: int
+    project_sha256: bytes
+    source_sha256: bytes
+    reason: str
+    outcome: str
+    marked: int  # quarantined records it marked repaired
+    length: int  # the chain as applied that it accepted
+    produced_at_micros: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineListing:
+    """What ``throughline quarantine`` lists: quarantined records in log order, broken sources, repairs."""
+
+    records: tuple[QuarantineEntry, ...]
+    broken: tuple[BrokenSource, ...]
+    repairs: tuple[RepairEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -916,6 +959,54 @@ class DuckProjection:
                 )
                 for r in latest
             ),
+        )
+
+    def quarantine(self, project_sha256: bytes | None = None, *, times: bool = True) -> QuarantineListing:
+        """Every quarantined record (in log order), broken source and applied repair, of one project or
+        of all, read in one snapshot; never a raw record byte. ``times=False`` skips reading the
+        records' values to decode when they were produced (``/metrics`` needs only the counts).
+
+        Repairs (and ``repaired_by``) stay empty until the store applies repair records.
+        """
+        from throughline.schemas.codec import produced_at
+
+        cur = self._con.cursor()
+        entries: list[QuarantineEntry] = []
+        try:
+            cur.execute("BEGIN TRANSACTION")
+            cur.execute(
+                "SELECT log_partition, log_offset, code, reason, project_sha256, source_sha256, "
+                "coalesce(octet_length(record_value), 0), CASE WHEN $2 THEN record_value END FROM quarantine "
+                "WHERE $1::BLOB IS NULL OR project_sha256 = $1::BLOB ORDER BY log_partition, log_offset",
+                [project_sha256, times],
+            )
+            while rows := cur.fetchmany(1024):
+                entries.extend(
+                    QuarantineEntry(
+                        int(r[0]),
+                        int(r[1]),
+                        r[2],
+                        r[3],
+                        None if r[4] is None else bytes(r[4]),
+                        None if r[5] is None else bytes(r[5]),
+                        int(r[6]),
+                        produced_at(None if r[7] is None else bytes(r[7])),
+                    )
+                    for r in rows
+                )
+            broken = cur.execute(
+                "SELECT s.source_sha256, s.project_sha256, s.length, s.broken_reason, s.broken_partition, "
+                "s.broken_offset, q.code FROM sources s LEFT JOIN quarantine q "
+                "ON q.log_partition = s.broken_partition AND q.log_offset = s.broken_offset "
+                "WHERE s.broken_reason IS NOT NULL AND ($1::BLOB IS NULL OR s.project_sha256 = $1::BLOB) "
+                "ORDER BY s.source_sha256",
+                [project_sha256],
+            ).fetchall()
+            cur.execute("ROLLBACK")
+        finally:
+            cur.close()
+        return QuarantineListing(
+            tuple(entries), tuple(BrokenSource(bytes(r[0]), bytes(r[1]), int(r[2]), r[3], r[4], r[5], r[6]) for r in broken)
         )
 
     def table_digests(self) -> dict[str, str]:

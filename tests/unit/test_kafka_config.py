@@ -320,6 +320,6 @@ def test_every_command_that_talks_to_kafka_takes_the_flag() -> None:
 
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices  # argparse keeps them here
-    for name in ("ingest", "hook", "project", "replay", "status", "read", "observe", "serve"):
+    for name in ("ingest", "hook", "project", "replay", "status", "read", "observe", "serve", "repair"):
         flags = {flag for action in commands[name]._actions for flag in action.option_strings}
         assert "--kafka-config" in flags, name

@@ -1,0 +1,148 @@
+"""``throughline quarantine``: the quarantined records, the broken sources and the repairs, hashes only.
+
+The projection is opened read-only, like ``status`` (so this fails with ``projection_busy`` while a
+projector process holds the file). Nothing raw is printed: a record is its log position, its reason
+code and text, the hashes of its project and source when it decoded far enough to name them, its size,
+when its producer wrote it, and the repair that marked it; a broken source is its hash, its project's
+hash, its chain's length as applied, the record that broke it and how many of its quarantined records
+no repair has marked yet. The operator names a project with ``--project`` (hashed here), and a source
+to ``throughline repair`` by the ``sourceSha256`` printed here, or by host and thread.
+
+Document ``throughline.quarantine.v1`` (``--json``); the table is the same facts for a terminal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from throughline.core.turn import format_rfc3339
+from throughline.projector.store import DuckProjection, QuarantineListing
+
+QUARANTINE_SCHEMA = "throughline.quarantine.v1"
+
+
+def _hex(value: bytes | None) -> str | None:
+    return None if value is None else value.hex()
+
+
+def _position(value: tuple[int | None, int | None] | None) -> dict[str, int] | None:
+    if value is None or value[0] is None or value[1] is None:
+        return None
+    return {"partition": value[0], "offset": value[1]}
+
+
+def _when(micros: int | None) -> str | None:
+    return None if micros is None else format_rfc3339(micros)
+
+
+def quarantine_document(db: str, topic: str | None, project_sha256: bytes | None, listing: QuarantineListing) -> dict[str, Any]:
+    """The listing as one JSON-ready document (``throughline.quarantine.v1``)."""
+    unrepaired = Counter(
+        q.source_sha256 for q in listing.records if q.repaired_by is None and q.source_sha256 is not None
+    )
+    by_code = Counter(q.code for q in listing.records)
+    repaired = sum(1 for q in listing.records if q.repaired_by is not None)
+    return {
+        "schema": QUARANTINE_SCHEMA,
+        "db": db,
+        "topic": topic,
+        "projectSha256": _hex(project_sha256),
+        "counts": {
+            "records": len(listing.records),
+            "unrepaired": len(listing.records) - repaired,
+            "repaired": repaired,
+            "brokenSources": len(listing.broken),
+            "repairs": len(listing.repairs),
+            "byCode": dict(sorted(by_code.items())),
+        },
+        "records": [
+            {
+                "partition": q.partition,
+                "offset": q.offset,
+                "code": q.code,
+                "reason": q.reason,
+                "projectSha256": _hex(q.project_sha256),
+                "sourceSha256": _hex(q.source_sha256),
+                "when": _when(q.produced_at_micros),
+                "valueBytes": q.value_bytes,
+                "repairedBy": _position(q.repaired_by),
+            }
+            for q in listing.records
+        ],
+        "brokenSources": [
+            {
+                "sourceSha256": b.source_sha256.hex(),
+                "projectSha256": b.project_sha256.hex(),
+                "length": b.length,
+                "code": b.code,
+                "reason": b.reason,
+                "brokenAt": _position((b.partition, b.offset)),
+                "unrepaired": unrepaired.get(b.source_sha256, 0),
+            }
+            for b in listing.broken
+        ],
+        "repairs": [
+            {
+                "partition": r.partition,
+                "offset": r.offset,
+                "projectSha256": r.project_sha256.hex(),
+                "sourceSha256": r.source_sha256.hex(),
+                "reason": r.reason,
+                "outcome": r.outcome,
+                "marked": r.marked,
+                "length": r.length,
+                "when": _when(r.produced_at_micros),
+            }
+            for r in listing.repairs
+        ],
+    }
+
+
+def collect_quarantine(db: str, topic: str, project_sha256: bytes | None) -> dict[str, Any]:
+    """Open the projection read-only and build the quarantine document of one project (or all)."""
+    with DuckProjection.open(db, read_only=True, topic=topic) as projection:
+        listing = projection.quarantine(project_sha256)
+        return quarantine_document(db, projection.topic, project_sha256, listing)
+
+
+def _short(hex_text: str | None) -> str:
+    return "-" if hex_text is None else hex_text[:16]
+
+
+def render_quarantine(doc: dict[str, Any]) -> str:
+    """The quarantine as text for a terminal (sources in full: ``repair --source`` takes them)."""
+    c = doc["counts"]
+    scope = f"project {doc['projectSha256'][:16]}" if doc["projectSha256"] else "all projects"
+    lines = [
+        f"quarantine of projection {doc['db']}  topic {doc['topic']}  ({scope})",
+        f"{c['records']} quarantined records ({c['unrepaired']} unrepaired, {c['repaired']} repaired), "
+        f"{c['brokenSources']} broken sources, {c['repairs']} repairs",
+    ]
+    if c["byCode"]:
+        lines.append("by code: " + ", ".join(f"{code} {n}" for code, n in c["byCode"].items()))
+    if doc["brokenSources"]:
+        lines.append("broken sources (repair with: throughline repair --project P --source SOURCE --reason TEXT):")
+        for b in doc["brokenSources"]:
+            at = b["brokenAt"]
+            where = f"p{at['partition']}@{at['offset']}" if at else "-"
+            lines.append(
+                f"  source {b['sourceSha256']}  project {_short(b['projectSha256'])}  length {b['length']}  "
+                f"broken at {where} ({b['code'] or '-'}: {b['reason']})  {b['unrepaired']} unrepaired"
+            )
+    if doc["records"]:
+        lines.append("quarantined records:")
+        for q in doc["records"]:
+            mark = f"  repaired by p{q['repairedBy']['partition']}@{q['repairedBy']['offset']}" if q["repairedBy"] else ""
+            lines.append(
+                f"  p{q['partition']}@{q['offset']}  {q['when'] or '-'}  {q['code']}: {q['reason']}  "
+                f"source {_short(q['sourceSha256'])} project {_short(q['projectSha256'])}  {q['valueBytes']} bytes{mark}"
+            )
+    if doc["repairs"]:
+        lines.append("repairs:")
+        for r in doc["repairs"]:
+            lines.append(
+                f"  p{r['partition']}@{r['offset']}  {r['when'] or '-'}  {r['outcome']}  source {_short(r['sourceSha256'])}  "
+                f"accepted length {r['length']}, marked {r['marked']}: {r['reason']}"
+            )
+    return "\n".join(lines)
