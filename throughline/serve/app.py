@@ -514,6 +514,12 @@ class ReadApi:
         if log_error is not None:
             self.metrics.scrape_errors.inc()
         self.metrics.set_offsets(applied, end)
+        listing_of = getattr(self.projection, "quarantine", None)  # the DuckDB projection has it
+        if listing_of is not None:
+            try:
+                self.metrics.set_quarantine(listing_of(times=False))
+            except Exception:  # a closing or failing projection must not fail the scrape
+                self.metrics.scrape_errors.inc()
 
 
 def _package_version() -> str:

@@ -12,6 +12,9 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from throughline.core.repair import REPAIR_OUTCOMES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -321,8 +324,27 @@ class ServeMetrics:
             "throughline_scrape_errors_total",
             "Scrapes whose log end offsets could not be read (the broker did not answer).",
         )
+        self.quarantine_records = r.gauge(
+            "throughline_projection_quarantined_records",
+            "Records in the projection's quarantine, by reason code and whether a repair marked them "
+            "(state: unrepaired, repaired); read from the projection at scrape time.",
+            ["code", "state"],
+        )
+        self.broken_sources = r.gauge(
+            "throughline_projection_broken_sources",
+            "Sources the reader refuses to serve (a rejected record no repair marked), by the reason code of "
+            "the record that broke them; read from the projection at scrape time.",
+            ["code"],
+        )
+        self.repairs = r.gauge(
+            "throughline_projection_repairs",
+            "Repair records the projector applied, by outcome (repaired, not_broken, unknown_source).",
+            ["outcome"],
+        )
         for status in ("ok", "projection_pending", "resync_required", "error"):
             self.reads.inc(0, status=status)
+        for outcome in REPAIR_OUTCOMES:
+            self.repairs.set(0, outcome=outcome)
 
     def set_offsets(self, applied: Mapping[int, int], end: Mapping[int, int] | None) -> None:
         """Refresh the per-partition gauges (``end=None`` when the broker did not answer)."""
@@ -330,6 +352,22 @@ class ServeMetrics:
         if end is not None:
             self.end_offset.replace(({"partition": p}, v) for p, v in end.items())
             self.lag.replace(({"partition": p}, max(0, end[p] - applied.get(p, 0))) for p in end)
+
+    def set_quarantine(self, listing: Any) -> None:
+        """Refresh the quarantine gauges from a projection's ``quarantine(times=False)`` listing."""
+        records: dict[tuple[str, str], int] = {}
+        for q in listing.records:
+            key = (q.code, "unrepaired" if q.repaired_by is None else "repaired")
+            records[key] = records.get(key, 0) + 1
+        self.quarantine_records.replace(({"code": c, "state": st}, n) for (c, st), n in records.items())
+        broken: dict[str, int] = {}
+        for b in listing.broken:
+            broken[b.code or "unknown"] = broken.get(b.code or "unknown", 0) + 1
+        self.broken_sources.replace(({"code": c}, n) for c, n in broken.items())
+        outcomes = dict.fromkeys(REPAIR_OUTCOMES, 0)
+        for r in listing.repairs:
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        self.repairs.replace(({"outcome": o}, n) for o, n in outcomes.items())
 
     def render(self) -> str:
         """The text exposition of every series."""
