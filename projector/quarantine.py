@@ -106,6 +106,10 @@ def collect_quarantine(db: str, topic: str, project_sha256: bytes | None) -> dic
         return quarantine_document(db, projection.topic, project_sha256, listing)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _short(hex_text: str | None) -> str:
     return "-" if hex_text is None else hex_text[:16]
 
@@ -116,8 +120,8 @@ def render_quarantine(doc: dict[str, Any]) -> str:
     scope = f"project {doc['projectSha256'][:16]}" if doc["projectSha256"] else "all projects"
     lines = [
         f"quarantine of projection {doc['db']}  topic {doc['topic']}  ({scope})",
-        f"{c['records']} quarantined records ({c['unrepaired']} unrepaired, {c['repaired']} repaired), "
-        f"{c['brokenSources']} broken sources, {c['repairs']} repairs",
+        f"{_count(c['records'], 'quarantined record')} ({c['unrepaired']} unrepaired, {c['repaired']} repaired), "
+        f"{_count(c['brokenSources'], 'broken source')}, {_count(c['repairs'], 'repair')}",
     ]
     if c["byCode"]:
         lines.append("by code: " + ", ".join(f"{code} {n}" for code, n in c["byCode"].items()))

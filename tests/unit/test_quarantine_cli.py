@@ -95,7 +95,7 @@ def test_a_project_filter_keeps_that_projects_records_only(db: str) -> None:
 def test_the_table_names_the_full_source_hash_to_repair(db: str) -> None:
     text = render_quarantine(collect_quarantine(db, TOPIC, None))
     assert f"source {BROKEN.hex()}" in text
-    assert "4 quarantined records (4 unrepaired, 0 repaired), 1 broken sources" in text
+    assert "4 quarantined records (4 unrepaired, 0 repaired), 1 broken source, 0 repairs" in text
     assert "p0@4  2026-01-01T00:00:01.000000Z  chain_rejected: seq 5 leaves a gap after length 3" in text
 
 
