@@ -18,6 +18,14 @@ A record that breaks the source after the repair marks it broken again; a second
 A repair record that is unsound (``repair_problem``) is quarantined like any poison record and changes
 nothing. Everything a repair does is a function of the log up to its position, so a replay of the log
 reproduces it exactly. docs/operations.md has the operator's side.
+
+What a projection that applies repairs must do (``ChainBook.apply_repair`` is the reference): decode
+with ``decode_log_datum`` (a ``RepairRecord`` rather than a turn's datum), refuse it with
+``repair_problem`` and the partition check as it refuses turns, and, in log order among the batch's
+turns and inside the batch's one transaction with the partition's applied offset: count the source's
+unmarked quarantined records on the partition below the offset (stored ones and the batch's own),
+call ``decide_repair``, mark them, clear the broken mark, and keep the repair with its outcome and
+the chain length it accepted.
 """
 
 from __future__ import annotations
