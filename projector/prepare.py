@@ -4,7 +4,9 @@ This is the half of applying a batch that needs nothing but the records' bytes, 
 anywhere: on the projector's thread, or in the fetch worker process (``throughline.projector.feed``)
 while the main process folds and writes the previous batch. It imports neither DuckDB nor Arrow, so
 that worker starts quickly, and what it returns pickles cheaply: a sound record is a flat
-``NamedTuple`` of the fields the fold and the writes read, not a ``TurnRecord``.
+``NamedTuple`` of the fields the fold and the writes read, not a ``TurnRecord``. Records are decoded
+with ``decode_log_datum``: a repair record (``throughline.core.repair``) becomes a ``RepairItem``,
+which the store applies in log order among the turns.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any, NamedTuple, Protocol
 from throughline.core.fold import partition_key_problem
 from throughline.core.identity import source_sha256
 from throughline.core.partitioning import partition_for
+from throughline.core.repair import RepairRecord, repair_problem
 from throughline.core.turn import verify_turn_fields
 from throughline.projector.exceptions import InvalidBatchError
-from throughline.schemas.codec import decode_turn_datum
+from throughline.schemas.codec import decode_log_datum
 from throughline.schemas.exceptions import RecordDecodeError
 
 # Quarantine codes (stable: operators filter on them).
@@ -95,6 +98,24 @@ class RefusedRecord(NamedTuple):
     source: bytes | None = None
 
 
+class RepairItem(NamedTuple):
+    """A sound repair record (``throughline.core.repair``): what the store needs to apply it.
+
+    The store decides what it does from the projection's state at its position; nothing here depends
+    on that state. The raw bytes are not kept: a sound repair is never quarantined, and the ``repairs``
+    table holds every field it carries that the projection uses.
+    """
+
+    offset: int
+    project_sha256: bytes
+    source: bytes
+    reason: str
+    produced_at_micros: int
+
+
+Item = SoundRecord | RefusedRecord | RepairItem
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedBatch:
     """The records of one partition, decoded and checked (no projection state needed to build it).
@@ -104,22 +125,23 @@ class PreparedBatch:
     """
 
     partition: int
-    items: tuple[SoundRecord | RefusedRecord, ...]
+    items: tuple[Item, ...]
     next_offset: int
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled column by column: a poll's thousands of records cross from the fetch worker as a
         # dozen lists of plain values (~1 us a record each way instead of ~7 for the tuples).
         sound = [it for it in self.items if type(it) is SoundRecord]
-        refused = [tuple(it) for it in self.items if type(it) is not SoundRecord]
+        refused = [tuple(it) for it in self.items if type(it) is RefusedRecord]
+        repairs = [tuple(it) for it in self.items if type(it) is RepairItem]
         columns = tuple(zip(*sound, strict=True))
-        return (_rebuild_batch, (self.partition, columns, refused, self.next_offset))
+        return (_rebuild_batch, (self.partition, columns, refused, self.next_offset, repairs))
 
 
 def record_projects(batch: PreparedBatch) -> list[tuple[int, bytes | None]]:
     """(offset, project hash) of each record of ``batch``; ``None`` where the record names no project
     for sure (it did not decode)."""
-    return [(it.offset, it.project_sha256 if isinstance(it, SoundRecord) else it.project) for it in batch.items]
+    return [(it.offset, it.project if isinstance(it, RefusedRecord) else it.project_sha256) for it in batch.items]
 
 
 def merge_polls(polls: Sequence[Sequence[PreparedBatch]]) -> list[PreparedBatch]:
@@ -130,7 +152,7 @@ def merge_polls(polls: Sequence[Sequence[PreparedBatch]]) -> list[PreparedBatch]
     """
     if len(polls) == 1:
         return list(polls[0])
-    parts: dict[int, tuple[list[SoundRecord | RefusedRecord], int]] = {}
+    parts: dict[int, tuple[list[Item], int]] = {}
     for poll in polls:
         for b in poll:
             items, end = parts.get(b.partition, ([], -1))
@@ -144,11 +166,16 @@ def merge_polls(polls: Sequence[Sequence[PreparedBatch]]) -> list[PreparedBatch]
 
 
 def _rebuild_batch(
-    partition: int, columns: tuple[tuple[Any, ...], ...], refused: list[tuple[Any, ...]], next_offset: int
+    partition: int,
+    columns: tuple[tuple[Any, ...], ...],
+    refused: list[tuple[Any, ...]],
+    next_offset: int,
+    repairs: list[tuple[Any, ...]],
 ) -> PreparedBatch:
-    items: list[SoundRecord | RefusedRecord] = list(map(SoundRecord._make, zip(*columns, strict=True)))
-    if refused:
+    items: list[Item] = list(map(SoundRecord._make, zip(*columns, strict=True)))
+    if refused or repairs:
         items.extend(RefusedRecord._make(r) for r in refused)
+        items.extend(RepairItem._make(r) for r in repairs)
         items.sort(key=lambda it: it.offset)  # back in log order
     return PreparedBatch(partition, tuple(items), next_offset)
 
@@ -209,6 +236,25 @@ def _sound(offset: int, key: bytes | None, value: bytes, datum: dict[str, Any]) 
     )
 
 
+def _prepare_repair(
+    offset: int, key: bytes | None, value: bytes, record: RepairRecord, partition: int, partitions: int | None
+) -> RefusedRecord | RepairItem:
+    """A decoded repair record checked like a turn: unsound (``record_invalid``), on another project's
+    partition (``record_misplaced``), or sound. A refused one keeps its project and source, so a later
+    sound repair of that source marks it too (``ChainBook.apply_repair``)."""
+    project, source = record.project_sha256, record.source_sha256
+    problem = repair_problem(record, key)
+    code = Q_INVALID
+    if problem is None and partitions is not None:
+        home = partition_for(project, partitions)
+        if home != partition:
+            problem = f"record is on partition {partition} but its project belongs on partition {home}"
+            code = Q_MISPLACED
+    if problem is not None:
+        return RefusedRecord(offset, key, value, code, problem, project, source)
+    return RepairItem(offset, project, source, record.reason, record.produced_at_micros)
+
+
 def prepare_batch(
     partition: int,
     records: Sequence[RecordLike],
@@ -224,7 +270,7 @@ def prepare_batch(
     because the turns of one project must be totally ordered.
     Raises ``InvalidBatchError`` when records are of another partition or not in ascending offsets.
     """
-    items: list[SoundRecord | RefusedRecord] = []
+    items: list[Item] = []
     last = -1
     for rec in records:
         if rec.partition != partition:
@@ -241,7 +287,10 @@ def prepare_batch(
             )
             continue
         try:
-            datum = decode_turn_datum(value)
+            datum = decode_log_datum(value)
+            if isinstance(datum, RepairRecord):
+                items.append(_prepare_repair(rec.offset, key, value, datum, partition, partitions))
+                continue
             problem = _problem(datum, key)
         except RecordDecodeError as exc:
             items.append(RefusedRecord(rec.offset, key, value, exc.code, exc.message))

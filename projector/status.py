@@ -94,6 +94,8 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
             "superseded": stats.superseded,
             "quarantined": stats.quarantined,
             "brokenSources": stats.broken_sources,
+            "repaired": stats.repaired,
+            "repairs": stats.repairs,
         },
         "quarantine": [
             {
@@ -104,6 +106,7 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
                 "projectSha256": q.project_sha256.hex() if q.project_sha256 else None,
                 "sourceSha256": q.source_sha256.hex() if q.source_sha256 else None,
                 "valueBytes": q.value_bytes,
+                "repairedBy": None if q.repaired_by is None else {"partition": q.repaired_by[0], "offset": q.repaired_by[1]},
             }
             for q in stats.latest_quarantine
         ],
@@ -153,11 +156,14 @@ def render_status(doc: dict[str, Any]) -> str:
     c = doc["counts"]
     lines.append(
         f"turns {c['turns']}  sources {c['sources']}  projects {c['projects']}  superseded {c['superseded']}  "
-        f"quarantined {c['quarantined']}  broken sources {c['brokenSources']}"
+        f"quarantined {c['quarantined']} ({c['repaired']} repaired)  broken sources {c['brokenSources']}  "
+        f"repairs {c['repairs']}"
     )
     if doc["quarantine"]:
         lines.append("latest quarantined records:")
         for q in doc["quarantine"]:
             source = f" source {q['sourceSha256'][:16]}" if q["sourceSha256"] else ""
-            lines.append(f"  p{q['partition']}@{q['offset']} {q['code']}: {q['reason']}{source} ({q['valueBytes']} bytes)")
+            by = q["repairedBy"]
+            mark = f"  repaired by p{by['partition']}@{by['offset']}" if by else ""
+            lines.append(f"  p{q['partition']}@{q['offset']} {q['code']}: {q['reason']}{source} ({q['valueBytes']} bytes){mark}")
     return "\n".join(lines)

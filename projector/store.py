@@ -15,7 +15,10 @@ Tables (one projection file holds one topic; see ``SCHEMA``):
 - ``sources``: each chain's head (length, ``d(length)``, log position of the record that made
   ``seq == length``) and its broken mark (the first record of it the fold rejected).
 - ``project_heads``: each project's head source (the source of its latest appended turn).
-- ``quarantine``: records that did not decode or that the fold refused, with the raw key and value.
+- ``quarantine``: records that did not decode or that the fold refused, with the raw key and value,
+  and the log position of the repair record that marked them repaired (if one did).
+- ``repairs``: every sound repair record applied (``throughline.core.repair``), with its outcome and
+  the chain it accepted.
 
 No column holds a wall-clock time, so replaying a log into a new file and projecting it as a stream
 yield identical tables whatever the batch boundaries (``table_digests`` compares them).
@@ -46,6 +49,7 @@ import pyarrow as pa
 from throughline.core.chain import CHAIN_ORIGIN
 from throughline.core.fold import Append, Duplicate, fold_turn
 from throughline.core.inflight import InFlight
+from throughline.core.repair import decide_repair
 from throughline.projector.exceptions import (
     InvalidBatchError,
     ProjectionBusyError,
@@ -59,17 +63,35 @@ from throughline.projector.prepare import Q_INVALID as Q_INVALID
 from throughline.projector.prepare import Q_MISPLACED as Q_MISPLACED
 from throughline.projector.prepare import Q_UNDECODABLE as Q_UNDECODABLE
 from throughline.projector.prepare import Q_UNKNOWN_SCHEMA as Q_UNKNOWN_SCHEMA
+from throughline.projector.prepare import (
+    Item,
+    RecordLike,
+    RefusedRecord,
+    RepairItem,
+    SoundRecord,
+    record_projects,
+)
 from throughline.projector.prepare import LogRecord as LogRecord
 from throughline.projector.prepare import PreparedBatch as PreparedBatch
-from throughline.projector.prepare import RecordLike, RefusedRecord, SoundRecord, record_projects
 from throughline.projector.prepare import prepare_batch as prepare_batch
 from throughline.projector.prepare import turn_key as turn_key
 from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ChainHead, ReadIndex
+from throughline.projector.repair_rows import (
+    RepairEntry,
+    RepairRow,
+    count_unmarked,
+    insert_repairs,
+    load_repairs,
+    mark_quarantined,
+)
 from throughline.projector.snapshot import PAGE_BUCKET_BITS as PAGE_BUCKET_BITS
 from throughline.projector.snapshot import DuckView, _turn_rows, snapshot_version
 from throughline.projector.snapshot import page_key as page_key
 
-SCHEMA_VERSION = "1"
+#: Version 2 added ``repairs`` and the quarantine's ``repaired_partition``/``repaired_offset`` (issue 20).
+#: A file of another version is refused (``ProjectionIncompatibleError``): the projection is a function of
+#: the log, so it is rebuilt with ``throughline replay --db NEW_FILE`` rather than migrated.
+SCHEMA_VERSION = "2"
 
 _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes, more by one hash join
 
@@ -159,7 +181,22 @@ SCHEMA: tuple[str, ...] = (
         project_sha256 BLOB,
         source_sha256 BLOB,
         record_key BLOB,
-        record_value BLOB)""",
+        record_value BLOB,
+        repaired_partition INTEGER,
+        repaired_offset BIGINT)""",
+    """CREATE TABLE repairs (
+        log_partition INTEGER NOT NULL,
+        log_offset BIGINT NOT NULL,
+        project_sha256 BLOB NOT NULL,
+        source_sha256 BLOB NOT NULL,
+        reason VARCHAR NOT NULL,
+        produced_at_us BIGINT NOT NULL,
+        outcome VARCHAR NOT NULL,
+        cleared BOOLEAN NOT NULL,
+        marked BIGINT NOT NULL,
+        length BIGINT NOT NULL,
+        chain_digest BLOB NOT NULL,
+        PRIMARY KEY (log_partition, log_offset))""",
 )
 
 #: Every table, each with the columns that order its rows totally (for ``table_digests``).
@@ -172,6 +209,7 @@ TABLE_ORDER: dict[str, str] = {
     "superseded_turns": "source_sha256, superseded_partition, superseded_offset, seq",
     "turn_ids": "turn_key",
     "quarantine": "log_partition, log_offset",
+    "repairs": "log_partition, log_offset",
 }
 
 # A literal tuple: SQL is built from these names, and tests/reliability/test_sql_parameterised.py
@@ -232,6 +270,8 @@ _ARROW_QUARANTINE = (
     ("source_sha256", pa.binary()),
     ("record_key", pa.binary()),
     ("record_value", pa.binary()),
+    ("repaired_partition", pa.int32()),
+    ("repaired_offset", pa.int64()),
 )
 
 
@@ -444,21 +484,6 @@ class BrokenSource:
 
 
 @dataclass(frozen=True, slots=True)
-class RepairEntry:
-    """A repair record the projector applied, with its outcome (``throughline.core.repair``)."""
-
-    partition: int
-    offset: int
-    project_sha256: bytes
-    source_sha256: bytes
-    reason: str
-    outcome: str
-    marked: int  # quarantined records it marked repaired
-    length: int  # the chain as applied that it accepted
-    produced_at_micros: int
-
-
-@dataclass(frozen=True, slots=True)
 class QuarantineListing:
     """What ``throughline quarantine`` lists: quarantined records in log order, broken sources, repairs."""
 
@@ -493,6 +518,8 @@ class ProjectionStats:
     superseded: int
     quarantined: int
     broken_sources: int
+    repaired: int = 0  # quarantined records a repair marked
+    repairs: int = 0  # repair records applied (any outcome)
     latest_quarantine: tuple[QuarantineEntry, ...] = field(default_factory=tuple)
 
 
@@ -925,11 +952,12 @@ class DuckProjection:
                 "SELECT (SELECT count(*) FROM turns), (SELECT count(*) FROM sources), "
                 "(SELECT count(*) FROM project_heads), (SELECT count(*) FROM superseded_turns), "
                 "(SELECT count(*) FROM quarantine), "
-                "(SELECT count(*) FROM sources WHERE broken_reason IS NOT NULL)"
+                "(SELECT count(*) FROM sources WHERE broken_reason IS NOT NULL), "
+                "(SELECT count(*) FROM quarantine WHERE repaired_offset IS NOT NULL), (SELECT count(*) FROM repairs)"
             ).fetchone()
             latest = cur.execute(
                 "SELECT log_partition, log_offset, code, reason, project_sha256, source_sha256, "
-                "coalesce(octet_length(record_value), 0) FROM quarantine "
+                "coalesce(octet_length(record_value), 0), repaired_partition, repaired_offset FROM quarantine "
                 "ORDER BY log_offset DESC, log_partition LIMIT ?",
                 [max(0, latest_quarantine)],
             ).fetchall()
@@ -947,6 +975,8 @@ class DuckProjection:
             superseded=int(counts[3]),
             quarantined=int(counts[4]),
             broken_sources=int(counts[5]),
+            repaired=int(counts[6]),
+            repairs=int(counts[7]),
             latest_quarantine=tuple(
                 QuarantineEntry(
                     int(r[0]),
@@ -956,6 +986,7 @@ class DuckProjection:
                     bytes(r[4]) if r[4] is not None else None,
                     bytes(r[5]) if r[5] is not None else None,
                     int(r[6]),
+                    repaired_by=None if r[8] is None else (int(r[7]), int(r[8])),
                 )
                 for r in latest
             ),
@@ -966,7 +997,6 @@ class DuckProjection:
         of all, read in one snapshot; never a raw record byte. ``times=False`` skips reading the
         records' values to decode when they were produced (``/metrics`` needs only the counts).
 
-        Repairs (and ``repaired_by``) stay empty until the store applies repair records.
         """
         from throughline.schemas.codec import produced_at
 
@@ -976,7 +1006,8 @@ class DuckProjection:
             cur.execute("BEGIN TRANSACTION")
             cur.execute(
                 "SELECT log_partition, log_offset, code, reason, project_sha256, source_sha256, "
-                "coalesce(octet_length(record_value), 0), CASE WHEN $2 THEN record_value END FROM quarantine "
+                "coalesce(octet_length(record_value), 0), CASE WHEN $2 THEN record_value END, repaired_partition, "
+                "repaired_offset FROM quarantine "
                 "WHERE $1::BLOB IS NULL OR project_sha256 = $1::BLOB ORDER BY log_partition, log_offset",
                 [project_sha256, times],
             )
@@ -991,6 +1022,7 @@ class DuckProjection:
                         None if r[5] is None else bytes(r[5]),
                         int(r[6]),
                         produced_at(None if r[7] is None else bytes(r[7])),
+                        None if r[9] is None else (int(r[8]), int(r[9])),
                     )
                     for r in rows
                 )
@@ -1002,11 +1034,14 @@ class DuckProjection:
                 "ORDER BY s.source_sha256",
                 [project_sha256],
             ).fetchall()
+            repairs = load_repairs(cur, project_sha256)
             cur.execute("ROLLBACK")
         finally:
             cur.close()
         return QuarantineListing(
-            tuple(entries), tuple(BrokenSource(bytes(r[0]), bytes(r[1]), int(r[2]), r[3], r[4], r[5], r[6]) for r in broken)
+            tuple(entries),
+            tuple(BrokenSource(bytes(r[0]), bytes(r[1]), int(r[2]), r[3], r[4], r[5], r[6]) for r in broken),
+            repairs,
         )
 
     def table_digests(self) -> dict[str, str]:
@@ -1176,7 +1211,7 @@ class _BatchWork:
         self.p = projection
         self.cur = cur
         self.topic = topic
-        self.batches: list[tuple[PreparedBatch, list[SoundRecord | RefusedRecord]]] = []
+        self.batches: list[tuple[PreparedBatch, list[Item]]] = []
         self.counters: dict[int, _PartitionCounters] = {}
         self.states: dict[bytes, _SourceState] = {}
         self.heads: dict[bytes, bytes] = {}  # project -> head source, for the projects this batch moved
@@ -1301,7 +1336,8 @@ class _BatchWork:
         cache = self.p._cache
         wanted: list[bytes] = []
         seen: set[bytes] = set()
-        for snd in sound:
+        repairs = [it for _, items in self.batches for it in items if type(it) is RepairItem]
+        for snd in (*sound, *repairs) if repairs else sound:
             s = snd.source
             if s not in seen:
                 seen.add(s)
@@ -1314,6 +1350,8 @@ class _BatchWork:
         heads: dict[bytes, bytes] = {}
         superseded: list[tuple[bytes, bytes, _Row, int, int]] = []
         quarantine: list[tuple[Any, ...]] = []
+        marks: dict[tuple[int, int], tuple[int, int]] = {}  # this batch's quarantine rows a repair marked
+        repair_rows: list[RepairRow] = []
         total = BatchSummary()
         lookup = self._stored_digest
 
@@ -1325,6 +1363,9 @@ class _BatchWork:
                 if isinstance(it, RefusedRecord):
                     quarantined += 1
                     quarantine.append((part, it.offset, it.code, it.reason, it.project, it.source, it.key, it.value))
+                    continue
+                if isinstance(it, RepairItem):
+                    repair_rows.append(self._repair(part, it, works, loaded, quarantine, marks))
                     continue
                 w = works.get(it.source)
                 if w is None:
@@ -1391,10 +1432,56 @@ class _BatchWork:
             self.counters[part] = after
 
         self._fix_turn_ids(inserted_keys, applied_now, first_content)
+        if marks:
+            quarantine = [(*q, *marks.get((q[0], q[1]), (None, None))) for q in quarantine]
+        else:
+            quarantine = [(*q, None, None) for q in quarantine]
         self._write(works, superseded, heads, quarantine)
+        insert_repairs(self.cur, repair_rows)
         self.states = {s: w.state for s, w in works.items()}
         self.heads = heads
         return total
+
+    def _repair(
+        self,
+        part: int,
+        it: RepairItem,
+        works: dict[bytes, _Work],
+        loaded: dict[bytes, _SourceState],
+        quarantine: list[tuple[Any, ...]],
+        marks: dict[tuple[int, int], tuple[int, int]],
+    ) -> RepairRow:
+        """Apply one sound repair record at its place in the fold (``ChainBook.apply_repair``): mark the
+        source's unmarked quarantined records on ``part`` below it (stored ones by an UPDATE in this
+        transaction, this batch's own in ``marks``), lift the broken mark, and return its ``repairs`` row."""
+        source, project = it.source, it.project_sha256
+        w = works.get(source)
+        state = w.state if w is not None else (self.p._cache.get(source) or loaded.get(source))
+        # A source hash is of one project: under another project's repair it is not that project's source.
+        known = state is not None and state.project == project
+        batch_rows = [
+            (q[0], q[1]) for q in quarantine
+            if q[0] == part and q[4] == project and q[5] == source and q[1] < it.offset and (q[0], q[1]) not in marks
+        ]
+        stored = count_unmarked(self.cur, part, project, source, it.offset)
+        outcome = decide_repair(
+            known=known, broken=known and state is not None and state.broken_reason is not None,
+            unrepaired=stored + len(batch_rows),
+        )
+        if stored:
+            mark_quarantined(self.cur, part, project, source, it.offset)
+        for position in batch_rows:
+            marks[position] = (part, it.offset)
+        if outcome.cleared:
+            assert state is not None  # cleared implies broken implies known
+            if w is None:
+                w = works[source] = _Work(source, state.copy(), self._stored_digest)
+            w.state.broken_reason = w.state.broken_partition = w.state.broken_offset = None
+        length, digest = (state.length, state.chain_digest) if known and state is not None else (0, CHAIN_ORIGIN)
+        return (
+            part, it.offset, project, source, it.reason, it.produced_at_micros,
+            outcome.status, outcome.cleared, outcome.marked, length, digest,
+        )
 
     # -------------------------------------------------------------- the writes
 

@@ -264,8 +264,9 @@ def _source_verdict(
         return _Verdict(STATUS_RESYNC, f"the {name} cursor's source belongs to another project")
     if info.broken_reason:
         return SourceQuarantinedError(
-            f"the {name} cursor's source {cursor.source_sha256.hex()[:16]} has a quarantined record; "
-            "see `throughline status`"
+            f"the {name} cursor's source {cursor.source_sha256.hex()[:16]} has a quarantined record: list it "
+            f"with `throughline quarantine`, then repair the source with `throughline repair --project P "
+            f"--source {cursor.source_sha256.hex()} --reason TEXT` (docs/operations.md)"
         )
     if info.length < cursor.length:
         return _Verdict(STATUS_RESYNC, f"the {name} cursor's source was rolled back under it")

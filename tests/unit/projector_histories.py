@@ -2,7 +2,8 @@
 
 A history is a list of ``TurnRecord``s over a few projects, hosts and threads, with seqs that append,
 rewind and leave gaps, and turn ids drawn from a small pool (so retries, duplicates and conflicting
-re-uses of an id happen often). ``to_log`` places them on partitions the way producers do.
+re-uses of an id happen often). ``to_log`` places them on partitions the way producers do. ``logs``
+puts repair records in between (``Entry``, ``entries_log``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from throughline.core.fold import ChainBook
+from throughline.core.identity import project_sha256, source_sha256
 from throughline.core.partitioning import partition_for
+from throughline.core.repair import RepairRecord, build_repair
 from throughline.core.turn import TurnRecord, build_turn
 from throughline.projector.store import LogRecord
-from throughline.schemas.codec import encode_turn
+from throughline.schemas.codec import encode_repair, encode_turn
 
 PROJECTS = ("/work/alpha", "/work/beta", "gamma")
 HOSTS = ("host-a", "host-b")
@@ -103,3 +106,69 @@ def by_partition(records: Sequence[LogRecord]) -> dict[int, list[LogRecord]]:
     for r in records:
         out.setdefault(r.partition, []).append(r)
     return out
+
+
+# ------------------------------------------------------------------------------- with repairs
+
+PARTITIONS = 2
+TWO_PROJECTS = PROJECTS[:2]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One record of a generated log: where it is, its key, and the decoded record."""
+
+    record: TurnRecord | RepairRecord
+    partition: int
+    offset: int
+    key: bytes
+
+
+@st.composite
+def repairs(draw: st.DrawFn, turns: list[TurnRecord]) -> RepairRecord:
+    """A repair: mostly of a source the history has, else of an unknown one or another project's."""
+    kind = draw(st.sampled_from(["known"] * 6 + ["unknown", "foreign"]))
+    project = draw(st.sampled_from(TWO_PROJECTS))
+    if kind == "known" and turns:
+        t = draw(st.sampled_from(turns))
+        return build_repair(project=t.project, host=t.host, thread=t.thread, reason="accepted")
+    if kind == "foreign":
+        other = TWO_PROJECTS[1 - TWO_PROJECTS.index(project)]
+        source = source_sha256(project_sha256(other), draw(st.sampled_from(HOSTS)), draw(st.sampled_from(THREADS)))
+        return build_repair(project=project, source=source, reason="wrong project")
+    return build_repair(project=project, host="nobody", thread=draw(st.sampled_from(THREADS)), reason="typo")
+
+
+@st.composite
+def logs(draw: st.DrawFn, poison: bool = True) -> list[Entry]:
+    """Turns and repairs placed on partitions by project, with consecutive offsets per partition."""
+    turns = draw(histories(max_size=30, projects=TWO_PROJECTS))
+    records: list[TurnRecord | RepairRecord] = list(turns)
+    for _ in range(draw(st.integers(0, 6))):
+        records.insert(draw(st.integers(0, len(records))), draw(repairs(turns)))
+    next_offset = [0] * PARTITIONS
+    out: list[Entry] = []
+    for r in records:
+        key = r.project_sha256
+        if poison and isinstance(r, RepairRecord) and draw(st.integers(0, 7)) == 0:
+            if draw(st.booleans()):
+                key = project_sha256("/somewhere/else")  # quarantined: project and key disagree
+            else:
+                r = RepairRecord(r.project_sha256, r.source_sha256, "")  # quarantined: no reason
+        p = partition_for(r.project_sha256, PARTITIONS)
+        out.append(Entry(r, p, next_offset[p], key))
+        next_offset[p] += 1
+    return out
+
+
+def entries_log(entries: Sequence[Entry]) -> list[LogRecord]:
+    """The log records of generated entries (turns and repairs, each under its entry's key)."""
+    return [
+        LogRecord(
+            e.partition,
+            e.offset,
+            e.key,
+            encode_repair(e.record) if isinstance(e.record, RepairRecord) else encode_turn(e.record),
+        )
+        for e in entries
+    ]

@@ -11,14 +11,12 @@ partition; after a repair the next seq appends; the same history folds into the 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from projector_histories import HOSTS, PROJECTS, THREADS, histories, turn
+from projector_histories import PARTITIONS, PROJECTS, Entry, logs, turn
 
 from throughline.core.fold import Append, ChainBook, Reject, record_problem
-from throughline.core.identity import project_sha256, source_sha256
 from throughline.core.partitioning import partition_for
 from throughline.core.repair import (
     NOT_BROKEN,
@@ -29,56 +27,6 @@ from throughline.core.repair import (
     build_repair,
 )
 from throughline.core.turn import TurnRecord
-
-PARTITIONS = 2
-TWO_PROJECTS = PROJECTS[:2]
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One record of a generated log: where it is, its key, and the decoded record."""
-
-    record: TurnRecord | RepairRecord
-    partition: int
-    offset: int
-    key: bytes
-
-
-@st.composite
-def repairs(draw: st.DrawFn, turns: list[TurnRecord]) -> RepairRecord:
-    """A repair: mostly of a source the history has, else of an unknown one or another project's."""
-    kind = draw(st.sampled_from(["known"] * 6 + ["unknown", "foreign"]))
-    project = draw(st.sampled_from(TWO_PROJECTS))
-    if kind == "known" and turns:
-        t = draw(st.sampled_from(turns))
-        return build_repair(project=t.project, host=t.host, thread=t.thread, reason="accepted")
-    if kind == "foreign":
-        other = TWO_PROJECTS[1 - TWO_PROJECTS.index(project)]
-        source = source_sha256(project_sha256(other), draw(st.sampled_from(HOSTS)), draw(st.sampled_from(THREADS)))
-        return build_repair(project=project, source=source, reason="wrong project")
-    return build_repair(project=project, host="nobody", thread=draw(st.sampled_from(THREADS)), reason="typo")
-
-
-@st.composite
-def logs(draw: st.DrawFn, poison: bool = True) -> list[Entry]:
-    """Turns and repairs placed on partitions by project, with consecutive offsets per partition."""
-    turns = draw(histories(max_size=30, projects=TWO_PROJECTS))
-    records: list[TurnRecord | RepairRecord] = list(turns)
-    for _ in range(draw(st.integers(0, 6))):
-        records.insert(draw(st.integers(0, len(records))), draw(repairs(turns)))
-    next_offset = [0] * PARTITIONS
-    out: list[Entry] = []
-    for r in records:
-        key = r.project_sha256
-        if poison and isinstance(r, RepairRecord) and draw(st.integers(0, 7)) == 0:
-            if draw(st.booleans()):
-                key = project_sha256("/somewhere/else")  # quarantined: project and key disagree
-            else:
-                r = RepairRecord(r.project_sha256, r.source_sha256, "")  # quarantined: no reason
-        p = partition_for(r.project_sha256, PARTITIONS)
-        out.append(Entry(r, p, next_offset[p], key))
-        next_offset[p] += 1
-    return out
 
 
 def fold(entries: list[Entry], book: ChainBook | None = None) -> ChainBook:

@@ -249,7 +249,7 @@ class ChainBook:
             self.repaired[position] = (partition, offset)
         if outcome.cleared:
             self.broken.discard(source)
-        head = self.head_of(source)
+        head = self.head_of(source) if known else ChainHead()  # a foreign source's chain is not this project's
         self.repairs.append(
             BookRepair(partition, offset, project, source, record.reason, outcome, head.length, head.chain_digest)
         )
