@@ -211,7 +211,7 @@ def _steps_with_breaks(repairs: bool) -> st.SearchStrategy[Step]:
     break a source that a series reads and, with repairs, mend it while series are open."""
     mix: list[tuple[int, st.SearchStrategy[Any]]] = [
         (10, appends), (2, rewinds), (5, applies), (5, starts), (12, nexts),
-        (2, rereads), (2, replays), (3, damages), (1, st.just(Repair())), (3, fetches), (6, gaps),
+        (2, rereads), (2, replays), (3, damages), (1, st.just(Repair())), (6, gaps),
     ]
     if repairs:
         mix.append((5, mends))

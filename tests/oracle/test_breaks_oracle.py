@@ -6,9 +6,8 @@ record). The law ``quarantine-exact``: a read naming a broken source (through it
 it as the head) is the hard error ``source_quarantined``, exactly when the model says so; once a repair
 is applied the source is served again, exactly its chain as applied (the other laws, unchanged).
 
-Targets: the in-memory ``BookProjection`` with gaps and repairs; the production DuckDB projection with
-gaps (its repair application is the next step of issue 20: until then it quarantines a repair record as
-``unknown_schema``, so ``Mend`` steps run on the book only).
+Targets: the in-memory ``BookProjection`` and the production DuckDB projection, both with gaps and
+repairs (the store applies repair records in its batch transaction, ``projector/store.py``).
 """
 
 from __future__ import annotations
@@ -64,16 +63,15 @@ def test_breaks_and_repairs_unseeded(oracle_seed: int) -> None:
     _print_coverage(f"breaks and repairs, oracle seed {oracle_seed} (book)", coverage)
 
 
-def test_breaks_on_the_duckdb_projection_fixed_seed(oracle_fixed_seed: int) -> None:
+def test_breaks_and_repairs_on_the_duckdb_projection_fixed_seed(oracle_fixed_seed: int) -> None:
     factory = duck_target_factory()
     assert factory is not None
     coverage: Counter[str] = Counter()
     oracle_property(
-        oracle_fixed_seed, target=factory, coverage=coverage, examples=max(1, EXAMPLES // 2),
-        strategy=histories(breaks=True),
+        oracle_fixed_seed, target=factory, coverage=coverage, strategy=histories(breaks=True, repairs=True),
     )()
-    _print_coverage(f"breaks, oracle seed {oracle_fixed_seed} (duckdb)", coverage)
-    _guard(coverage, BREAKS_COVERAGE)
+    _print_coverage(f"breaks and repairs, oracle seed {oracle_fixed_seed} (duckdb)", coverage)
+    _guard(coverage, REPAIRS_COVERAGE)
 
 
 # ---------------------------------------------------------------------------------- pinned history
@@ -96,8 +94,11 @@ BREAK_AND_MEND: list[Step] = [
 ]
 
 
-def test_a_broken_source_is_refused_then_served_again_after_its_repair() -> None:
-    driver = run_history(BREAK_AND_MEND, target=BookTarget)
+@pytest.mark.parametrize("target", ["book", "duckdb"])
+def test_a_broken_source_is_refused_then_served_again_after_its_repair(target: str) -> None:
+    factory = BookTarget if target == "book" else duck_target_factory()
+    assert factory is not None
+    driver = run_history(BREAK_AND_MEND, target=factory)
     assert driver.stats["page source_quarantined"] == 2  # the Next and the snapshot (the re-read is counted apart)
     assert driver.stats["re-read error"] == 1
     assert driver.stats["completed multi-page series"] >= 1
