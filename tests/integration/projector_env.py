@@ -5,6 +5,8 @@ DuckDB projection with it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import random
 import subprocess
@@ -16,12 +18,13 @@ from pathlib import Path
 from kafka import KafkaProducer
 from support.topic import read_topic_and_ends
 
+from throughline.cli import main
 from throughline.core.chain import chain_digests, content_digest
 from throughline.core.fold import ChainBook
 from throughline.core.partitioning import partition_for
 from throughline.core.turn import TurnRecord, build_turn
 from throughline.projector.store import DuckProjection
-from throughline.schemas.codec import decode_turn, encode_turn
+from throughline.schemas.codec import decode_record, encode_turn
 from throughline.schemas.exceptions import RecordDecodeError
 
 TIMEOUT = 30.0
@@ -108,13 +111,13 @@ def fold_topic(bootstrap: str, topic: str) -> LogContent:
     undecodable: list[tuple[int, int]] = []
     for r in stored:
         try:
-            record = decode_turn(r.value) if r.value is not None else None
+            record = decode_record(r.value) if r.value is not None else None
         except RecordDecodeError:
             record = None
         if record is None:
             undecodable.append((r.partition, r.offset))
             continue
-        book.apply(record, r.partition, r.offset, r.key)
+        book.apply_record(record, r.partition, r.offset, r.key)  # turns and repairs
     return LogContent(ends, book, undecodable)
 
 
@@ -154,8 +157,34 @@ def assert_projection_equals_log(db: Path, content: LogContent) -> None:
             assert heads == book.heads
             quarantined = cur.execute("SELECT log_partition, log_offset FROM quarantine").fetchall()
             assert sorted(quarantined) == sorted([(p, o) for p, o, _ in book.quarantined] + content.undecodable)
+            # Repairs: each applied once, marks and broken marks as the reference fold decides them.
+            marks = cur.execute(
+                "SELECT log_partition, log_offset, repaired_partition, repaired_offset FROM quarantine "
+                "WHERE repaired_offset IS NOT NULL"
+            ).fetchall()
+            assert {(p, o): (rp, ro) for p, o, rp, ro in marks} == book.repaired
+            repairs = cur.execute(
+                "SELECT log_partition, log_offset, source_sha256, outcome, marked, length FROM repairs "
+                "ORDER BY log_partition, log_offset"
+            ).fetchall()
+            assert repairs == sorted(
+                (r.partition, r.offset, r.source_sha256, r.outcome.status, r.outcome.marked, r.length) for r in book.repairs
+            )
+            broken = cur.execute("SELECT source_sha256 FROM sources WHERE broken_reason IS NOT NULL").fetchall()
+            assert {bytes(r[0]) for r in broken} == book.broken
         finally:
             cur.close()
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    """``throughline ARGV`` in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
 
 
 def cli_process(*argv: str, timeout: float = 120.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import random
 import signal
@@ -20,6 +18,7 @@ from kafka.admin import KafkaAdminClient
 from projector_env import (
     Producer,
     assert_projection_equals_log,
+    cli,
     connection,
     fold_topic,
     history,
@@ -27,7 +26,6 @@ from projector_env import (
     turn,
 )
 
-from throughline.cli import main
 from throughline.projector.exceptions import LogRewoundError, LogTruncatedError
 from throughline.projector.runner import Projector, ProjectorOptions, RunSummary
 from throughline.projector.store import DuckProjection, LogRecord
@@ -35,17 +33,6 @@ from throughline.schemas.codec import MAGIC, encode_turn
 from throughline.testing import create_topic
 
 FAST = ProjectorOptions(poll_timeout=0.2, check_interval=0.5, timeout=10.0)
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    """``throughline ARGV`` in this process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_poison_records_are_quarantined_and_the_projects_behind_them_applied(
@@ -203,7 +190,7 @@ def test_a_log_shorter_than_the_applied_offsets_is_refused(
 
 def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path) -> None:
     topic = kafka_topic_name
-    create_topic(kafka_bootstrap, topic, partitions=2)
+    create_topic(kafka_bootstrap, topic, partitions=2, configs={"retention.ms": "-1", "retention.bytes": "-1"})
     records = history(random.Random(11), 600, projects=5)
     produce_all(kafka_bootstrap, topic, 2, records[:400])
     streamed = tmp_path / "streamed.duckdb"
@@ -211,17 +198,30 @@ def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_n
     assert code == 0, err
     first = json.loads(out)
     assert first["caughtUp"] and first["records"] == 400
+    # Repair every source the gaps broke (issue 20): the repairs land among the turns that follow, so
+    # the stream and the replay must agree on them too (marks, outcomes, sources served again).
+    code, out, err = cli("quarantine", "--json", "--db", str(streamed), "--topic", topic)
+    assert code == 0, err
+    broken = json.loads(out)["brokenSources"]
+    assert broken, "the history's gaps break sources"
+    names = {turn_of.source_sha256.hex(): turn_of.project for turn_of in records}
+    for b in broken:
+        code, _, err = cli("repair", "--project", names[b["sourceSha256"]], "--source", b["sourceSha256"],
+                           "--reason", "accept the chain", "--bootstrap-servers", kafka_bootstrap, "--topic", topic)
+        assert code == 0, err
     produce_all(kafka_bootstrap, topic, 2, records[400:])
     code, out, err = cli("project", "--until-caught-up", "--max-poll-records", "13", *connection(kafka_bootstrap, topic, streamed))
     assert code == 0, err
     second: dict[str, Any] = json.loads(out)
-    assert second["records"] == 200 and sum(int(v) for v in second["applied"].values()) == 600
+    assert second["records"] == 200 + len(broken) and sum(int(v) for v in second["applied"].values()) == 600 + len(broken)
+    with DuckProjection.open(streamed, read_only=True) as projection:
+        assert [r.outcome for r in projection.quarantine().repairs] == ["repaired"] * len(broken)
 
     replayed = tmp_path / "replayed.duckdb"
     code, out, err = cli("replay", *connection(kafka_bootstrap, topic, replayed))
     assert code == 0, err
     summary = json.loads(out)
-    assert summary["records"] == 600
+    assert summary["records"] == 600 + len(broken)
     assert summary["turns"] + summary["duplicates"] + summary["quarantined"] == 600
     assert {"rewinds", "recordsPerSecond", "seconds"} <= set(summary)
     assert "100.0%" in err  # the progress bar's final state
