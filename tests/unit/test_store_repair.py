@@ -140,7 +140,9 @@ def test_a_repair_serves_the_source_again_through_the_read_index(db: DuckProject
     with pytest.raises(SourceQuarantinedError) as refused:
         _read(db)  # the read index now holds the broken chain head
     assert "throughline quarantine" in refused.value.message and "throughline repair" in refused.value.message
+    changes = db.project_changes(p)
     db.apply_batch(TOPIC, 0, [LogRecord(0, 2, p, encode_repair(RepairRecord(p, s, "turn b lost")))])
+    assert db.project_changes(p) == changes + 1  # a long-poll on the project wakes
     page = _read(db)
     assert [t.seq for t in page.turns] == [1]  # type: ignore[attr-defined]
     # The next seq appends and is served; the quarantined record stays, marked.
