@@ -1107,12 +1107,14 @@ class DuckProjection:
         4. Load the heads of sources missing from the in-memory cache (index probes, or one hash join
            when many miss).
         5. Fold every record in log order in Python (``fold_turn``), collecting new turn rows,
-           superseded rows, source heads, project heads and quarantine rows.
+           superseded rows, source heads, project heads and quarantine rows. A repair record is
+           applied at its place (``_repair``): it marks the source's stored quarantine rows at once
+           (an ``UPDATE``) and the batch's own before they are inserted, and clears the broken mark.
         6. Remove from ``turn_ids`` the probed keys whose records were not appended (rejected), and fix
            the content digest where a later record of the batch appended under that key.
         7. Move stored turns that a rewind superseded into ``superseded_turns`` and delete them.
         8. Insert superseded rows of this batch, then the new live turns (Arrow tables, bulk).
-        9. Upsert ``sources`` and ``project_heads``; insert ``quarantine`` rows.
+        9. Upsert ``sources`` and ``project_heads``; insert ``quarantine`` and ``repairs`` rows.
         10. Upsert ``applied_offsets`` (next offset and counters per partition).
         11. ``COMMIT``. Only now the source cache and the in-memory applied offsets take the new state
             and waiters (``wait_applied``) are notified. On any error: ``ROLLBACK``, the cache is

@@ -51,6 +51,12 @@ def _read(conn: list[str], tmp: Path) -> tuple[int, dict[str, Any]]:
     return code, json.loads(out if code == 0 else err.strip().splitlines()[-1])
 
 
+def _setup(bootstrap: str, topic: str, db: Path) -> tuple[list[str], list[str]]:
+    """A lossless one-partition topic; the flags of commands with a projection, and of those without."""
+    create_topic(bootstrap, topic, partitions=1, configs=LOSSLESS)
+    return connection(bootstrap, topic, db), ["--bootstrap-servers", bootstrap, "--topic", topic]
+
+
 def _seqs(page: dict[str, Any]) -> list[int]:
     return [t["seq"] for t in page["turns"]]
 
@@ -59,10 +65,8 @@ def test_a_gap_is_listed_repaired_served_again_and_replayed(
     kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
 ) -> None:
     topic = kafka_topic_name
-    create_topic(kafka_bootstrap, topic, partitions=1, configs=LOSSLESS)
     db = tmp_path / "demo.duckdb"
-    conn = connection(kafka_bootstrap, topic, db)
-    log_flags = ["--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    conn, log_flags = _setup(kafka_bootstrap, topic, db)
     source = source_sha256(project_sha256(PROJECT), HOST, THREAD)
 
     first = _turns(tmp_path / "turns.jsonl", ("t1", 1, "first"), ("t2", 2, "second"), ("t3", 3, "third"), ("t5", 5, "fifth"))
@@ -114,10 +118,8 @@ def test_a_kill_around_the_repairs_commit_loses_and_duplicates_nothing(
     kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path, when: str
 ) -> None:
     topic = kafka_topic_name
-    create_topic(kafka_bootstrap, topic, partitions=1, configs=LOSSLESS)
     db = tmp_path / "p.duckdb"
-    conn = connection(kafka_bootstrap, topic, db)
-    log_flags = ["--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    conn, log_flags = _setup(kafka_bootstrap, topic, db)
     _ok(*cli("ingest", str(_turns(tmp_path / "a.jsonl", ("t1", 1, "a"), ("t3", 3, "gap"))), *log_flags))
     _ok(*cli("project", "--until-caught-up", *conn))
     _ok(*cli("repair", "--project", PROJECT, "--host", HOST, "--thread", THREAD, "--reason", "accept", *log_flags))

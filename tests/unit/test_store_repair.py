@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import pickle
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from projector_histories import Entry, by_partition, entries_log, logs, turn
+from test_fold_repair import fold
+from test_store import rows
 
 from throughline.core.fold import ChainBook
 from throughline.core.partitioning import partition_for
@@ -31,21 +33,6 @@ from throughline.schemas.codec import encode_repair, encode_turn
 
 TOPIC = "turns"
 KEY = bytes(range(32))
-
-
-def fold(entries: Sequence[Entry]) -> ChainBook:
-    book = ChainBook()
-    for e in entries:
-        book.apply_record(e.record, e.partition, e.offset, e.key)
-    return book
-
-
-def rows(projection: DuckProjection, sql: str) -> list[tuple[object, ...]]:
-    cur = projection._con.cursor()
-    try:
-        return cur.execute(sql).fetchall()
-    finally:
-        cur.close()
 
 
 def assert_repairs_match(projection: DuckProjection, book: ChainBook) -> None:
