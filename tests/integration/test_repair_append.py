@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from topic_reader import read_topic
+from support.topic import read_topic
 
 from throughline.core.identity import project_sha256, source_sha256
 from throughline.core.partitioning import partition_for

@@ -155,6 +155,10 @@ class _ForgetfulProjection:
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
         return self.inner.wait_applied(partition, offset, timeout)
 
+    def __getattr__(self, name: str) -> Any:
+        # The port's other members (the scoped waits the reader may use) are the inner projection's.
+        return getattr(self.inner, name)
+
 
 def _reader_over(forget: bool) -> Callable[..., Any]:
     def read(**kwargs: Any) -> Any:
