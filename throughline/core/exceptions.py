@@ -1,8 +1,8 @@
-"""Errors of the pure core (identity, chain, cursor, page token, page range)."""
+"""Errors of the pure core (identity, chain, cursor, page token, page range, group data)."""
 
 from __future__ import annotations
 
-from throughline.errors import InputError
+from throughline.errors import InputError, ThroughlineError
 
 
 class InvalidProjectError(InputError):
@@ -45,3 +45,13 @@ class InvalidRepairError(InputError):
     """A repair cannot be built: its source or reason breaks the rules (``code`` says which)."""
 
     code = "invalid_repair"
+
+
+class GroupDataError(ThroughlineError):
+    """A group member's subscription or an owner map (the user data of Kafka's group protocol) cannot be
+    read: ``group_data_version`` (another schema version) or ``group_data_malformed``.
+
+    Not an input error: the bytes come from another member of the group, not from the caller.
+    """
+
+    code = "group_data_malformed"
