@@ -70,7 +70,7 @@ def test_kafka_error_classes_are_read_only_by_the_translation() -> None:
 
 
 #: What builds Kafka clients outside ``throughline/log``; each call must say which settings it connects with.
-CONNECTING = {"TurnProducer", "KafkaLog", "Projector", "replay", "ensure_topic", "describe_topic", "PartitionConsumer"}
+CONNECTING = {"TurnProducer", "KafkaLog", "Projector", "replay", "ensure_topic", "describe_topic", "PartitionConsumer", "GroupConsumer"}
 
 
 def test_every_connecting_call_passes_the_kafka_config() -> None:

@@ -22,6 +22,7 @@ from throughline.log.exceptions import (
     BrokerUnavailableError,
     CertificateRefusedError,
     CertificateUntrustedError,
+    GroupRefusedError,
     HostnameMismatchError,
     InvalidTopicError,
     KafkaSecurityError,
@@ -33,6 +34,7 @@ from throughline.log.exceptions import (
     TlsFailedError,
     TopicMissingError,
 )
+from throughline.log.group import GroupConsumer, GroupView
 from throughline.log.topic import (
     CHECKED_CONFIGS,
     DEFAULT_PARTITIONS,
@@ -55,6 +57,9 @@ __all__ = [
     "AuthenticationFailedError",
     "AuthorizationFailedError",
     "BrokerUnavailableError",
+    "GroupConsumer",
+    "GroupRefusedError",
+    "GroupView",
     "CertificateRefusedError",
     "CertificateUntrustedError",
     "HostnameMismatchError",

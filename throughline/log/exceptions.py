@@ -130,3 +130,15 @@ class TlsFailedError(KafkaSecurityError):
     """The TLS handshake failed for another reason (no shared protocol version or cipher, a bad record)."""
 
     code = "kafka_tls_failed"
+
+
+class GroupRefusedError(LogError):
+    """The group coordinator refused this member: another kind of consumer (or an incompatible
+    throughline) uses the group name (``group_protocol_mismatch``), the session timeout is outside the
+    broker's bounds (``invalid_session_timeout``), or the group is full (``group_full``).
+
+    A setting to fix (the group name, the broker's ``group.*`` settings), so the CLI exits 2.
+    """
+
+    code = "group_refused"
+    exit_code = 2

@@ -18,6 +18,7 @@ from throughline.log.exceptions import (
     AuthenticationFailedError,
     AuthorizationFailedError,
     BrokerUnavailableError,
+    GroupRefusedError,
     InvalidTopicError,
     LogError,
     PositionOutOfRangeError,
@@ -70,6 +71,20 @@ def translate_kafka_error(
         return InvalidTopicError(f"the broker refused the topic: {detail}")
     if isinstance(exc, kafka_errors.OffsetOutOfRangeError | kafka_errors.LogTruncationError):
         return PositionOutOfRangeError(f"the broker refused the consumer's position ({detail})")
+    if isinstance(exc, kafka_errors.InconsistentGroupProtocolError):
+        return GroupRefusedError(
+            f"the group's members use another assignment protocol ({detail}): another kind of consumer, "
+            "or a throughline of another version, uses this group name",
+            code="group_protocol_mismatch",
+        )
+    if isinstance(exc, kafka_errors.InvalidSessionTimeoutError):
+        return GroupRefusedError(
+            f"the broker refused the group session timeout ({detail}): see its group.min.session.timeout.ms "
+            "and group.max.session.timeout.ms",
+            code="invalid_session_timeout",
+        )
+    if isinstance(exc, kafka_errors.GroupMaxSizeReachedError):
+        return GroupRefusedError(f"the group is full ({detail}): see the broker's group.max.size", code="group_full")
     if isinstance(exc, kafka_errors.MessageSizeTooLargeError):
         return LogError(f"the broker refused the record as too large: {detail}", code="message_too_large")
     if isinstance(exc, kafka_errors.IllegalStateError):
