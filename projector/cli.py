@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from throughline.runtime import StopOnSignals
+from throughline.serve.client import ENV_URL, add_http_options
 from throughline.settings import add_connection_options, settings_from
 
 T = TypeVar("T")
@@ -70,6 +72,7 @@ def register(subparsers: Any) -> None:
     add_connection_options(status)
     status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     status.add_argument("--quarantine", type=int, default=10, metavar="N", help="latest quarantined records to show")
+    add_http_options(status, status=True)
     status.set_defaults(func=_cmd_status)
 
     quarantine = subparsers.add_parser(
@@ -278,6 +281,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if args.url or os.environ.get(ENV_URL):  # a running serve (or a group's members) holds the file
+        from throughline.serve.remote_status import remote_status
+
+        return remote_status(args)
     from throughline.projector.status import collect_status, render_status
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from reader_world import KEY, PROJECT, World
+from reader_world import PROJECT, World
+from served_app import ServedApp
 
 from throughline.core.exceptions import (
     InvalidCursorError,
@@ -26,7 +26,7 @@ from throughline.core.exceptions import (
 from throughline.reader import Observer, SourceQuarantinedError, load_state
 from throughline.reader.exceptions import PageTokenUnboundError
 from throughline.reader.wire import TurnRecordWire
-from throughline.serve.app import ApiSettings, create_app
+from throughline.serve.app import ApiSettings
 from throughline.serve.client import HttpReader, error_from_answer
 from throughline.serve.exceptions import (
     BadResponseError,
@@ -38,29 +38,6 @@ from throughline.serve.exceptions import (
 TOKEN = "client-test-token-abcdefghijklmnop"
 
 
-class _Served:
-    def __init__(self, world: World, settings: ApiSettings) -> None:
-        app = create_app(projection=world.projection, log=world.log, token_key=KEY, settings=settings)
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> _Served:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
-        self.sock.close()
-
-
 @pytest.fixture
 def world() -> World:
     w = World()
@@ -69,18 +46,18 @@ def world() -> World:
 
 
 @pytest.fixture
-def served(world: World) -> Iterator[_Served]:
-    with _Served(world, ApiSettings(read_wait=0.0)) as s:
+def served(world: World) -> Iterator[ServedApp]:
+    with ServedApp(world, ApiSettings(read_wait=0.0)) as s:
         yield s
 
 
-def test_the_client_returns_the_library_document(world: World, served: _Served) -> None:
+def test_the_client_returns_the_library_document(world: World, served: ServedApp) -> None:
     remote = HttpReader(served.url)(project=PROJECT, after_cursor=None, through_cursor=None, page_token=None, limit=2)
     assert remote == world.read(PROJECT, limit=2)
     assert remote.to_json() == world.read(PROJECT, limit=2).to_json()
 
 
-def test_the_client_pages_a_series(world: World, served: _Served) -> None:
+def test_the_client_pages_a_series(world: World, served: ServedApp) -> None:
     reader = HttpReader(served.url)
     after = reader.read_observer_turn_page(project=PROJECT).throughCursor
     world.append_many(5)
@@ -96,7 +73,7 @@ def test_the_client_pages_a_series(world: World, served: _Served) -> None:
     assert seqs == [4, 5, 6, 7, 8]
 
 
-def test_the_client_carries_the_reason_of_a_pending_read(world: World, served: _Served) -> None:
+def test_the_client_carries_the_reason_of_a_pending_read(world: World, served: ServedApp) -> None:
     world.append(apply=False)
     read = HttpReader(served.url).read_observer_turn_page(project=PROJECT)
     assert read.status == "projection_pending"
@@ -116,7 +93,7 @@ def test_the_client_carries_the_reason_of_a_pending_read(world: World, served: _
     ],
 )
 def test_the_client_raises_the_library_error_classes(
-    served: _Served, kwargs: dict[str, Any], cls: type[Exception], code: str
+    served: ServedApp, kwargs: dict[str, Any], cls: type[Exception], code: str
 ) -> None:
     args: dict[str, Any] = {"project": PROJECT, **kwargs}
     with pytest.raises(cls) as caught:
@@ -125,7 +102,7 @@ def test_the_client_raises_the_library_error_classes(
     assert caught.value.exit_code == 2  # type: ignore[attr-defined]
 
 
-def test_a_page_token_error_keeps_its_code(world: World, served: _Served) -> None:
+def test_a_page_token_error_keeps_its_code(world: World, served: ServedApp) -> None:
     reader = HttpReader(served.url)
     after = reader.read_observer_turn_page(project=PROJECT).throughCursor
     world.append_many(4)
@@ -137,7 +114,7 @@ def test_a_page_token_error_keeps_its_code(world: World, served: _Served) -> Non
     assert caught.value.code == "page_token_malformed"
 
 
-def test_a_quarantined_source_is_the_same_hard_failure(world: World, served: _Served) -> None:
+def test_a_quarantined_source_is_the_same_hard_failure(world: World, served: ServedApp) -> None:
     world.append(seq=7)
     with pytest.raises(SourceQuarantinedError) as caught:
         HttpReader(served.url).read_observer_turn_page(project=PROJECT)
@@ -145,7 +122,7 @@ def test_a_quarantined_source_is_the_same_hard_failure(world: World, served: _Se
 
 
 def test_authentication_errors_are_typed(world: World) -> None:
-    with _Served(world, ApiSettings(read_wait=0.0, auth_token=TOKEN)) as s:
+    with ServedApp(world, ApiSettings(read_wait=0.0, auth_token=TOKEN)) as s:
         with pytest.raises(UnauthorizedError):
             HttpReader(s.url).read_observer_turn_page(project=PROJECT)
         with pytest.raises(UnauthorizedError):
@@ -163,7 +140,7 @@ def test_an_unreachable_server_is_retriable() -> None:
     assert caught.value.retriable
 
 
-def test_a_foreign_answer_is_a_bad_response(served: _Served) -> None:
+def test_a_foreign_answer_is_a_bad_response(served: ServedApp) -> None:
     with pytest.raises(BadResponseError):
         HttpReader(served.url + "/v1/projects/read").read_observer_turn_page(project=PROJECT)  # 404 path
 
@@ -177,7 +154,7 @@ def test_error_classes_are_found_by_code() -> None:
     assert busy.retriable and busy.code == "broker_unavailable"
 
 
-def test_the_observer_audits_through_the_client(world: World, served: _Served, tmp_path: Path) -> None:
+def test_the_observer_audits_through_the_client(world: World, served: ServedApp, tmp_path: Path) -> None:
     audited: list[TurnRecordWire] = []
     state = tmp_path / "observer.json"
     observer = Observer(HttpReader(served.url), project=PROJECT, state_path=state, audit=audited.append, limit=2)
@@ -190,7 +167,7 @@ def test_the_observer_audits_through_the_client(world: World, served: _Served, t
     assert load_state(state) == second.through_cursor
 
 
-def test_a_long_poll_through_the_client(world: World, served: _Served) -> None:
+def test_a_long_poll_through_the_client(world: World, served: ServedApp) -> None:
     reader = HttpReader(served.url, wait=20)
     after = reader.read_observer_turn_page(project=PROJECT).throughCursor
     results: list[Any] = []

@@ -8,6 +8,15 @@ Observer's ``PageReader`` protocol, so ``Observer(HttpReader(url), ...)`` audits
 
 A server that cannot be reached raises ``ServerUnavailableError`` (retriable), which the Observer backs
 off from like a pending projection. Only the standard library is used (``urllib``).
+
+Several URLs (``HttpReader("http://a:8787,http://b:8787")`` or a sequence; ``--url U1,U2,...``) are the
+members of a ``serve --group``: a request that cannot reach one member (refused, reset, timed out, cut
+short, a proxy's 502/504) or that it answers with HTTP 503 goes to the next, with the same body, so a
+series goes on with the same after and through cursors and page token on whichever member answers
+(every member answers every read, identically). Each member is tried at most once per call, starting
+with the one that answered last; when none answers other than 503, the last 503 answer stands (its
+typed, retriable error), and when none answers at all, ``ServerUnavailableError``. Input errors (4xx)
+and other failures are the same on every member and are raised at once. One URL behaves as before.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -103,24 +112,56 @@ def _check_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
+def parse_urls(urls: str | Sequence[str]) -> tuple[str, ...]:
+    """``urls`` (one URL, a comma-separated list, or a sequence of either) as checked, distinct URLs."""
+    pieces = [urls] if isinstance(urls, str) else list(urls)
+    found: list[str] = []
+    for piece in pieces:
+        if not isinstance(piece, str):
+            raise ConfigurationError(f"--url must be text, got {piece!r}", code="invalid_url")
+        for part in piece.split(","):
+            if not part.strip():
+                raise ConfigurationError(f"--url has an empty entry: {piece!r}", code="invalid_url")
+            url = _check_url(part)
+            if url not in found:
+                found.append(url)
+    if not found:
+        raise ConfigurationError("--url needs at least one URL", code="invalid_url")
+    return tuple(found)
+
+
 class HttpReader:
     """A ``PageReader`` over ``throughline serve``'s ``POST /v1/projects/read``.
 
+    ``url``: one URL, or several (comma-separated or a sequence) to fail over between (see the module).
     ``wait`` (seconds, default 0) is the long-poll: an empty first page of a series is held by the
     server until the project's chain moves past the after cursor, at most that long.
     """
 
     def __init__(
-        self, url: str, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT, wait: float = 0.0
+        self,
+        url: str | Sequence[str],
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        wait: float = 0.0,
     ) -> None:
-        self.url = _check_url(url)
+        #: Every member's URL, in the order given.
+        self.urls = parse_urls(url)
+        self._current = 0
         self.timeout = float(timeout)
         self.wait = float(wait)
         self._token = token
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
 
+    @property
+    def url(self) -> str:
+        """The URL the next request goes to first: the member that answered the last one."""
+        return self.urls[self._current]
+
     def __repr__(self) -> str:  # the token stays out of logs and tracebacks
-        return f"HttpReader({self.url!r}, token={'***' if self._token else None})"
+        shown = self.urls[0] if len(self.urls) == 1 else ",".join(self.urls)
+        return f"HttpReader({shown!r}, token={'***' if self._token else None})"
 
     def __enter__(self) -> HttpReader:
         return self
@@ -153,15 +194,16 @@ class HttpReader:
             body["wait"] = long_poll
         else:
             long_poll = 0.0
-        status, headers, payload = self._post(READ_PATH, body, self.timeout + long_poll)
+        data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        url, status, headers, payload = self._exchange("POST", READ_PATH, data, self.timeout + long_poll)
         if status == 200:
             try:
                 read = ObserverRead.from_json(payload)
             except ValidationError:
-                raise BadResponseError(f"{self.url} answered a document that is not {ObserverRead.__name__}") from None
+                raise BadResponseError(f"{url} answered a document that is not {ObserverRead.__name__}") from None
             reason = headers.get(REASON_HEADER.lower())
             return read.model_copy(update={"reason": reason}) if reason else read
-        raise self._error(status, payload)
+        raise self._error(url, status, payload)
 
     def __call__(
         self,
@@ -182,70 +224,114 @@ class HttpReader:
         )
 
     def get_json(self, path: str) -> tuple[int, Any]:
-        """``GET path`` (``/readyz``, ``/healthz``): the status and the decoded JSON body."""
-        status, _, payload = self._request("GET", path, None, self.timeout)
+        """``GET path`` (``/readyz``, ``/healthz``): the status and the decoded JSON body (of the first
+        member that answers other than 503; else the last 503 answer)."""
+        url, status, _, payload = self._exchange("GET", path, None, self.timeout)
         try:
             return status, json.loads(payload)
         except ValueError:
-            raise BadResponseError(f"{self.url}{path} did not answer JSON") from None
+            raise BadResponseError(f"{url}{path} did not answer JSON") from None
 
     # ------------------------------------------------------------------------------------------ HTTP
 
-    def _post(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, str], bytes]:
-        data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        return self._request("POST", path, data, timeout)
+    def _exchange(
+        self, method: str, path: str, data: bytes | None, timeout: float
+    ) -> tuple[str, int, dict[str, str], bytes]:
+        """One request, failing over along the members (each at most once, the last to answer first):
+        (the URL that answered, status, headers, body). When no member answers other than 503, the
+        last 503 answer is returned; when none answers at all, the last ``ServerUnavailableError``
+        is raised."""
+        count = len(self.urls)
+        last_answer: tuple[str, int, dict[str, str], bytes] | None = None
+        unreachable: ServerUnavailableError | None = None
+        start = self._current
+        for step in range(count):
+            index = (start + step) % count
+            url = self.urls[index]
+            try:
+                status, headers, payload = self._request(url, method, path, data, timeout)
+            except ServerUnavailableError as exc:
+                unreachable = exc
+                continue
+            if status in (502, 504) and count > 1 and not _is_error_document(payload):
+                unreachable = ServerUnavailableError(f"{url} answered HTTP {status}")  # a proxy before it
+                continue
+            self._current = index
+            if status == 503 and step < count - 1:
+                last_answer = (url, status, headers, payload)
+                continue
+            return url, status, headers, payload
+        if last_answer is not None:
+            return last_answer
+        assert unreachable is not None
+        raise unreachable
 
     def _request(
-        self, method: str, path: str, data: bytes | None, timeout: float
+        self, url: str, method: str, path: str, data: bytes | None, timeout: float
     ) -> tuple[int, dict[str, str], bytes]:
         headers = {"Accept": "application/json", "User-Agent": "throughline-http-reader"}
         if data is not None:
             headers["Content-Type"] = "application/json"
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
         try:
             with self._opener.open(request, timeout=timeout) as response:
                 payload = response.read(_MAX_RESPONSE_BYTES)
                 declared = response.headers.get("Content-Length")
                 if declared is not None and declared.isdigit() and len(payload) < int(declared):
                     # read(amt) returns what arrived when the server dies mid-answer: a transient fault.
-                    raise ServerUnavailableError(f"throughline serve at {self.url} cut its answer short")
+                    raise ServerUnavailableError(f"throughline serve at {url} cut its answer short")
                 return response.status, _headers(response.headers), payload
         except urllib.error.HTTPError as exc:
             with exc:
                 return exc.code, _headers(exc.headers), exc.read(_MAX_RESPONSE_BYTES)
         except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timed out, cut short
             reason = getattr(exc, "reason", exc)
-            raise ServerUnavailableError(f"cannot reach throughline serve at {self.url}: {reason}") from None
+            raise ServerUnavailableError(f"cannot reach throughline serve at {url}: {reason}") from None
 
-    def _error(self, status: int, payload: bytes) -> ThroughlineError:
+    def _error(self, url: str, status: int, payload: bytes) -> ThroughlineError:
         try:
             document = json.loads(payload)
             error = document["error"]
             code, message = str(error["code"]), str(error["message"])
         except (ValueError, KeyError, TypeError):
             if status in (502, 503, 504):  # a proxy or a server shutting down: try again later
-                return ServerUnavailableError(f"{self.url} answered HTTP {status}")
-            return BadResponseError(f"{self.url} answered HTTP {status} without a throughline error document")
+                return ServerUnavailableError(f"{url} answered HTTP {status}")
+            return BadResponseError(f"{url} answered HTTP {status} without a throughline error document")
         if status in (404, 405):  # our own server, but not a read endpoint: the URL is wrong
-            return BadResponseError(f"{self.url} has no read endpoint ({code}: {message}); check --url")
+            return BadResponseError(f"{url} has no read endpoint ({code}: {message}); check --url")
         return error_from_answer(status, code, message)
+
+
+def _is_error_document(payload: bytes) -> bool:
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and isinstance(document.get("error"), dict)
 
 
 # ------------------------------------------------------------------------------------------ CLI glue
 
 
-def add_http_options(parser: argparse.ArgumentParser) -> None:
-    """``--url`` and ``--auth-token-file`` for commands that can read through ``throughline serve``."""
+def add_http_options(parser: argparse.ArgumentParser, *, status: bool = False) -> None:
+    """``--url`` and ``--auth-token-file`` for commands that can go through ``throughline serve``
+    (``status=True``: the wording of ``throughline status``, which asks for readiness)."""
     group = parser.add_argument_group("remote (throughline serve)")
-    group.add_argument(
-        "--url",
-        default=None,
-        metavar="URL",
-        help=f"read through a running `throughline serve` at URL (env {ENV_URL}) instead of opening --db; "
-        "--wait, --body-limit, --token-key-file and the connection options are then the server's",
-    )
+    if status:
+        what = (
+            f"ask a running `throughline serve` at URL (env {ENV_URL}) for its readiness instead of opening "
+            "--db; several comma-separated URLs (the members of a group) fail over to the first that answers"
+        )
+    else:
+        what = (
+            f"read through a running `throughline serve` at URL (env {ENV_URL}) instead of opening --db; "
+            "several comma-separated URLs (the members of a `serve --group`) fail over on a connection error "
+            "or HTTP 503, keeping the series; --wait, --body-limit, --token-key-file and the connection "
+            "options are then the server's"
+        )
+    group.add_argument("--url", default=None, metavar="URL[,URL...]", help=what)
     group.add_argument(
         "--auth-token-file",
         default=None,
@@ -255,7 +341,8 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
 
 
 def http_reader_from_args(args: argparse.Namespace) -> HttpReader | None:
-    """An ``HttpReader`` when ``--url`` (or ``THROUGHLINE_URL``) is set, else ``None``.
+    """An ``HttpReader`` when ``--url`` (or ``THROUGHLINE_URL``) is set, else ``None`` (a comma-separated
+    list fails over between the members it names).
 
     ``throughline read`` and ``throughline observe`` use it as
     ``with http_reader_from_args(args) or open_page_reader(...) as read_page``.

@@ -1,0 +1,57 @@
+"""``throughline status --url U1,U2,...``: the readiness of a running ``serve`` (or of a group's members).
+
+The projection file of a running ``serve`` is held by its process, so ``status`` asks the service
+instead: ``GET /readyz`` (docs/http.md) through an ``HttpReader``, which fails over along the URLs on
+a connection error or a 503 (not ready), so a group answers from the first member that is ready, or
+with the last member's 503 document when none is. Either is the command doing its job (exit 0); no
+member answering at all is ``server_unavailable`` (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from throughline.serve.client import http_reader_from_args
+from throughline.serve.exceptions import BadResponseError
+
+READY_PATH = "/readyz"
+
+
+def remote_status(args: argparse.Namespace) -> int:
+    """Print the readiness document of the first member that is ready (``--json``: as JSON)."""
+    reader = http_reader_from_args(args)
+    assert reader is not None, "remote_status needs --url or THROUGHLINE_URL"
+    with reader:
+        status, readiness = reader.get_json(READY_PATH)
+    if not isinstance(readiness, dict):
+        raise BadResponseError(f"{reader.url}{READY_PATH} did not answer a readiness document")
+    doc = status_document(reader.url, status, readiness)
+    print(json.dumps(doc, indent=2) if getattr(args, "json", False) else render_remote_status(doc))
+    return 0
+
+
+def status_document(url: str, http_status: int, readiness: dict[str, Any]) -> dict[str, Any]:
+    """What ``status --url --json`` prints: which member answered, whether it is ready, its document."""
+    return {"url": url, "ready": http_status == 200, "readiness": readiness}
+
+
+def render_remote_status(doc: dict[str, Any]) -> str:
+    """The remote status as a human-readable table."""
+    readiness = doc["readiness"]
+    lines = [
+        f"serve at {doc['url']}: {'ready' if doc['ready'] else 'not ready'} "
+        f"(projector {readiness.get('projector', '-')}, lag {readiness.get('lag', '-')}, max lag {readiness.get('maxLag', '-')})"
+    ]
+    for key in ("logError", "projectorError"):
+        error = readiness.get(key)
+        if isinstance(error, dict):
+            lines.append(f"{key}: {error.get('code')}: {error.get('message')}")
+    rows: list[tuple[str, ...]] = [("partition", "applied", "end", "lag")]
+    for p in readiness.get("partitions") or []:
+        if isinstance(p, dict):
+            rows.append(tuple("-" if p.get(k) is None else str(p.get(k)) for k in ("partition", "appliedOffset", "endOffset", "lag")))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)
