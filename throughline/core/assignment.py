@@ -75,7 +75,7 @@ def assign_owners(
 
 
 class _Flow:
-    """A residual graph for min-cost flow: arcs as parallel lists, ``rev[a]`` the opposite arc."""
+    """A residual graph for min-cost flow: arcs as parallel lists; arc ``a ^ 1`` is arc ``a`` reversed."""
 
     def __init__(self, nodes: int) -> None:
         self.adj: list[list[int]] = [[] for _ in range(nodes)]
@@ -95,6 +95,82 @@ class _Flow:
     def push(self, a: int, amount: int) -> None:
         self.cap[a] -= amount
         self.cap[a ^ 1] += amount
+
+    def distances(self, potential: list[int], source: int, sink: int) -> list[int | None]:
+        """Dijkstra over the residual arcs with reduced costs, stopping once the sink is settled."""
+        adj, to, cap, arc_cost = self.adj, self.to, self.cap, self.cost
+        dist: list[int | None] = [None] * len(self.adj)
+        dist[source] = 0
+        heap = [(0, source)]
+        done = [False] * len(self.adj)
+        while heap:
+            d, u = heapq.heappop(heap)
+            if done[u]:
+                continue
+            done[u] = True
+            if u == sink:
+                break
+            base = d + potential[u]
+            for a in adj[u]:
+                if cap[a] > 0:
+                    v = to[a]
+                    nd = base + arc_cost[a] - potential[v]
+                    known = dist[v]
+                    if known is None or nd < known:
+                        dist[v] = nd
+                        heapq.heappush(heap, (nd, v))
+        return dist
+
+    def blocking_flows(self, potential: list[int], source: int, sink: int) -> int:
+        """Augment unit paths of zero reduced cost until none is left (Dinic's levels and arc pointers)."""
+        adj, to, cap, arc_cost = self.adj, self.to, self.cap, self.cost
+        nodes = len(adj)
+        pushed = 0
+
+        def admissible(u: int, a: int) -> bool:
+            return cap[a] > 0 and arc_cost[a] + potential[u] - potential[to[a]] == 0
+
+        while True:
+            level = [-1] * nodes
+            level[source] = 0
+            queue = [source]
+            for u in queue:
+                for a in adj[u]:
+                    v = to[a]
+                    if level[v] < 0 and admissible(u, a):
+                        level[v] = level[u] + 1
+                        queue.append(v)
+            if level[sink] < 0:
+                return pushed
+            pointer = [0] * nodes
+            while True:
+                # One unit path along strictly increasing levels, backing off dead ends.
+                path: list[int] = []
+                u = source
+                while u != sink:
+                    arcs = adj[u]
+                    while pointer[u] < len(arcs):
+                        a = arcs[pointer[u]]
+                        if level[to[a]] == level[u] + 1 and admissible(u, a):
+                            break
+                        pointer[u] += 1
+                    if pointer[u] == len(arcs):
+                        if u == source:
+                            break
+                        level[u] = -1  # a dead end for the rest of this phase
+                        a = path.pop()
+                        u = to[a ^ 1]
+                        pointer[u] += 1
+                        continue
+                    a = arcs[pointer[u]]
+                    path.append(a)
+                    u = to[a]
+                if u != sink:
+                    break
+                for a in path:
+                    cap[a] -= 1
+                    cap[a ^ 1] += 1
+                pushed += 1
 
 
 def _min_cost_owners(
@@ -149,9 +225,8 @@ def _min_cost_owners(
     # cost classes a rebalance takes a handful of phases.
     nodes = len(graph.adj)
     potential = [0] * nodes
-    adj, to, cap, arc_cost = graph.adj, graph.to, graph.cap, graph.cost
     while flow < slots:
-        dist = _distances(adj, to, cap, arc_cost, potential, source, sink)
+        dist = graph.distances(potential, source, sink)
         limit = dist[sink]
         if limit is None:  # pragma: no cover - a balanced assignment always exists (k <= n)
             raise AssertionError("no balanced assignment found")
@@ -159,100 +234,9 @@ def _min_cost_owners(
             # Nodes settled after the sink keep their reduced costs non-negative with the sink's distance.
             d = dist[v]
             potential[v] += limit if d is None or d > limit else d
-        flow += _blocking_flows(adj, to, cap, arc_cost, potential, source, sink)
+        flow += graph.blocking_flows(potential, source, sink)
 
     return tuple(
         tuple(m for m in range(n) if graph.cap[pair_arc[m][p]] == 0) for p in range(partitions)
     )
 
-
-def _distances(
-    adj: list[list[int]],
-    to: list[int],
-    cap: list[int],
-    arc_cost: list[int],
-    potential: list[int],
-    source: int,
-    sink: int,
-) -> list[int | None]:
-    """Dijkstra over the residual arcs with reduced costs, stopping once the sink is settled."""
-    dist: list[int | None] = [None] * len(adj)
-    dist[source] = 0
-    heap = [(0, source)]
-    done = [False] * len(adj)
-    while heap:
-        d, u = heapq.heappop(heap)
-        if done[u]:
-            continue
-        done[u] = True
-        if u == sink:
-            break
-        base = d + potential[u]
-        for a in adj[u]:
-            if cap[a] > 0:
-                v = to[a]
-                nd = base + arc_cost[a] - potential[v]
-                known = dist[v]
-                if known is None or nd < known:
-                    dist[v] = nd
-                    heapq.heappush(heap, (nd, v))
-    return dist
-
-
-def _blocking_flows(
-    adj: list[list[int]],
-    to: list[int],
-    cap: list[int],
-    arc_cost: list[int],
-    potential: list[int],
-    source: int,
-    sink: int,
-) -> int:
-    """Augment unit paths of zero reduced cost until none is left (Dinic's levels and arc pointers)."""
-    nodes = len(adj)
-    pushed = 0
-
-    def admissible(u: int, a: int) -> bool:
-        return cap[a] > 0 and arc_cost[a] + potential[u] - potential[to[a]] == 0
-
-    while True:
-        level = [-1] * nodes
-        level[source] = 0
-        queue = [source]
-        for u in queue:
-            for a in adj[u]:
-                v = to[a]
-                if level[v] < 0 and admissible(u, a):
-                    level[v] = level[u] + 1
-                    queue.append(v)
-        if level[sink] < 0:
-            return pushed
-        pointer = [0] * nodes
-        while True:
-            # One unit path along strictly increasing levels, backing off dead ends.
-            path: list[int] = []
-            u = source
-            while u != sink:
-                arcs = adj[u]
-                while pointer[u] < len(arcs):
-                    a = arcs[pointer[u]]
-                    if level[to[a]] == level[u] + 1 and admissible(u, a):
-                        break
-                    pointer[u] += 1
-                if pointer[u] == len(arcs):
-                    if u == source:
-                        break
-                    level[u] = -1  # a dead end for the rest of this phase
-                    a = path.pop()
-                    u = to[a ^ 1]
-                    pointer[u] += 1
-                    continue
-                a = arcs[pointer[u]]
-                path.append(a)
-                u = to[a]
-            if u != sink:
-                break
-            for a in path:
-                cap[a] -= 1
-                cap[a ^ 1] += 1
-            pushed += 1
