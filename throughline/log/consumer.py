@@ -20,6 +20,32 @@ from throughline.log.fetch import use_record_reader
 from throughline.log.translate import KafkaErrors
 
 
+def fetching_settings(
+    *,
+    timeout: float,
+    max_poll_records: int,
+    fetch_max_bytes: int,
+    max_partition_fetch_bytes: int,
+    fetch_max_wait_ms: int,
+) -> dict[str, Any]:
+    """The kafka-python settings of every consumer that fetches turns (``PartitionConsumer`` and the
+    group's ``GroupConsumer``): nothing committed to Kafka, no automatic offset reset (an out-of-range
+    position is an error to explain), committed records only, no topic created by a fetch, and every
+    request bounded by ``timeout`` seconds (but longer than the fetch's own wait)."""
+    timeout_ms = max(1000, int(timeout * 1000))
+    return {
+        "enable_auto_commit": False,
+        "auto_offset_reset": "none",
+        "isolation_level": "read_committed",
+        "allow_auto_create_topics": False,
+        "max_poll_records": max_poll_records,
+        "fetch_max_bytes": fetch_max_bytes,
+        "max_partition_fetch_bytes": max_partition_fetch_bytes,
+        "fetch_max_wait_ms": fetch_max_wait_ms,
+        "request_timeout_ms": max(timeout_ms, fetch_max_wait_ms + 1000),
+    }
+
+
 class PartitionConsumer:
     """Polls the partitions of one topic from positions the caller sets (``seek``)."""
 
@@ -39,7 +65,6 @@ class PartitionConsumer:
     ) -> None:
         """Connect (bounded by ``timeout`` seconds, which also bounds each request) and assign the
         topic's ``partitions``. Positions start unset: ``seek`` each partition before polling."""
-        timeout_ms = max(1000, int(timeout * 1000))
         self._errors = KafkaErrors(servers, kafka_config)
         self._consumer = clients.consumer(
             servers,
@@ -47,15 +72,13 @@ class PartitionConsumer:
             connect_timeout=timeout,
             kafka_config=kafka_config,
             group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="none",
-            isolation_level="read_committed",
-            allow_auto_create_topics=False,
-            max_poll_records=max_poll_records,
-            fetch_max_bytes=fetch_max_bytes,
-            max_partition_fetch_bytes=max_partition_fetch_bytes,
-            fetch_max_wait_ms=fetch_max_wait_ms,
-            request_timeout_ms=max(timeout_ms, fetch_max_wait_ms + 1000),
+            **fetching_settings(
+                timeout=timeout,
+                max_poll_records=max_poll_records,
+                fetch_max_bytes=fetch_max_bytes,
+                max_partition_fetch_bytes=max_partition_fetch_bytes,
+                fetch_max_wait_ms=fetch_max_wait_ms,
+            ),
         )
         #: Whether polls return ``FetchedRecord``s (else kafka-python's ``ConsumerRecord``s, same fields).
         self.record_reader = use_record_reader(self._consumer)

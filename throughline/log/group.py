@@ -42,6 +42,7 @@ from throughline.core.exceptions import GroupDataError
 from throughline.core.owner_map import MemberSubscription, OwnerMap
 from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
+from throughline.log.consumer import fetching_settings
 from throughline.log.fetch import use_record_reader
 from throughline.log.translate import KafkaErrors
 
@@ -241,26 +242,23 @@ class GroupConsumer:
         MemberSubscription(url=url, copies=copies)  # refuse a URL or copies the group could not carry
         self._assignor = OwnerAssignor(topic, self._offer, self._generation)
         self._errors = KafkaErrors(servers, kafka_config)
-        timeout_ms = max(1000, int(timeout * 1000))
         self._consumer = clients.consumer(
             servers,
             client_id=client_id,
             connect_timeout=timeout,
             kafka_config=kafka_config,
             group_id=group,
-            enable_auto_commit=False,
-            auto_offset_reset="none",
-            isolation_level="read_committed",
-            allow_auto_create_topics=False,
             partition_assignment_strategy=[self._assignor],
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
             max_poll_interval_ms=max_poll_interval_ms,
-            max_poll_records=max_poll_records,
-            fetch_max_bytes=fetch_max_bytes,
-            max_partition_fetch_bytes=max_partition_fetch_bytes,
-            fetch_max_wait_ms=fetch_max_wait_ms,
-            request_timeout_ms=max(timeout_ms, fetch_max_wait_ms + 1000),
+            **fetching_settings(
+                timeout=timeout,
+                max_poll_records=max_poll_records,
+                fetch_max_bytes=fetch_max_bytes,
+                max_partition_fetch_bytes=max_partition_fetch_bytes,
+                fetch_max_wait_ms=fetch_max_wait_ms,
+            ),
         )
         #: Whether polls return ``FetchedRecord``s (else kafka-python's ``ConsumerRecord``s, same fields).
         self.record_reader = use_record_reader(self._consumer) if record_reader else False
