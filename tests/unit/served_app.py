@@ -15,7 +15,9 @@ from typing import Any
 import uvicorn
 from reader_world import KEY, World
 
+from throughline.reader.wire import ObserverRead
 from throughline.serve.app import ApiSettings, create_app
+from throughline.serve.client import HttpReader
 
 
 class ServedApp:
@@ -125,3 +127,16 @@ def closed_url() -> str:
     sock.close()
     return f"http://127.0.0.1:{port}"
 
+
+
+def rest_of_series(reader: HttpReader, project: str, after: str | None, page: ObserverRead, limit: int) -> list[int]:
+    """The seqs of ``page`` and of every later page of its series, read as an Observer reads them."""
+    seqs = [t.seq for t in page.turns]
+    for _ in range(1000):
+        if page.page.complete:
+            return seqs
+        page = reader.read_observer_turn_page(
+            project=project, after_cursor=after, through_cursor=page.throughCursor, page_token=page.page.nextToken, limit=limit
+        )
+        seqs += [t.seq for t in page.turns]
+    raise AssertionError("the series did not complete")

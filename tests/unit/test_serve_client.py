@@ -9,13 +9,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from reader_world import PROJECT, World
-from served_app import ServedApp
+from served_app import ServedApp, rest_of_series
 
 from throughline.core.exceptions import (
     InvalidCursorError,
@@ -38,44 +37,23 @@ from throughline.serve.exceptions import (
 TOKEN = "client-test-token-abcdefghijklmnop"
 
 
-@pytest.fixture
-def world() -> World:
-    w = World()
-    w.append_many(3)
-    return w
+def test_the_client_returns_the_library_document(http_world: World, read_api: ServedApp) -> None:
+    remote = HttpReader(read_api.url)(project=PROJECT, after_cursor=None, through_cursor=None, page_token=None, limit=2)
+    assert remote == http_world.read(PROJECT, limit=2)
+    assert remote.to_json() == http_world.read(PROJECT, limit=2).to_json()
 
 
-@pytest.fixture
-def served(world: World) -> Iterator[ServedApp]:
-    with ServedApp(world, ApiSettings(read_wait=0.0)) as s:
-        yield s
-
-
-def test_the_client_returns_the_library_document(world: World, served: ServedApp) -> None:
-    remote = HttpReader(served.url)(project=PROJECT, after_cursor=None, through_cursor=None, page_token=None, limit=2)
-    assert remote == world.read(PROJECT, limit=2)
-    assert remote.to_json() == world.read(PROJECT, limit=2).to_json()
-
-
-def test_the_client_pages_a_series(world: World, served: ServedApp) -> None:
-    reader = HttpReader(served.url)
+def test_the_client_pages_a_series(http_world: World, read_api: ServedApp) -> None:
+    reader = HttpReader(read_api.url)
     after = reader.read_observer_turn_page(project=PROJECT).throughCursor
-    world.append_many(5)
+    http_world.append_many(5)
     page = reader.read_observer_turn_page(project=PROJECT, after_cursor=after, limit=2)
-    seqs = [t.seq for t in page.turns]
-    for _ in range(10):
-        if page.page.complete:
-            break
-        page = reader.read_observer_turn_page(
-            project=PROJECT, after_cursor=after, through_cursor=page.throughCursor, page_token=page.page.nextToken, limit=2
-        )
-        seqs += [t.seq for t in page.turns]
-    assert seqs == [4, 5, 6, 7, 8]
+    assert rest_of_series(reader, PROJECT, after, page, 2) == [4, 5, 6, 7, 8]
 
 
-def test_the_client_carries_the_reason_of_a_pending_read(world: World, served: ServedApp) -> None:
-    world.append(apply=False)
-    read = HttpReader(served.url).read_observer_turn_page(project=PROJECT)
+def test_the_client_carries_the_reason_of_a_pending_read(http_world: World, read_api: ServedApp) -> None:
+    http_world.append(apply=False)
+    read = HttpReader(read_api.url).read_observer_turn_page(project=PROJECT)
     assert read.status == "projection_pending"
     assert read.reason  # from the Throughline-Reason header; never part of the JSON
     assert "reason" not in read.to_dict()
@@ -93,19 +71,19 @@ def test_the_client_carries_the_reason_of_a_pending_read(world: World, served: S
     ],
 )
 def test_the_client_raises_the_library_error_classes(
-    served: ServedApp, kwargs: dict[str, Any], cls: type[Exception], code: str
+    read_api: ServedApp, kwargs: dict[str, Any], cls: type[Exception], code: str
 ) -> None:
     args: dict[str, Any] = {"project": PROJECT, **kwargs}
     with pytest.raises(cls) as caught:
-        HttpReader(served.url).read_observer_turn_page(**args)
+        HttpReader(read_api.url).read_observer_turn_page(**args)
     assert caught.value.code == code  # type: ignore[attr-defined]
     assert caught.value.exit_code == 2  # type: ignore[attr-defined]
 
 
-def test_a_page_token_error_keeps_its_code(world: World, served: ServedApp) -> None:
-    reader = HttpReader(served.url)
+def test_a_page_token_error_keeps_its_code(http_world: World, read_api: ServedApp) -> None:
+    reader = HttpReader(read_api.url)
     after = reader.read_observer_turn_page(project=PROJECT).throughCursor
-    world.append_many(4)
+    http_world.append_many(4)
     page = reader.read_observer_turn_page(project=PROJECT, after_cursor=after, limit=2)
     with pytest.raises(PageTokenError) as caught:
         reader.read_observer_turn_page(
@@ -114,15 +92,15 @@ def test_a_page_token_error_keeps_its_code(world: World, served: ServedApp) -> N
     assert caught.value.code == "page_token_malformed"
 
 
-def test_a_quarantined_source_is_the_same_hard_failure(world: World, served: ServedApp) -> None:
-    world.append(seq=7)
+def test_a_quarantined_source_is_the_same_hard_failure(http_world: World, read_api: ServedApp) -> None:
+    http_world.append(seq=7)
     with pytest.raises(SourceQuarantinedError) as caught:
-        HttpReader(served.url).read_observer_turn_page(project=PROJECT)
+        HttpReader(read_api.url).read_observer_turn_page(project=PROJECT)
     assert caught.value.exit_code == 1 and not caught.value.retriable
 
 
-def test_authentication_errors_are_typed(world: World) -> None:
-    with ServedApp(world, ApiSettings(read_wait=0.0, auth_token=TOKEN)) as s:
+def test_authentication_errors_are_typed(http_world: World) -> None:
+    with ServedApp(http_world, ApiSettings(read_wait=0.0, auth_token=TOKEN)) as s:
         with pytest.raises(UnauthorizedError):
             HttpReader(s.url).read_observer_turn_page(project=PROJECT)
         with pytest.raises(UnauthorizedError):
@@ -140,9 +118,9 @@ def test_an_unreachable_server_is_retriable() -> None:
     assert caught.value.retriable
 
 
-def test_a_foreign_answer_is_a_bad_response(served: ServedApp) -> None:
+def test_a_foreign_answer_is_a_bad_response(read_api: ServedApp) -> None:
     with pytest.raises(BadResponseError):
-        HttpReader(served.url + "/v1/projects/read").read_observer_turn_page(project=PROJECT)  # 404 path
+        HttpReader(read_api.url + "/v1/projects/read").read_observer_turn_page(project=PROJECT)  # 404 path
 
 
 def test_error_classes_are_found_by_code() -> None:
@@ -154,32 +132,32 @@ def test_error_classes_are_found_by_code() -> None:
     assert busy.retriable and busy.code == "broker_unavailable"
 
 
-def test_the_observer_audits_through_the_client(world: World, served: ServedApp, tmp_path: Path) -> None:
+def test_the_observer_audits_through_the_client(http_world: World, read_api: ServedApp, tmp_path: Path) -> None:
     audited: list[TurnRecordWire] = []
     state = tmp_path / "observer.json"
-    observer = Observer(HttpReader(served.url), project=PROJECT, state_path=state, audit=audited.append, limit=2)
+    observer = Observer(HttpReader(read_api.url), project=PROJECT, state_path=state, audit=audited.append, limit=2)
     first = observer.run_series()
     assert first.saved and [t.seq for t in audited] == [2, 3]
-    world.append_many(5)
+    http_world.append_many(5)
     second = observer.run_series()
     assert second.saved and second.turns_audited == 5
     assert [t.seq for t in audited] == [2, 3, 4, 5, 6, 7, 8]
     assert load_state(state) == second.through_cursor
 
 
-def test_a_long_poll_through_the_client(world: World, served: ServedApp) -> None:
-    reader = HttpReader(served.url, wait=20)
+def test_a_long_poll_through_the_client(http_world: World, read_api: ServedApp) -> None:
+    reader = HttpReader(read_api.url, wait=20)
     after = reader.read_observer_turn_page(project=PROJECT).throughCursor
     results: list[Any] = []
     thread = threading.Thread(
         target=lambda: results.append(reader.read_observer_turn_page(project=PROJECT, after_cursor=after))
     )
     thread.start()
-    metrics = served.server.config.app.state.api.metrics  # type: ignore[attr-defined]
+    metrics = read_api.server.config.app.state.api.metrics  # type: ignore[attr-defined]
     deadline = time.monotonic() + 10
     while metrics.long_polls.value() != 1:
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    world.append()
+    http_world.append()
     thread.join(timeout=20)
     assert [t.seq for t in results[0].turns] == [4]

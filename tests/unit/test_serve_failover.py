@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from contextlib import redirect_stdout
 from typing import Any
 
 import pytest
 from reader_world import PROJECT, World
-from served_app import Answer, ApiSettings, ScriptedServer, ServedApp, closed_url, error_answer
+from served_app import (
+    Answer,
+    ApiSettings,
+    ScriptedServer,
+    ServedApp,
+    closed_url,
+    error_answer,
+    rest_of_series,
+)
 
 from throughline.cli import main
 from throughline.core.exceptions import InvalidLimitError
@@ -21,19 +28,6 @@ from throughline.serve.client import HttpReader, parse_urls
 from throughline.serve.exceptions import ServerBusyError, ServerUnavailableError
 
 TOKEN = "failover-test-token-abcdefghijkl"
-
-
-@pytest.fixture
-def world() -> World:
-    w = World()
-    w.append_many(3)
-    return w
-
-
-@pytest.fixture
-def app(world: World) -> Iterator[ServedApp]:
-    with ServedApp(world, ApiSettings(read_wait=0.0)) as served:
-        yield served
 
 
 def _busy() -> ScriptedServer:
@@ -62,19 +56,19 @@ def test_a_bad_url_list_is_a_configuration_error(bad: Any) -> None:
 # ---------------------------------------------------------------------------------------- failover
 
 
-def test_an_unreachable_member_is_passed_over_and_the_next_answers(world: World, app: ServedApp) -> None:
-    reader = HttpReader([closed_url(), app.url], timeout=5)
+def test_an_unreachable_member_is_passed_over_and_the_next_answers(http_world: World, read_api: ServedApp) -> None:
+    reader = HttpReader([closed_url(), read_api.url], timeout=5)
     read = reader.read_observer_turn_page(project=PROJECT, limit=2)
-    assert read == world.read(PROJECT, limit=2)
-    assert reader.url == app.url  # the next call starts with the member that answered
+    assert read == http_world.read(PROJECT, limit=2)
+    assert reader.url == read_api.url  # the next call starts with the member that answered
 
 
-def test_a_503_member_is_passed_over_with_the_same_request_and_token(app: ServedApp) -> None:
+def test_a_503_member_is_passed_over_with_the_same_request_and_token(read_api: ServedApp) -> None:
     with _busy() as busy:
-        reader = HttpReader([busy.url, app.url], token=None, timeout=5)
+        reader = HttpReader([busy.url, read_api.url], token=None, timeout=5)
         first = reader.read_observer_turn_page(project=PROJECT)
         assert first.ok and len(busy.received) == 1
-        assert reader.url == app.url
+        assert reader.url == read_api.url
         reader.read_observer_turn_page(project=PROJECT)
         assert len(busy.received) == 1  # not asked again while the other answers
 
@@ -92,26 +86,19 @@ def test_each_member_gets_the_identical_request_with_the_original_authorization(
         assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in sent)
 
 
-def test_a_series_goes_on_on_another_member_when_its_member_dies(world: World) -> None:
-    first, second = ServedApp(world, ApiSettings(read_wait=0.0)), ServedApp(world, ApiSettings(read_wait=0.0))
+def test_a_series_goes_on_on_another_member_when_its_member_dies(http_world: World) -> None:
+    first, second = ServedApp(http_world, ApiSettings(read_wait=0.0)), ServedApp(http_world, ApiSettings(read_wait=0.0))
     with second:
         first.__enter__()
         try:
             reader = HttpReader([first.url, second.url], timeout=5)
             after = reader.read_observer_turn_page(project=PROJECT).throughCursor
-            world.append_many(5)
+            http_world.append_many(5)
             page = reader.read_observer_turn_page(project=PROJECT, after_cursor=after, limit=2)
             assert reader.url == first.url and not page.page.complete
         finally:
             first.__exit__()  # the member that served page 1 is gone
-        seqs = [t.seq for t in page.turns]
-        for _ in range(10):
-            if page.page.complete:
-                break
-            page = reader.read_observer_turn_page(
-                project=PROJECT, after_cursor=after, through_cursor=page.throughCursor, page_token=page.page.nextToken, limit=2
-            )
-            seqs += [t.seq for t in page.turns]
+        seqs = rest_of_series(reader, PROJECT, after, page, 2)
         assert reader.url == second.url
         assert seqs == [4, 5, 6, 7, 8]  # pinned through, token accepted by the other member: exact
 
@@ -130,22 +117,22 @@ def test_a_503_answer_is_preferred_to_silence() -> None:
                 HttpReader(urls, timeout=2).read_observer_turn_page(project=PROJECT)
 
 
-def test_a_proxy_page_in_front_of_a_dead_member_is_passed_over(app: ServedApp) -> None:
+def test_a_proxy_page_in_front_of_a_dead_member_is_passed_over(read_api: ServedApp) -> None:
     with ScriptedServer(Answer(502, b"<html>Bad Gateway</html>", {"Content-Type": "text/html"})) as proxy:
-        read = HttpReader([proxy.url, app.url], timeout=5).read_observer_turn_page(project=PROJECT)
+        read = HttpReader([proxy.url, read_api.url], timeout=5).read_observer_turn_page(project=PROJECT)
         assert read.ok and len(proxy.received) == 1
 
 
-def test_an_input_error_is_not_failed_over(app: ServedApp) -> None:
+def test_an_input_error_is_not_failed_over(read_api: ServedApp) -> None:
     with _busy() as other:
         with pytest.raises(InvalidLimitError):
-            HttpReader([app.url, other.url], timeout=5).read_observer_turn_page(project=PROJECT, limit=0)
+            HttpReader([read_api.url, other.url], timeout=5).read_observer_turn_page(project=PROJECT, limit=0)
         assert other.received == []  # every member would refuse it alike
 
 
-def test_a_slow_member_times_out_and_the_next_answers(app: ServedApp) -> None:
+def test_a_slow_member_times_out_and_the_next_answers(read_api: ServedApp) -> None:
     with ScriptedServer(Answer(200, b"{}", delay=3.0)) as slow:
-        reader = HttpReader([slow.url, app.url], timeout=1.0)
+        reader = HttpReader([slow.url, read_api.url], timeout=1.0)
         assert reader.read_observer_turn_page(project=PROJECT).ok
 
 
@@ -184,25 +171,25 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def test_read_takes_several_urls(world: World, app: ServedApp, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_takes_several_urls(http_world: World, read_api: ServedApp, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("THROUGHLINE_URL", raising=False)
-    code, out = _run(["read", "--project", PROJECT, "--limit", "2", "--url", f"{closed_url()},{app.url}"])
+    code, out = _run(["read", "--project", PROJECT, "--limit", "2", "--url", f"{closed_url()},{read_api.url}"])
     assert code == 0
-    assert json.loads(out) == json.loads(world.read(PROJECT, limit=2).to_json())
+    assert json.loads(out) == json.loads(http_world.read(PROJECT, limit=2).to_json())
 
 
-def test_status_asks_the_members_for_their_readiness(app: ServedApp, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_asks_the_members_for_their_readiness(read_api: ServedApp, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("THROUGHLINE_URL", raising=False)
-    code, out = _run(["status", "--json", "--url", f"{closed_url()},{app.url}"])
+    code, out = _run(["status", "--json", "--url", f"{closed_url()},{read_api.url}"])
     assert code == 0
     doc = json.loads(out)
-    assert doc["url"] == app.url and doc["ready"] is True
+    assert doc["url"] == read_api.url and doc["ready"] is True
     assert doc["readiness"]["status"] == "ready"
-    code, text = _run(["status", "--url", app.url])
-    assert code == 0 and text.startswith(f"serve at {app.url}: ready")
-    monkeypatch.setenv("THROUGHLINE_URL", app.url)
+    code, text = _run(["status", "--url", read_api.url])
+    assert code == 0 and text.startswith(f"serve at {read_api.url}: ready")
+    monkeypatch.setenv("THROUGHLINE_URL", read_api.url)
     code, out = _run(["status", "--json"])
-    assert code == 0 and json.loads(out)["url"] == app.url
+    assert code == 0 and json.loads(out)["url"] == read_api.url
 
 
 def test_status_with_no_member_reachable_fails(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -211,10 +198,10 @@ def test_status_with_no_member_reachable_fails(monkeypatch: pytest.MonkeyPatch, 
     assert json.loads(capsys.readouterr().err)["error"]["code"] == "server_unavailable"
 
 
-def test_observe_takes_several_urls(app: ServedApp, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+def test_observe_takes_several_urls(read_api: ServedApp, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.delenv("THROUGHLINE_URL", raising=False)
     state = tmp_path / "observer.json"
-    code, out = _run(["observe", "--project", PROJECT, "--state", str(state), "--url", f"{closed_url()},{app.url}"])
+    code, out = _run(["observe", "--project", PROJECT, "--state", str(state), "--url", f"{closed_url()},{read_api.url}"])
     assert code == 0
     assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 2, 3]
     assert state.exists()

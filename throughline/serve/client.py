@@ -22,13 +22,10 @@ and other failures are the same on every member and are raised at once. One URL 
 from __future__ import annotations
 
 import argparse
-import http.client
 import importlib
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
@@ -40,12 +37,12 @@ from throughline.reader.wire import ObserverRead
 from throughline.serve import READ_PATH, REASON_HEADER
 from throughline.serve.auth import load_auth_token
 from throughline.serve.exceptions import BadResponseError, ServeError, ServerUnavailableError
+from throughline.serve.transport import exchange, new_opener
 
 ENV_URL = "THROUGHLINE_URL"
 DEFAULT_TIMEOUT = 30.0
 #: Long-poll of ``observe --follow --url`` (below the server's default cap of 30 s).
 FOLLOW_WAIT = 25.0
-_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
 
 def _subclasses(cls: type[ThroughlineError]) -> Iterator[type[ThroughlineError]]:
@@ -98,11 +95,6 @@ def error_from_answer(status: int, code: str, message: str) -> ThroughlineError:
     return error
 
 
-def _headers(message: Any) -> dict[str, str]:
-    """Response headers with lower-case names (HTTP header names are case-insensitive)."""
-    return {str(k).lower(): str(v) for k, v in (message.items() if message is not None else [])}
-
-
 def _check_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -152,7 +144,7 @@ class HttpReader:
         self.timeout = float(timeout)
         self.wait = float(wait)
         self._token = token
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+        self._opener = new_opener()
 
     @property
     def url(self) -> str:
@@ -237,58 +229,17 @@ class HttpReader:
     def _exchange(
         self, method: str, path: str, data: bytes | None, timeout: float
     ) -> tuple[str, int, dict[str, str], bytes]:
-        """One request, failing over along the members (each at most once, the last to answer first):
-        (the URL that answered, status, headers, body). When no member answers other than 503, the
-        last 503 answer is returned; when none answers at all, the last ``ServerUnavailableError``
-        is raised."""
-        count = len(self.urls)
-        last_answer: tuple[str, int, dict[str, str], bytes] | None = None
-        unreachable: ServerUnavailableError | None = None
-        start = self._current
-        for step in range(count):
-            index = (start + step) % count
-            url = self.urls[index]
-            try:
-                status, headers, payload = self._request(url, method, path, data, timeout)
-            except ServerUnavailableError as exc:
-                unreachable = exc
-                continue
-            if status in (502, 504) and count > 1 and not _is_error_document(payload):
-                unreachable = ServerUnavailableError(f"{url} answered HTTP {status}")  # a proxy before it
-                continue
-            self._current = index
-            if status == 503 and step < count - 1:
-                last_answer = (url, status, headers, payload)
-                continue
-            return url, status, headers, payload
-        if last_answer is not None:
-            return last_answer
-        assert unreachable is not None
-        raise unreachable
-
-    def _request(
-        self, url: str, method: str, path: str, data: bytes | None, timeout: float
-    ) -> tuple[int, dict[str, str], bytes]:
+        """One request along the members, the last to answer first (``transport.exchange``)."""
         headers = {"Accept": "application/json", "User-Agent": "throughline-http-reader"}
         if data is not None:
             headers["Content-Type"] = "application/json"
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
-        try:
-            with self._opener.open(request, timeout=timeout) as response:
-                payload = response.read(_MAX_RESPONSE_BYTES)
-                declared = response.headers.get("Content-Length")
-                if declared is not None and declared.isdigit() and len(payload) < int(declared):
-                    # read(amt) returns what arrived when the server dies mid-answer: a transient fault.
-                    raise ServerUnavailableError(f"throughline serve at {url} cut its answer short")
-                return response.status, _headers(response.headers), payload
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, _headers(exc.headers), exc.read(_MAX_RESPONSE_BYTES)
-        except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timed out, cut short
-            reason = getattr(exc, "reason", exc)
-            raise ServerUnavailableError(f"cannot reach throughline serve at {url}: {reason}") from None
+        index, answer = exchange(
+            self._opener, self.urls, method, path, data, headers, timeout=timeout, start=self._current
+        )
+        self._current = index
+        return answer.url, answer.status, dict(answer.headers), answer.body
 
     def _error(self, url: str, status: int, payload: bytes) -> ThroughlineError:
         try:
@@ -302,14 +253,6 @@ class HttpReader:
         if status in (404, 405):  # our own server, but not a read endpoint: the URL is wrong
             return BadResponseError(f"{url} has no read endpoint ({code}: {message}); check --url")
         return error_from_answer(status, code, message)
-
-
-def _is_error_document(payload: bytes) -> bool:
-    try:
-        document = json.loads(payload)
-    except ValueError:
-        return False
-    return isinstance(document, dict) and isinstance(document.get("error"), dict)
 
 
 # ------------------------------------------------------------------------------------------ CLI glue
