@@ -74,3 +74,19 @@ class ProjectorFailedError(ServeError):
     """The projector thread of ``serve`` stopped with an error; the service shuts down (exit 1)."""
 
     code = "projector_failed"
+
+
+class ForwardFailedError(ServeError):
+    """A member could not pass a read on to any member that holds its partition (none reachable in
+    the time allowed). Retriable: the group rebalances, or the holders come back."""
+
+    code = "forward_failed"
+    retriable = True
+
+
+class AlreadyForwardedError(ServeError):
+    """A read that another member forwarded here would be forwarded again: one hop only, so that two
+    members with different views of the group never pass a read back and forth."""
+
+    code = "forward_loop"
+    retriable = True
