@@ -95,6 +95,9 @@ def _wait(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_S)
 
 def _settled(members: list[Member], count: int) -> bool:
     """Every member is in one generation of exactly these members, with an owner map."""
+    for m in members:
+        if m.error is not None:
+            raise AssertionError(f"{m.name}'s poll loop failed: {m.error!r}") from m.error
     views = [m.view() for m in members]
     if any(v is None or v.owner_map is None for v in views):
         return False
@@ -318,7 +321,7 @@ def test_a_rebalance_waits_for_a_member_that_does_not_poll(
 
 
 def test_a_group_name_taken_by_another_kind_of_consumer_is_refused(
-    kafka_bootstrap: str, group_topic: str, kafka_group_id: str
+    kafka_bootstrap: str, group_topic: str, kafka_group_id: str, kafka_admin: Any
 ) -> None:
     from kafka import KafkaConsumer
 
@@ -327,7 +330,12 @@ def test_a_group_name_taken_by_another_kind_of_consumer_is_refused(
     other = KafkaConsumer(group_topic, bootstrap_servers=kafka_bootstrap, group_id=kafka_group_id, enable_auto_commit=False)
     member = None
     try:
-        _wait("the other consumer's join", lambda: bool(other.poll(timeout_ms=200)) or bool(other.assignment()))
+        def range_group_stable() -> bool:
+            other.poll(timeout_ms=200)
+            described = kafka_admin.describe_groups([kafka_group_id])[kafka_group_id]
+            return described["group_state"] == "Stable" and described["protocol_data"] == "range"
+
+        _wait("the other consumer's group", range_group_stable)
         member = GroupConsumer(
             [kafka_bootstrap], group_topic, group=kafka_group_id, url="http://127.0.0.1:18050",
             client_id="test-refused", timeout=30.0, kafka_config=None,
