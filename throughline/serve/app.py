@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Request
@@ -53,6 +53,9 @@ from throughline.serve.exceptions import (
     UnauthorizedError,
 )
 from throughline.serve.metrics import CONTENT_TYPE, ServeMetrics
+
+if TYPE_CHECKING:
+    from throughline.serve.group import GroupRouter
 
 _log = logging.getLogger("throughline.serve")
 
@@ -331,8 +334,10 @@ class ReadApi:
         projector: ProjectorState,
         stopping: threading.Event,
         read_page: ReadPage,
+        router: GroupRouter | None = None,
     ) -> None:
         self.projection = projection
+        self.router = router
         self.log = log
         self.token_key = token_key
         self.settings = settings
@@ -469,23 +474,28 @@ class ReadApi:
         partitions = []
         total = 0
         worst = 0
+        # A group member is behind only on what it holds: the rest is another member's to project.
+        held = None if self.router is None else self.router.membership.held()
         for p in sorted(applied):
             lag = None if end is None else max(0, end.get(p, 0) - applied[p])
-            total += lag or 0
-            worst = max(worst, lag or 0)
-            partitions.append(
-                {
-                    "partition": p,
-                    "appliedOffset": applied[p],
-                    "endOffset": None if end is None else end.get(p),
-                    "lag": lag,
-                }
-            )
+            if held is None or p in held:
+                total += lag or 0
+                worst = max(worst, lag or 0)
+            entry: dict[str, Any] = {
+                "partition": p,
+                "appliedOffset": applied[p],
+                "endOffset": None if end is None else end.get(p),
+                "lag": lag,
+            }
+            if held is not None:
+                entry["held"] = p in held
+            partitions.append(entry)
         ready = (
             phase in ("running", "off")
             and end is not None
             and worst <= self.settings.ready_max_lag
             and not self.stopping.is_set()
+            and (self.router is None or self.router.membership.view is not None)
         )
         report: dict[str, Any] = {
             "status": "ready" if ready else "not_ready",
@@ -494,6 +504,8 @@ class ReadApi:
             "maxLag": self.settings.ready_max_lag,
             "partitions": partitions,
         }
+        if self.router is not None:
+            report["group"] = self.router.membership.report(applied, end)
         failure = self.projector.error()
         if failure is not None:
             report["projectorError"] = failure.to_json()["error"]
@@ -579,12 +591,14 @@ def create_app(
     projector: ProjectorState | None = None,
     stopping: threading.Event | None = None,
     read_page: ReadPage | None = None,
+    router: GroupRouter | None = None,
 ) -> FastAPI:
     """The FastAPI application of ``throughline serve``.
 
     ``projector`` reports whether the projector that fills ``projection`` runs (readiness);
     ``stopping`` is set on shutdown so that long-polls return at once. ``read_page`` defaults to
-    ``throughline.reader.read_observer_turn_page``.
+    ``throughline.reader.read_observer_turn_page``. ``router``: a ``serve --group`` member's
+    (``throughline.serve.group``): reads of partitions it does not answer itself are forwarded.
     """
     settings = settings or ApiSettings()
     metrics = metrics or ServeMetrics()
@@ -597,6 +611,7 @@ def create_app(
         projector=projector or _AlwaysRunning(),
         stopping=stopping or threading.Event(),
         read_page=read_page or reader_page.read_observer_turn_page,
+        router=router,
     )
     metrics.registry.on_scrape(api.refresh_metrics)
     auth = BearerAuth(settings.auth_token)
@@ -663,6 +678,23 @@ def create_app(
             headers[REASON_HEADER] = _header_text(result.reason)
         return Response(content=result.to_json(), media_type="application/json", headers=headers)
 
+    async def _read_or_forward(request: Request, params: ReadParams, body: bytes | None) -> Response:
+        if api.router is not None:
+            target = READ_PATH + (f"?{request.url.query}" if request.url.query else "")
+            forwarded = await run_in_threadpool(
+                lambda: api.router.route(  # type: ignore[union-attr]
+                    params.project,
+                    wait=params.wait,
+                    method=request.method,
+                    target=target,
+                    body=body,
+                    headers=request.headers,
+                )
+            )
+            if forwarded is not None:
+                return Response(content=forwarded.body, status_code=forwarded.status, headers=dict(forwarded.headers))
+        return _read_response(await run_in_threadpool(api.answer, params))
+
     read_responses: dict[int | str, dict[str, Any]] = {
         200: {"model": ObserverRead, "description": "the throughline.observer_read.v1 document"},
         **_ERROR_RESPONSES,
@@ -681,7 +713,7 @@ def create_app(
     )
     async def read_get(request: Request) -> Response:
         params = params_from_query(request.query_params.multi_items(), max_wait=settings.max_wait)
-        return _read_response(await run_in_threadpool(api.answer, params))
+        return await _read_or_forward(request, params, None)
 
     @app.post(
         READ_PATH,
@@ -708,8 +740,9 @@ def create_app(
             if size > limit:
                 raise _too_large(f"the request body is larger than {limit} bytes", 413)
             chunks.append(chunk)
-        params = params_from_json(b"".join(chunks), max_wait=settings.max_wait)
-        return _read_response(await run_in_threadpool(api.answer, params))
+        body = b"".join(chunks)
+        params = params_from_json(body, max_wait=settings.max_wait)
+        return await _read_or_forward(request, params, body)
 
     @app.get("/healthz", summary="Liveness", tags=["operations"], responses={503: {"model": ErrorDocument}})
     def healthz() -> JSONResponse:

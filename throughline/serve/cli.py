@@ -8,6 +8,8 @@ it gracefully (exit 0); binding a non-loopback address without an auth token is 
 from __future__ import annotations
 
 import argparse
+import os
+import urllib.parse
 from typing import Any
 
 from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
@@ -17,6 +19,9 @@ from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_toke
 from throughline.settings import add_connection_options, seconds_argument, settings_from
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
+ENV_GROUP = "THROUGHLINE_GROUP"
+ENV_ADVERTISE_URL = "THROUGHLINE_ADVERTISE_URL"
+ENV_COPIES = "THROUGHLINE_COPIES"
 
 
 def _port(text: str) -> int:
@@ -130,6 +135,26 @@ def register(subparsers: Any) -> None:
         help="only serve reads: open the projection read-only and do not consume the log "
         "(reads answer projection_pending for records nobody projects)",
     )
+    p.add_argument(
+        "--group",
+        default=None,
+        metavar="NAME",
+        help=f"join the consumer group NAME of serve members on the topic: project only the partitions the group "
+        f"assigns, answer every read (forwarding what another member holds) (env {ENV_GROUP}; docs/scale-out.md)",
+    )
+    p.add_argument(
+        "--advertise",
+        default=None,
+        metavar="URL",
+        help=f"with --group: the URL the other members forward reads to this one at (env {ENV_ADVERTISE_URL})",
+    )
+    p.add_argument(
+        "--copies",
+        type=_count(1),
+        default=None,
+        metavar="K",
+        help=f"with --group: members that hold each partition (default 2 with two or more members; env {ENV_COPIES})",
+    )
     p.add_argument("--log-level", choices=_LEVELS, default="warning", help="log level on stderr (default warning)")
     p.add_argument("--access-log", action="store_true", help="log every request on stderr")
     add_connection_options(p)
@@ -145,6 +170,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     require_token_off_loopback(args.host, token)
     settings = settings_from(args)
     settings.require_bootstrap()  # fail fast, before binding anything
+    group = _group_spec(args)
     options = ServeOptions(
         host=args.host,
         port=args.port,
@@ -164,5 +190,44 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
         access_log=args.access_log,
+        group=group,
     )
     return run_service(settings, options)
+
+
+def _group_spec(args: argparse.Namespace) -> Any:
+    """``--group``/``--advertise``/``--copies`` (or their variables) as a ``GroupSpec``, or ``None``."""
+    from throughline.projector.group_runner import GroupSpec
+    from throughline.serve.exceptions import InvalidGroupOptionError
+
+    name = args.group if args.group is not None else os.environ.get(ENV_GROUP) or None
+    url = args.advertise if args.advertise is not None else os.environ.get(ENV_ADVERTISE_URL) or None
+    copies = args.copies
+    if copies is None and os.environ.get(ENV_COPIES):
+        try:
+            copies = _count(1)(os.environ[ENV_COPIES])
+        except argparse.ArgumentTypeError as exc:
+            raise InvalidGroupOptionError(f"{ENV_COPIES}: {exc}") from None
+    if name is None:
+        if args.advertise is not None or args.copies is not None:
+            raise InvalidGroupOptionError("--advertise and --copies belong to --group NAME")
+        return None
+    if not name.strip() or len(name) > 249:
+        raise InvalidGroupOptionError("--group NAME must be 1..249 characters")
+    if url is None:
+        raise InvalidGroupOptionError(
+            f"--group needs --advertise URL (env {ENV_ADVERTISE_URL}): where the other members reach this one"
+        )
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or not url.isascii() or " " in url:
+        raise InvalidGroupOptionError(f"--advertise must be an http(s) URL such as http://10.0.0.5:8080, got {url!r}")
+    if args.no_projector:
+        raise InvalidGroupOptionError("--group and --no-projector do not mix: a member projects the partitions it holds")
+    return GroupSpec(group=name, url=url.rstrip("/"), copies=copies, session_timeout_ms=_session_timeout_ms())
+
+
+def _session_timeout_ms() -> int | None:
+    # Not a flag: the tests (and an operator who knows Kafka's bounds) shorten how soon a dead member's
+    # partitions move. Kafka's broker accepts 6 s .. 30 min by default.
+    text = os.environ.get("THROUGHLINE_GROUP_SESSION_TIMEOUT_MS")
+    return int(text) if text and text.isdigit() else None

@@ -90,3 +90,10 @@ class AlreadyForwardedError(ServeError):
 
     code = "forward_loop"
     retriable = True
+
+
+class InvalidGroupOptionError(InputError):
+    """``serve --group``'s options do not make a member: no ``--advertise`` URL, one that is not an
+    http(s) URL, ``--copies`` below 1, or ``--no-projector`` (a member projects its partitions)."""
+
+    code = "invalid_group_option"

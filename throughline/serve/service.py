@@ -45,6 +45,9 @@ from throughline.settings import Settings
 
 if TYPE_CHECKING:
     from throughline.log import KafkaClientConfig
+    from throughline.log.group import GroupView
+    from throughline.projector.group_runner import GroupSpec
+    from throughline.serve.group import GroupRouter
 
 _log = logging.getLogger("throughline.serve")
 
@@ -73,6 +76,7 @@ class ServeOptions:
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     log_level: str = "warning"
     access_log: bool = False
+    group: GroupSpec | None = None  # ``--group``: a member of a group of serve processes (docs/scale-out.md)
 
 
 class ProjectorThread:
@@ -259,12 +263,11 @@ def run_service(
     """Run ``throughline serve`` until a signal (returns 0) or a projector failure (raises its error)."""
     from throughline.log import DEFAULT_PARTITIONS, KafkaLog, ensure_topic
     from throughline.projector.store import DuckProjection
-    from throughline.reader.token_key import resolve_token_key
 
     _configure_logging(options.log_level)
     servers = settings.require_bootstrap()
     kafka_config = settings.kafka_config()
-    token_key = resolve_token_key(db_path=settings.db, key_file=options.token_key_file)
+    token_key = _token_key(settings, options)
     sock = bind_socket(options.host, options.port)
     url = url_of(sock, options.host)
     projector: ProjectorThread | None = None
@@ -302,9 +305,20 @@ def run_service(
                 server_box[0].force_exit = True
 
         state: ProjectorThread | NoProjector = NoProjector()
+        router: GroupRouter | None = None
+        on_change: Callable[[GroupView], None] | None = None
+        if options.group is not None:
+            from throughline.serve.group import GroupRouter, Membership
+
+            membership = Membership(options.group.group, options.group.url, options.group.copies)
+            router = GroupRouter(membership, log, lambda p: int(projection.applied_offsets().get(p, 0)), options.api.read_wait)
+            on_change = membership.on_change
         if options.projector:
             projector = ProjectorThread(
-                projector_loop(projection, servers, settings.topic, metrics, kafka_config), on_exit=request_stop
+                projector_loop(
+                    projection, servers, settings.topic, metrics, kafka_config, group=options.group, on_change=on_change
+                ),
+                on_exit=request_stop,
             )
             state = projector
         app = create_app(
@@ -315,6 +329,7 @@ def run_service(
             metrics=metrics,
             projector=state,
             stopping=stopping,
+            router=router,
         )
         config = uvicorn.Config(
             app,
@@ -353,14 +368,38 @@ def run_service(
     return 0
 
 
+def _token_key(settings: Settings, options: ServeOptions) -> bytes:
+    """The page-token key; a group member takes only a shared one (never a file beside its own --db)."""
+    from throughline.reader.exceptions import TokenKeyError
+    from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE, resolve_token_key
+
+    if options.group is None:
+        return resolve_token_key(db_path=settings.db, key_file=options.token_key_file)
+    try:
+        return resolve_token_key(db_path=None, key_file=options.token_key_file)
+    except TokenKeyError as exc:
+        if "no page-token key" not in exc.message:
+            raise
+        raise TokenKeyError(
+            f"serve --group needs the group's shared page-token key: set {ENV_TOKEN_KEY}, or pass --token-key-file "
+            f"(or set {ENV_TOKEN_KEY_FILE}) naming one key file every member reads, so that a page token one "
+            "member issued is valid on every other"
+        ) from None
+
+
 def projector_loop(
     projection: Any,
     servers: list[str],
     topic: str,
     metrics: ServeMetrics,
     kafka_config: KafkaClientConfig | None = None,
+    *,
+    group: GroupSpec | None = None,
+    on_change: Callable[[GroupView], None] | None = None,
 ) -> Callable[[threading.Event], object]:
-    """The projector's consume loop over ``projection``, counting what it applies into ``metrics``."""
+    """The projector's consume loop over ``projection``, counting what it applies into ``metrics``
+    (with ``group``: only the partitions the group assigns this member, ``GroupProjector``)."""
+    from throughline.projector.group_runner import GroupProjector
     from throughline.projector.runner import ProgressUpdate, Projector
 
     seen = [0, 0, 0]  # records, appended, quarantined already counted
@@ -377,6 +416,9 @@ def projector_loop(
         seen[:] = now
 
     def loop(stop: threading.Event) -> object:
+        if group is not None:
+            member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
+            return member.run_group(group, stop=stop, on_change=on_change, progress=progress)
         return Projector(projection, servers, topic, kafka_config=kafka_config).run(stop=stop, progress=progress)
 
     return loop

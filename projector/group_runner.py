@@ -1,0 +1,156 @@
+"""The projector of one ``serve --group`` member: only the partitions the group gives it.
+
+``GroupProjector`` is ``Projector`` with a ``GroupConsumer`` in place of the partition feed. It joins
+the group (``throughline.log.group``), and for every partition the group assigns it fetches from the
+offset its own DuckDB file committed (0 for a partition it never held) and applies each poll as one
+transaction, exactly as the whole-topic projector does: the applied offsets live in the same
+transaction as the rows, so a crash at any instant loses and duplicates nothing, and a partition lost
+and regained later resumes where the file stopped. A partition it loses keeps its rows; the file's
+applied offset for it simply stops moving (the read side, ``throughline.serve.group``, forwards its
+reads to a holder instead of answering them from a stale file).
+
+Differences from ``Projector.run``, and why:
+
+- no fetch worker: the group protocol advances only inside the caller's ``poll``, so the consumer must
+  be polled on this thread (a worker process would be a second group member). One core per member;
+  a member's share of the topic is what scales out;
+- the same log checks (rewound, truncated, another topic id, a changed partition count) before the
+  first poll and every ``check_interval`` seconds, over every partition: a member that does not hold a
+  partition may hold it again, and its file must still be of this log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from throughline.log import LogError, PositionOutOfRangeError
+from throughline.log.group import GroupConsumer, GroupView
+from throughline.projector.exceptions import LogTruncatedError
+from throughline.projector.prepare import PreparedBatch, prepare_batch
+from throughline.projector.runner import Progress, Projector, RunSummary, _Tally
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """Which group a member joins and what it tells the others (``serve --group/--advertise/--copies``)."""
+
+    group: str
+    url: str
+    copies: int | None = None
+    session_timeout_ms: int | None = None  # None: ``throughline.log.group.SESSION_TIMEOUT_MS``
+
+
+class GroupProjector(Projector):
+    """Projects the partitions a consumer group assigns this member into its own ``DuckProjection``."""
+
+    def run_group(
+        self,
+        spec: GroupSpec,
+        *,
+        stop: threading.Event,
+        on_change: Callable[[GroupView], None] | None = None,
+        progress: Progress | None = None,
+    ) -> RunSummary:
+        """Join ``spec.group`` and apply what the group assigns until ``stop`` is set.
+
+        ``on_change(view)`` hears every generation (on kafka-python's IO thread, inside a poll). Raises
+        what ``Projector.run`` raises; on return the member has left the group (the others rebalance).
+        """
+        started = time.monotonic()
+        o = self._options
+        info = self._describe()
+        self._check_identity(info)
+        if info.lossy_reasons:
+            log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
+        log_view = self._log_view()
+        consumer: GroupConsumer | None = None
+        tally = _Tally(self._projection, progress, None, self._projection.applied_offsets(), started)
+        try:
+            self._check_offsets(log_view)
+            self._projection.bind_log(self._topic, info.topic_id, info.partitions)
+            extra: dict[str, Any] = {}
+            if spec.session_timeout_ms is not None:
+                extra["session_timeout_ms"] = spec.session_timeout_ms
+                extra["heartbeat_interval_ms"] = max(100, spec.session_timeout_ms // 6)
+            consumer = GroupConsumer(
+                self._servers,
+                self._topic,
+                group=spec.group,
+                url=spec.url,
+                copies=spec.copies,
+                stored=self._stored,
+                start_offset=lambda p: self._projection.applied_offsets().get(p, 0),
+                on_change=on_change,
+                client_id=o.client_id,
+                timeout=o.timeout,
+                max_poll_records=o.max_poll_records,
+                fetch_max_bytes=o.fetch_max_bytes,
+                max_partition_fetch_bytes=o.max_partition_fetch_bytes,
+                fetch_max_wait_ms=o.fetch_max_wait_ms,
+                kafka_config=self._kafka_config,
+                **extra,
+            )
+            log.info("member %s of group %s on topic %s (%d partitions)", spec.url, spec.group, self._topic, info.partitions)
+            next_check = time.monotonic() + o.check_interval
+            partitions = info.partitions
+            while not stop.is_set():
+                try:
+                    if time.monotonic() >= next_check:
+                        self._check_running(log_view)
+                        next_check = time.monotonic() + o.check_interval
+                    batches = self._fetch(consumer, partitions)
+                except LogError as exc:
+                    self._check_running(log_view)
+                    if isinstance(exc, PositionOutOfRangeError):
+                        raise LogTruncatedError(
+                            f"the log refused the member's position on topic {self._topic!r} ({exc}); applied "
+                            f"offsets {self._projection.applied_offsets()}"
+                        ) from exc
+                    if not exc.retriable:
+                        raise
+                    log.warning("retrying after a Kafka error: %s: %s", exc.code, exc.message)
+                    stop.wait(min(1.0, o.poll_timeout))
+                    continue
+                if batches:
+                    tally.add(self._projection.apply_prepared(self._topic, batches))
+        finally:
+            if consumer is not None:
+                consumer.close()
+            log_view.close()
+        return RunSummary(
+            tally.total,
+            self._projection.applied_offsets(),
+            None,
+            False,
+            time.monotonic() - started,
+            info.topic_id,
+            info.partitions,
+        )
+
+    def _stored(self) -> list[int]:
+        """The partitions this member's file has applied anything of (the assignor prefers them)."""
+        return [p for p, offset in self._projection.applied_offsets().items() if offset > 0]
+
+    def _fetch(self, consumer: GroupConsumer, partitions: int) -> list[PreparedBatch]:
+        """One poll of the held partitions, prepared; offset-only batches past transaction markers."""
+        o = self._options
+        polled = consumer.poll(o.poll_timeout, o.max_poll_records)
+        # Everything polled is applied, held or not: a position always starts at the file's applied
+        # offset (a gained partition is sought there), so the records run on from what the file has.
+        batches = [prepare_batch(p, records, partitions=partitions) for p, records in polled.items() if records]
+        if not batches:
+            # Markers and aborted records take offsets no poll returns: move the applied offset past them,
+            # or a caught-up member would look behind forever.
+            applied = self._projection.applied_offsets()
+            for p in sorted(consumer.assigned):
+                position = consumer.position(p)
+                if position is not None and position > applied.get(p, 0):
+                    batches.append(prepare_batch(p, [], next_offset=position))
+        return batches
