@@ -82,6 +82,14 @@ class Membership:
                 self._live.add(partition)
         return True
 
+    def observe(self, applied: Mapping[int, int], end: Mapping[int, int] | None) -> None:
+        """Mark every held partition whose applied offset reached ``end`` live (``/readyz`` asks this)."""
+        if end is None:
+            return
+        for p in sorted(self.held()):
+            reached = end.get(p, 0)
+            self.is_live(p, applied.get(p, 0), lambda reached=reached: reached)  # type: ignore[misc]
+
     def live(self) -> frozenset[int]:
         """The partitions this member answers itself."""
         with self._lock:
@@ -93,6 +101,7 @@ class Membership:
         doc: dict[str, Any] = {"name": self.group, "url": self.url, "copies": self.copies, "joined": view is not None}
         if view is None:
             return doc
+        self.observe(applied, end)
         held = sorted(view.assigned)
         live = self.live()
         doc.update(
