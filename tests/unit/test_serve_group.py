@@ -149,3 +149,14 @@ def test_readyz_shows_the_group_and_counts_only_held_lag(member: Member, holder:
     member.membership.on_change(_view([holder.url], mine=True, generation=2))
     held = member.readyz()
     assert held["lag"] == 1 and held["group"]["catchingUp"] == [0] and held["group"]["heldLag"] == 1  # type: ignore[index]
+
+
+def test_status_url_renders_the_group(member: Member, holder: ScriptedServer) -> None:
+    from throughline.serve.remote_status import render_remote_status, status_document
+
+    member.membership.on_change(_view([holder.url], mine=True))
+    text = render_remote_status(status_document(member.served.url, 200, member.readyz()))
+    assert "group g: generation 1, 2 copies; this member http://127.0.0.1:9 holds [0]" in text
+    assert f"member {holder.url}: partitions [0]" in text
+    assert text.splitlines()[-2].split() == ["partition", "applied", "end", "lag", "held"]
+    assert text.splitlines()[-1].split() == ["0", "3", "3", "0", "yes"]

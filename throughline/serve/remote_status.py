@@ -48,10 +48,37 @@ def render_remote_status(doc: dict[str, Any]) -> str:
         error = readiness.get(key)
         if isinstance(error, dict):
             lines.append(f"{key}: {error.get('code')}: {error.get('message')}")
-    rows: list[tuple[str, ...]] = [("partition", "applied", "end", "lag")]
+    group = readiness.get("group")
+    if isinstance(group, dict):
+        lines += _group_lines(group)
+    columns = ("partition", "appliedOffset", "endOffset", "lag") + (("held",) if isinstance(group, dict) else ())
+    rows: list[tuple[str, ...]] = [("partition", "applied", "end", "lag", "held")[: len(columns)]]
     for p in readiness.get("partitions") or []:
         if isinstance(p, dict):
-            rows.append(tuple("-" if p.get(k) is None else str(p.get(k)) for k in ("partition", "appliedOffset", "endOffset", "lag")))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+            rows.append(tuple(_cell(p.get(k)) for k in columns))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _group_lines(group: dict[str, Any]) -> list[str]:
+    """A group member's view: the group, this member, and every member's partitions."""
+    if not group.get("joined"):
+        return [f"group {group.get('name')}: this member ({group.get('url')}) is joining"]
+    lines = [
+        f"group {group.get('name')}: generation {group.get('generation')}, {group.get('copies')} copies; "
+        f"this member {group.get('url')} holds {group.get('held')} (catching up {group.get('catchingUp')}, "
+        f"lag {group.get('heldLag')})"
+    ]
+    for member in group.get("members") or []:
+        if isinstance(member, dict):
+            lines.append(f"  member {member.get('url')}: partitions {member.get('partitions')}")
+    return lines
