@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import os
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
 from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
 from throughline.settings import add_connection_options, seconds_argument, settings_from
+
+if TYPE_CHECKING:
+    from throughline.projector.group_runner import GroupSpec
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
 ENV_GROUP = "THROUGHLINE_GROUP"
@@ -195,7 +198,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return run_service(settings, options)
 
 
-def _group_spec(args: argparse.Namespace) -> Any:
+def _group_spec(args: argparse.Namespace) -> GroupSpec | None:
     """``--group``/``--advertise``/``--copies`` (or their variables) as a ``GroupSpec``, or ``None``."""
     from throughline.projector.group_runner import GroupSpec
     from throughline.serve.exceptions import InvalidGroupOptionError
