@@ -90,7 +90,23 @@ def _wait(what: str, condition: Callable[[], bool], timeout: float = DEADLINE_S)
         if condition():
             return time.monotonic() - started
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{_DESCRIBE.get(what, lambda: '')()}")
+
+
+#: What a timed-out wait prints about the members (set by the tests that wait for a settled group).
+_DESCRIBE: dict[str, Callable[[], str]] = {}
+
+
+def _views(members: list[Member]) -> str:
+    rows = []
+    for m in members:
+        v = m.view()
+        rows.append(
+            f"\n  {m.name}: " + ("no view" if v is None else f"generation {v.generation}, assigned {sorted(v.assigned)}, "
+            f"map of {len(v.owner_map.members) if v.owner_map else None} members, error {v.error}")
+            + f", thread alive {m.thread.is_alive()}, error {m.error!r}"
+        )
+    return "".join(rows)
 
 
 def _settled(members: list[Member], count: int) -> bool:
@@ -187,6 +203,7 @@ def test_a_fourth_member_takes_its_share_and_a_leaver_hands_its_own_on(
     kafka_bootstrap: str, group_topic: str, kafka_group_id: str, members: list[Member]
 ) -> None:
     members += [Member(kafka_bootstrap, group_topic, kafka_group_id, f"m{i}") for i in range(3)]
+    _DESCRIBE["three members"] = lambda: _views(members)
     _wait("three members", lambda: _settled(members, 3))
     before = {m.name: m.view() for m in members}
     marks = {m.name: {p: len(m.offsets(p)) for p in range(PARTITIONS)} for m in members}
