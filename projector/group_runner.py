@@ -139,18 +139,24 @@ class GroupProjector(Projector):
         return [p for p, offset in self._projection.applied_offsets().items() if offset > 0]
 
     def _fetch(self, consumer: GroupConsumer, partitions: int) -> list[PreparedBatch]:
-        """One poll of the held partitions, prepared; offset-only batches past transaction markers."""
+        """One poll, prepared; a held partition's batch ends at the consumer's position (as ``Fetcher``).
+
+        Markers and aborted records take offsets no poll returns: the position is past them, and they
+        count as applied with the batch (an offset-only batch when the partition returned no record),
+        or a caught-up member would look behind forever. Everything polled is applied, held or not: a
+        position always starts at the file's applied offset (a gained partition is sought there), so
+        the records run on from what the file has.
+        """
         o = self._options
         polled = consumer.poll(o.poll_timeout, o.max_poll_records)
-        # Everything polled is applied, held or not: a position always starts at the file's applied
-        # offset (a gained partition is sought there), so the records run on from what the file has.
-        batches = [prepare_batch(p, records, partitions=partitions) for p, records in polled.items() if records]
-        if not batches:
-            # Markers and aborted records take offsets no poll returns: move the applied offset past them,
-            # or a caught-up member would look behind forever.
-            applied = self._projection.applied_offsets()
-            for p in sorted(consumer.assigned):
-                position = consumer.position(p)
-                if position is not None and position > applied.get(p, 0):
-                    batches.append(prepare_batch(p, [], next_offset=position))
+        held = consumer.assigned
+        applied = self._projection.applied_offsets()
+        batches = []
+        for p in sorted(set(polled) | held):
+            records = polled.get(p) or []
+            end = records[-1].offset + 1 if records else applied.get(p, 0)
+            position = consumer.position(p) if p in held else None
+            skipped = position if position is not None and position > end else None
+            if records or skipped is not None:
+                batches.append(prepare_batch(p, records, partitions=partitions, next_offset=skipped))
         return batches
