@@ -226,7 +226,7 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
     print(f"kill matrix (group): kills {kills}, records {len(stored)}, reads {readers.counts}, audited {audited}, {took:.0f} s")
     rel_support.record("kill", "group", kills=sum(kills), restarts=sum(kills))
     rel_support.record(
-        "kill_group", "invariants", seed=seed, members=MEMBERS, kills=sum(kills), records=len(stored),
+        "kill", "group_invariants", seed=seed, members=MEMBERS, kills=sum(kills), records=len(stored),
         acknowledged=len(ingest.acked), lost=0, doubled=0, unhandled=len(readers.failures), prefix_checks=prefix_checks,
         audited_turns=audited, audit_gaps=0, audit_duplicates=0, reaudited=reaudited, cut_lines=partial,
         http_reads=sum(readers.counts.values()), http_unavailable=readers.counts.get("unavailable", 0),
