@@ -56,12 +56,15 @@ class GroupProjector(Projector):
         *,
         stop: threading.Event,
         on_change: Callable[[GroupView], None] | None = None,
+        on_leave: Callable[[], None] | None = None,
         progress: Progress | None = None,
     ) -> RunSummary:
         """Join ``spec.group`` and apply what the group assigns until ``stop`` is set.
 
-        ``on_change(view)`` hears every generation (on kafka-python's IO thread, inside a poll). Raises
-        what ``Projector.run`` raises; on return the member has left the group (the others rebalance).
+        ``on_change(view)`` hears every generation (on kafka-python's IO thread, inside a poll);
+        ``on_leave()`` hears that the member holds nothing any more: dropped from the group, or this run
+        ending (for whatever reason). Raises what ``Projector.run`` raises; on return the member has
+        left the group (the others rebalance).
         """
         started = time.monotonic()
         o = self._options
@@ -88,6 +91,7 @@ class GroupProjector(Projector):
                 stored=self._stored,
                 start_offset=lambda p: self._projection.applied_offsets().get(p, 0),
                 on_change=on_change,
+                on_lost=on_leave,
                 client_id=o.client_id,
                 timeout=o.timeout,
                 max_poll_records=o.max_poll_records,
@@ -121,6 +125,8 @@ class GroupProjector(Projector):
                 if batches:
                     tally.add(self._projection.apply_prepared(self._topic, batches))
         finally:
+            if on_leave is not None:
+                on_leave()  # before leaving: from now on this member's file may fall behind on everything
             if consumer is not None:
                 consumer.close()
             log_view.close()

@@ -160,3 +160,13 @@ def test_status_url_renders_the_group(member: Member, holder: ScriptedServer) ->
     assert f"member {holder.url}: partitions [0]" in text
     assert text.splitlines()[-2].split() == ["partition", "applied", "end", "lag", "held"]
     assert text.splitlines()[-1].split() == ["0", "3", "3", "0", "yes"]
+
+
+def test_a_member_dropped_from_the_group_holds_nothing_until_its_next_generation(member: Member, holder: ScriptedServer) -> None:
+    member.membership.on_change(_view([holder.url], mine=True))
+    assert member.get()[2] != HOLDER_ANSWER and member.membership.live() == {0}
+    member.membership.on_leave()  # session expired, or the projector's run ended
+    assert member.membership.view is None and member.membership.live() == frozenset()
+    assert member.readyz()["status"] == "not_ready"
+    member.membership.on_change(_view([holder.url], mine=False, generation=2))
+    assert member.get()[2] == HOLDER_ANSWER

@@ -209,6 +209,7 @@ class GroupConsumer:
         stored: Callable[[], Iterable[int]] | None = None,
         start_offset: Callable[[int], int] | None = None,
         on_change: Callable[[GroupView], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
         client_id: str,
         timeout: float,
         max_poll_records: int = 500,
@@ -226,8 +227,9 @@ class GroupConsumer:
         ``url``: what this member advertises; ``copies``: its ``--copies`` (``None``: the default);
         ``stored()``: the partitions its file has rows for, asked at every join; ``start_offset(p)``:
         where to fetch a partition it gains (default 0); ``on_change(view)``: called with every new
-        generation's view. All three run on kafka-python's IO thread, inside a ``poll`` call: keep
-        them quick and thread-safe.
+        generation's view; ``on_lost()``: called when the member was dropped from the group (its
+        partitions are no longer its own until the next generation). All four run on kafka-python's
+        IO thread, inside a ``poll`` call: keep them quick and thread-safe.
         """
         self.topic = topic
         self.group = group
@@ -236,6 +238,7 @@ class GroupConsumer:
         self._stored = stored
         self._start_offset = start_offset
         self._on_change = on_change
+        self._on_lost = on_lost
         self._lock = threading.Lock()
         self._view: GroupView | None = None
         self._assigned: frozenset[int] = frozenset()
@@ -304,6 +307,8 @@ class GroupConsumer:
             self._assigned = frozenset()
             self._view = None
         self._assignor.forget_held()
+        if self._on_lost is not None:
+            self._on_lost()
 
     # ------------------------------------------------------------------------------------- queries
 

@@ -56,6 +56,12 @@ class Membership:
             self._view = view
             self._live &= set(view.assigned)
 
+    def on_leave(self) -> None:
+        """Dropped from the group, or the projector's run ended: nothing is held until the next generation."""
+        with self._lock:
+            self._view = None
+            self._live.clear()
+
     @property
     def view(self) -> GroupView | None:
         """The last generation's view (``None`` while joining)."""

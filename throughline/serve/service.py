@@ -307,16 +307,18 @@ def run_service(
         state: ProjectorThread | NoProjector = NoProjector()
         router: GroupRouter | None = None
         on_change: Callable[[GroupView], None] | None = None
+        on_leave: Callable[[], None] | None = None
         if options.group is not None:
             from throughline.serve.group import GroupRouter, Membership
 
             membership = Membership(options.group.group, options.group.url, options.group.copies)
             router = GroupRouter(membership, log, lambda p: int(projection.applied_offsets().get(p, 0)), options.api.read_wait)
-            on_change = membership.on_change
+            on_change, on_leave = membership.on_change, membership.on_leave
         if options.projector:
             projector = ProjectorThread(
                 projector_loop(
-                    projection, servers, settings.topic, metrics, kafka_config, group=options.group, on_change=on_change
+                    projection, servers, settings.topic, metrics, kafka_config, group=options.group, on_change=on_change,
+                    on_leave=on_leave,
                 ),
                 on_exit=request_stop,
             )
@@ -396,6 +398,7 @@ def projector_loop(
     *,
     group: GroupSpec | None = None,
     on_change: Callable[[GroupView], None] | None = None,
+    on_leave: Callable[[], None] | None = None,
 ) -> Callable[[threading.Event], object]:
     """The projector's consume loop over ``projection``, counting what it applies into ``metrics``
     (with ``group``: only the partitions the group assigns this member, ``GroupProjector``)."""
@@ -418,7 +421,7 @@ def projector_loop(
     def loop(stop: threading.Event) -> object:
         if group is not None:
             member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
-            return member.run_group(group, stop=stop, on_change=on_change, progress=progress)
+            return member.run_group(group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress)
         return Projector(projection, servers, topic, kafka_config=kafka_config).run(stop=stop, progress=progress)
 
     return loop
