@@ -71,13 +71,14 @@ class Ingest:
     topic: str
     workload: Workload
     batch_pause: float = 0.05
+    partitions: int = PARTITIONS
     stop: threading.Event = field(default_factory=threading.Event)
     acked: list[tuple[str, int, int]] = field(default_factory=list)  # (turn id, partition, offset)
     error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            with TurnProducer(self.bootstrap, self.topic, partitions=PARTITIONS, send_timeout=60.0) as producer:
+            with TurnProducer(self.bootstrap, self.topic, partitions=self.partitions, send_timeout=60.0) as producer:
                 while not self.stop.is_set():
                     turns = [self.workload.next_turn(p) for p in (OBSERVED, *OTHERS, *OTHERS)]
                     for turn, where in zip(turns, producer.send_many(turns), strict=True):
@@ -128,8 +129,12 @@ class Readers:
                 self.bump("unavailable")  # serve was being killed or restarted
                 self.stop.wait(0.2)
             except Exception as exc:  # a typed error or anything else: both are failures here
-                self.failures.append(f"{type(exc).__name__}: {exc}")
+                self.failed(exc)
                 self.stop.wait(0.2)
+
+    def failed(self, exc: Exception) -> None:
+        """A read that failed other than by an unreachable serve."""
+        self.failures.append(f"{type(exc).__name__}: {exc}")
 
     def _check_series(self, pages: list[ObserverRead]) -> None:
         seqs = [t.seq for p in pages for t in p.turns]

@@ -34,8 +34,6 @@ from throughline.log import ensure_topic
 from throughline.producers.producer import TurnProducer
 from throughline.projector.exceptions import ProjectionMissingError
 from throughline.projector.store import DuckProjection
-from throughline.serve.client import HttpReader
-from throughline.serve.exceptions import ServerUnavailableError
 from throughline.testing.kafka import free_port
 
 pytestmark = pytest.mark.integration
@@ -48,43 +46,14 @@ CATCH_UP_TIMEOUT = 180.0
 
 
 class GroupReaders(km.Readers):
-    """``km.Readers`` through every member's URL; a retriable error (a member being killed, a forward
-    to a dead holder) is counted as unavailable, as the Observer backs off from it."""
+    """``km.Readers`` through every member's URL; a retriable error (a forward to a holder being killed)
+    is counted, not failed, as the Observer backs off from it."""
 
-    def run(self, seed: int) -> None:
-        rng = random.Random(seed)
-        reader = HttpReader(self.url, timeout=15.0)
-        after: dict[str, str | None] = dict.fromkeys(km.OTHERS)
-        while not self.stop.is_set():
-            project = rng.choice(km.OTHERS)
-            try:
-                page = reader.read_observer_turn_page(project=project, after_cursor=after[project], limit=4)
-                pages = [page]
-                for _ in range(1000):
-                    if not page.ok or page.page.complete:
-                        break
-                    page = reader.read_observer_turn_page(
-                        project=project, after_cursor=after[project], through_cursor=page.throughCursor,
-                        page_token=page.page.nextToken, limit=4,
-                    )
-                    pages.append(page)
-                self.bump(page.status)
-                if page.status == "resync_required":
-                    after[project] = None
-                elif page.ok and page.page.complete:
-                    after[project] = page.throughCursor
-                    self._check_series(pages)
-            except ServerUnavailableError:
-                self.bump("unavailable")
-                self.stop.wait(0.2)
-            except ThroughlineError as exc:
-                if not exc.retriable:
-                    self.failures.append(f"{type(exc).__name__}: {exc}")
-                self.bump(f"retriable:{exc.code}")
-                self.stop.wait(0.2)
-            except Exception as exc:
-                self.failures.append(f"{type(exc).__name__}: {exc}")
-                self.stop.wait(0.2)
+    def failed(self, exc: Exception) -> None:
+        if isinstance(exc, ThroughlineError) and exc.retriable:
+            self.bump(f"retriable:{exc.code}")
+        else:
+            super().failed(exc)
 
 
 def _prefix_check(bootstrap: str, topic: str, db: Path) -> dict[int, int]:
@@ -153,7 +122,7 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
         tmp_path, env,
     )
     workload = Workload(seed, (km.OBSERVED, *km.OTHERS), switch_every=6, rollback_every=8, steady=frozenset({km.OBSERVED}))
-    ingest = GroupIngest(kafka_bootstrap, topic, workload)
+    ingest = km.Ingest(kafka_bootstrap, topic, workload, partitions=PARTITIONS)
     readers = GroupReaders(",".join(urls))
     threads: list[threading.Thread] = []
     prefix_checks = 0
@@ -233,18 +202,3 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
         http_retriable=sum(v for k, v in readers.counts.items() if k.startswith("retriable:")), seconds=round(took),
     )
     assert not readers.failures, readers.failures[:5]
-
-
-class GroupIngest(km.Ingest):
-    """``km.Ingest`` on a topic of ``PARTITIONS`` partitions."""
-
-    def run(self) -> None:
-        try:
-            with TurnProducer(self.bootstrap, self.topic, partitions=PARTITIONS, send_timeout=60.0) as producer:
-                while not self.stop.is_set():
-                    turns = [self.workload.next_turn(p) for p in (km.OBSERVED, *km.OTHERS, *km.OTHERS)]
-                    for turn, where in zip(turns, producer.send_many(turns), strict=True):
-                        self.acked.append((turn.turn_id, where.partition, where.offset))
-                    self.stop.wait(self.batch_pause)
-        except BaseException as exc:
-            self.error = exc
