@@ -83,6 +83,8 @@ def test_a_read_of_a_partition_it_does_not_hold_is_forwarded_and_answered_unchan
     assert (status, body, headers["throughline-reason"]) == (200, HOLDER_ANSWER, "r")
     (received,) = holder.received
     assert received.path.startswith(READ_PATH + "?") and "project=" in received.path
+    _, _, metrics = send(new_opener(), member.served.url, "GET", "/metrics", None, {}, 10.0)
+    assert 'throughline_reads_forwarded_total{code="200"} 1' in metrics.decode()
     assert received.headers[FORWARDED_HEADER.lower()] == ME
     assert received.headers["authorization"] == "Bearer shared-token"
 
@@ -119,6 +121,8 @@ def test_no_reachable_holder_is_503_forward_failed_for_a_partition_it_does_not_h
     member.membership.on_change(_view([closed_url()], mine=False))
     status, _, body = member.get()
     assert status == 503 and json.loads(body)["error"]["code"] == "forward_failed"
+    _, _, metrics = send(new_opener(), member.served.url, "GET", "/metrics", None, {}, 10.0)
+    assert 'throughline_reads_forwarded_total{code="failed"} 1' in metrics.decode()
 
 
 def test_no_reachable_holder_leaves_a_held_partition_answered_here_honestly(member: Member) -> None:

@@ -681,17 +681,22 @@ def create_app(
     async def _read_or_forward(request: Request, params: ReadParams, body: bytes | None) -> Response:
         if api.router is not None:
             target = READ_PATH + (f"?{request.url.query}" if request.url.query else "")
-            forwarded = await run_in_threadpool(
-                lambda: api.router.route(  # type: ignore[union-attr]
-                    params.project,
-                    wait=params.wait,
-                    method=request.method,
-                    target=target,
-                    body=body,
-                    headers=request.headers,
+            try:
+                forwarded = await run_in_threadpool(
+                    lambda: api.router.route(  # type: ignore[union-attr]
+                        params.project,
+                        wait=params.wait,
+                        method=request.method,
+                        target=target,
+                        body=body,
+                        headers=request.headers,
+                    )
                 )
-            )
+            except ThroughlineError:
+                metrics.reads_forwarded.inc(code="failed")
+                raise
             if forwarded is not None:
+                metrics.reads_forwarded.inc(code=str(forwarded.status))
                 return Response(content=forwarded.body, status_code=forwarded.status, headers=dict(forwarded.headers))
         return _read_response(await run_in_threadpool(api.answer, params))
 

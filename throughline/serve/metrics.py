@@ -317,6 +317,12 @@ class ServeMetrics:
             "throughline_long_polls_waiting", "Read requests waiting for new turns right now."
         )
         self.long_polls.set(0)  # exported from the first scrape: a scraper (or a test) never sees it missing
+        self.reads_forwarded = r.counter(
+            "throughline_reads_forwarded_total",
+            "serve --group: reads this member forwarded to a holder of their partition, by the holder's HTTP "
+            "status (failed: no holder answered).",
+            ["code"],
+        )
         self.http_requests = r.counter(
             "throughline_http_requests_total", "HTTP requests answered, by route and status code.", ["route", "code"]
         )
