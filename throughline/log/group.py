@@ -338,9 +338,14 @@ class GroupConsumer:
             self._consumer.seek(TopicPartition(self.topic, partition), offset)
 
     def position(self, partition: int) -> int | None:
-        """The next offset the consumer fetches on ``partition`` (one this member holds)."""
+        """The next offset the consumer fetches on ``partition``; ``None`` when kafka-python does not hold
+        it right now (a rebalance began inside the last poll: eager revocation drops every partition
+        before ``assigned`` hears of the next generation), where it would raise ``IllegalStateError``."""
+        tp = TopicPartition(self.topic, partition)
         with self._errors:
-            position = self._consumer.position(TopicPartition(self.topic, partition))
+            if tp not in self._consumer.assignment():
+                return None
+            position = self._consumer.position(tp)
         return None if position is None else int(position)
 
     def close(self) -> None:
