@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 from projector_env import exactly_once_invariants
+from support.topic import Stored, read_topic_and_ends
 from test_serve import KEY_HEX, Serve
 
 from throughline.core.fold import ChainBook
@@ -32,7 +32,6 @@ from throughline.core.identity import project_sha256
 from throughline.core.partitioning import partition_for
 from throughline.producers.producer import TurnProducer
 from throughline.projector.store import DuckProjection
-from throughline.schemas.codec import decode_turn
 
 PARTITIONS = 6
 TOKEN = "group-integration-token-0123456789"
@@ -156,25 +155,7 @@ def _serves_everything(members: list[Member], counts: dict[str, int]) -> bool:
     return all(_head_seq(m, p) == counts[p] for m in members for p in PROJECTS)
 
 
-def _log_records(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes | None, bytes]]]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
-        records: dict[int, list[tuple[int, bytes | None, bytes]]] = {p: [] for p in range(PARTITIONS)}
-        deadline = time.monotonic() + 60
-        while any((records[p][-1][0] + 1 if records[p] else 0) < ends[p] for p in records):
-            assert time.monotonic() < deadline, "reading the topic back took too long"
-            for tp, batch in consumer.poll(timeout_ms=500).items():
-                records[tp.partition].extend((r.offset, r.key, r.value) for r in batch)
-    finally:
-        consumer.close()
-    return records
-
-
-def _assert_file_is_the_fold(db: Path, records: dict[int, list[tuple[int, bytes | None, bytes]]]) -> dict[int, int]:
+def _assert_file_is_the_fold(db: Path, records: list[Stored]) -> dict[int, int]:
     """Per partition the file applied anything of: its turns are exactly the fold of that prefix of the log."""
     exactly_once_invariants(db)
     with DuckProjection.open(db, read_only=True) as projection:
@@ -183,9 +164,9 @@ def _assert_file_is_the_fold(db: Path, records: dict[int, list[tuple[int, bytes 
         try:
             for p, upto in applied.items():
                 book = ChainBook()
-                for offset, key, value in records[p]:
-                    if offset < upto:
-                        book.apply(decode_turn(value), p, offset, key)
+                for r in records:
+                    if r.partition == p and r.offset < upto:
+                        book.apply(r.turn, p, r.offset, r.key)
                 expected = sorted(
                     (s, t.seq, t.turn_id, t.content_digest, t.chain_digest, t.offset)
                     for s, turns in book.live.items()
@@ -294,8 +275,7 @@ def test_a_group_of_serve_members_answers_every_read_and_survives_a_sigkill(
     final_held = {m.db: list(m.readyz()["group"]["held"]) for m in members}
     for m in members:
         assert m.terminate() == 0, m.stderr()
-    records = _log_records(kafka_bootstrap, topic)
-    ends = {p: (rs[-1][0] + 1 if rs else 0) for p, rs in records.items()}
+    records, ends = read_topic_and_ends(kafka_bootstrap, topic)
     holders: dict[int, int] = {p: 0 for p in range(PARTITIONS)}
     for m in [*members, victim]:
         applied = _assert_file_is_the_fold(m.db, records)

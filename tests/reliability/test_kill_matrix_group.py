@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 import rel_support
 import test_kill_matrix as km
-from rel_support import Child, Workload, fold_log, read_topic, wait_until
+from rel_support import Child, Workload, fold_log, wait_until
+from support.topic import read_topic_and_ends
 
 from throughline.errors import ThroughlineError
 from throughline.log import ensure_topic
@@ -66,7 +67,7 @@ def _prefix_check(bootstrap: str, topic: str, db: Path) -> dict[int, int]:
         applied = projection.applied_offsets()
     finally:
         projection.close()
-    stored, _ = read_topic(bootstrap, topic)
+    stored, _ = read_topic_and_ends(bootstrap, topic)
     prefix = [s for s in stored if s.offset < applied.get(s.partition, 0)]
     rel_support.check_projection(db, fold_log(prefix, PARTITIONS), {p: applied.get(p, 0) for p in range(PARTITIONS)}, topic=topic)
     return applied
@@ -158,7 +159,7 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
         ingest.stop.set()
         threads[0].join(timeout=120)
         assert ingest.error is None, ingest.error
-        stored, ends = read_topic(kafka_bootstrap, topic)
+        stored, ends = read_topic_and_ends(kafka_bootstrap, topic)
         fold = fold_log(stored, PARTITIONS)
         head = len(fold.book.live[km._source_of(fold, km.OBSERVED)])
         wait_until(lambda: _settled(urls), timeout=CATCH_UP_TIMEOUT, what="the group to settle and catch up")
