@@ -34,9 +34,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -877,18 +876,11 @@ class DuckProjection:
         if self._read_only:
             with self.view() as v:
                 return v.applied_offset(partition) >= offset
-        deadline = time.monotonic() + max(0.0, timeout)
-        with self._changed:
-            while True:
-                counters = self._counters.get(partition)
-                if counters is not None and counters.next_offset >= offset:
-                    return True
-                if offset <= 0:
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._closed:
-                    return False
-                self._changed.wait(remaining)
+        def reached() -> bool:
+            counters = self._counters.get(partition)
+            return offset <= 0 or (counters is not None and counters.next_offset >= offset)
+
+        return self._wait_until(reached, timeout)
 
     def fetching_from(self, offsets: Mapping[int, int]) -> None:
         """The projector's feed (re)starts at ``offsets`` (the applied offsets); see ``fetched``."""
@@ -910,17 +902,12 @@ class DuckProjection:
         the records it has not applied yet belong to the project."""
         if self._read_only:
             return self.wait_applied(partition, offset, timeout)
-        deadline = time.monotonic() + max(0.0, timeout)
-        with self._changed:
-            while True:
-                counters = self._counters.get(partition)
-                applied = counters.next_offset if counters is not None else 0
-                if self._inflight.settled(partition, project_sha256, offset, applied):
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._closed:
-                    return False
-                self._changed.wait(remaining)
+        def settled() -> bool:
+            counters = self._counters.get(partition)
+            applied = counters.next_offset if counters is not None else 0
+            return self._inflight.settled(partition, project_sha256, offset, applied)
+
+        return self._wait_until(settled, timeout)
 
     def project_changes(self, project_sha256: bytes) -> int:
         """How many commits of this process changed the project's chains (appends, rewinds, broken marks)."""
@@ -929,14 +916,14 @@ class DuckProjection:
 
     def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds until ``project_changes`` exceeds ``seen``."""
-        deadline = time.monotonic() + max(0.0, timeout)
+        return self._wait_until(lambda: self._changes.get(project_sha256, 0) > seen, timeout)
+
+    def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds, woken by each commit, until ``done()`` (checked under the lock);
+        a closed projection ends the wait at once."""
         with self._changed:
-            while self._changes.get(project_sha256, 0) <= seen:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._closed:
-                    return False
-                self._changed.wait(remaining)
-            return True
+            self._changed.wait_for(lambda: done() or self._closed, max(0.0, timeout))
+            return done()
 
     def stats(self, *, latest_quarantine: int = 10) -> ProjectionStats:
         """Counts and per-partition counters, read in one snapshot (no raw record bytes)."""

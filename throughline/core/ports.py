@@ -8,7 +8,6 @@ here (``BookProjection``, ``FixedLog``), and one contract test class runs agains
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -221,25 +220,16 @@ class BookProjection:
 
     def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
         """Wait until ``project_changes`` exceeds ``seen`` (as ``DuckProjection.wait_project_changed``)."""
-        deadline = time.monotonic() + max(0.0, timeout)
         with self._changed:
-            while self._changes.get(project_sha256, 0) <= seen:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
+            return self._changed.wait_for(lambda: self._changes.get(project_sha256, 0) > seen, max(0.0, timeout))
 
     def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
         """Wait until no record of the project below ``offset`` is unapplied, as far as it can prove."""
-        deadline = time.monotonic() + max(0.0, timeout)
         with self._changed:
-            while not self._inflight.settled(partition, project_sha256, offset, self.applied.get(partition, 0)):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
+            return self._changed.wait_for(
+                lambda: self._inflight.settled(partition, project_sha256, offset, self.applied.get(partition, 0)),
+                max(0.0, timeout),
+            )
 
     @contextmanager
     def view(self) -> Iterator[ProjectionView]:
@@ -256,14 +246,8 @@ class BookProjection:
 
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
         """Wait until the partition's applied offset reaches ``offset``."""
-        deadline = time.monotonic() + max(0.0, timeout)
         with self._changed:
-            while self.applied.get(partition, 0) < offset:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
+            return self._changed.wait_for(lambda: self.applied.get(partition, 0) >= offset, max(0.0, timeout))
 
 
 @dataclass
