@@ -30,6 +30,7 @@ import throughline.core.turn as turn_mod
 import throughline.projector.feed as feed
 import throughline.projector.prepare as prepare
 import throughline.projector.store as store
+import throughline.projector.store.transaction as transaction
 from bench.common import Workload, encode_workload
 from throughline.core.identity import source_sha256
 from throughline.core.partitioning import partition_for
@@ -81,14 +82,13 @@ class _TimedCursor:
 def apply_breakdown(records: list[prepare.LogRecord], db: Path) -> tuple[float, float, dict[str, list[float]]]:
     """(prepare us/rec, apply us/rec, per-statement seconds) for batches of 5000 into a new file."""
     stats: dict[str, list[float]] = {}
-    orig_transact = store.DuckProjection._transact
+    orig_execute = transaction.ApplyTransaction.execute
 
-    def transact(self: store.DuckProjection, cur: Any, work: Any) -> Any:
-        timed = _TimedCursor(cur, stats)
-        work.cur = timed
-        return orig_transact(self, timed, work)
+    def execute(self: transaction.ApplyTransaction) -> Any:
+        self.cur = _TimedCursor(self.cur, stats)  # type: ignore[assignment]
+        return orig_execute(self)
 
-    store.DuckProjection._transact = transact  # type: ignore[method-assign]
+    transaction.ApplyTransaction.execute = execute  # type: ignore[method-assign]
     try:
         for p in (db, Path(str(db) + ".wal")):
             p.unlink(missing_ok=True)
@@ -103,7 +103,7 @@ def apply_breakdown(records: list[prepare.LogRecord], db: Path) -> tuple[float, 
                 apply += time.perf_counter() - t2
                 prep += t2 - t
     finally:
-        store.DuckProjection._transact = orig_transact  # type: ignore[method-assign]
+        transaction.ApplyTransaction.execute = orig_execute  # type: ignore[method-assign]
     n = len(records)
     return prep / n * 1e6, apply / n * 1e6, stats
 

@@ -42,7 +42,7 @@ from throughline.core.identity import project_sha256, source_sha256
 from throughline.core.partitioning import partition_for
 from throughline.core.ports import FixedLog
 from throughline.core.turn import build_turn
-from throughline.projector.store import _TURN_COLUMNS, DuckProjection, LogRecord, page_key
+from throughline.projector.store import TURN_COLUMNS, DuckProjection, LogRecord, page_key
 from throughline.reader import read_observer_turn_page
 from throughline.schemas.codec import encode_turn
 
@@ -100,7 +100,7 @@ def _source_rows(layout: Layout, s: int, rank: int, n_on_partition: int) -> dict
     source = source_sha256(project, HOST, THREAD)
     part = layout.partition_of(s)
     # The builder writes the projector's own ``turns`` layout: take its column names from the store.
-    cols: dict[str, list[Any]] = {k: [] for k in ("page_key", *_TURN_COLUMNS)}
+    cols: dict[str, list[Any]] = {k: [] for k in ("page_key", *TURN_COLUMNS)}
     digest = CHAIN_ORIGIN
     for j in range(layout.length):
         seq = j + 1

@@ -7,7 +7,7 @@ it as the head) is the hard error ``source_quarantined``, exactly when the model
 is applied the source is served again, exactly its chain as applied (the other laws, unchanged).
 
 Targets: the in-memory ``BookProjection`` and the production DuckDB projection, both with gaps and
-repairs (the store applies repair records in its batch transaction, ``projector/store.py``).
+repairs (the store applies repair records in its batch transaction, ``projector/store/transaction.py``).
 """
 
 from __future__ import annotations

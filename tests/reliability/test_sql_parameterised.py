@@ -46,17 +46,17 @@ _SQL_TEXT = re.compile(
 
 #: (module path, function, parameter) -> why; every call must pass a constant-derived value for it.
 CONSTANT_PARAMETERS: dict[tuple[str, str, str], str] = {
-    ("projector/snapshot.py", "_bucket_sql", "columns"): "a tuple of fixed column names of the turns table",
-    ("projector/snapshot.py", "_turn_rows", "columns"): "a tuple of fixed column names of the turns table",
+    ("projector/store/view.py", "_bucket_sql", "columns"): "a tuple of fixed column names of the turns table",
+    ("projector/store/view.py", "turn_rows", "columns"): "a tuple of fixed column names of the turns table",
 }
 #: (module path, function) -> why its result may enter SQL text.
 SANITIZERS: dict[tuple[str, str], str] = {
-    ("projector/store.py", "_size_setting"): "admits only digits, '.', size units (KMGTiB) and spaces; "
+    ("projector/store/projection.py", "_size_setting"): "admits only digits, '.', size units (KMGTiB) and spaces; "
     "DuckDB's SET takes no bound parameters",
 }
 #: (module path, expression as ``ast.unparse`` prints it) -> why it is not data.
 REVIEWED_EXPRESSIONS: dict[tuple[str, str], str] = {
-    ("projector/store.py", "self._memory_limit"): "an int the store computes (max of DuckDB's own ART index "
+    ("projector/store/projection.py", "self._memory_limit"): "an int the store computes (max of DuckDB's own ART index "
     "size and the configured headroom); DuckDB's SET takes no bound parameters",
 }
 _SAFE_BUILTINS = {"len", "int", "range", "enumerate", "min", "max", "abs", "bool", "round", "sum"}

@@ -15,8 +15,7 @@ from pathlib import Path
 from projector_histories import place, to_log, turn
 
 from throughline.projector.read_index import MISSING, ChainHead, ReadIndex
-from throughline.projector.snapshot import DuckView
-from throughline.projector.store import DuckProjection
+from throughline.projector.store import DuckProjection, DuckView
 
 TOPIC = "read-index"
 

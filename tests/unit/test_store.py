@@ -38,6 +38,7 @@ from throughline.projector.store import (
     DuckProjection,
     LogRecord,
 )
+from throughline.projector.store import writes as store_writes
 from throughline.schemas.codec import MAGIC, encode_turn
 
 TOPIC = "turns"
@@ -182,7 +183,7 @@ def test_a_crash_before_commit_leaves_nothing(db: DuckProjection, monkeypatch: p
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(store_module._BatchWork, "_write", boom)
+    monkeypatch.setattr(store_writes, "write_offsets", boom)  # the batch's last write before COMMIT
     with pytest.raises(RuntimeError):
         db.apply_batch(TOPIC, 0, log[2:])
     monkeypatch.undo()

@@ -24,8 +24,14 @@ import pyarrow as pa
 import pytest
 
 from throughline.core.chain import CHAIN_ORIGIN
-from throughline.projector.snapshot import PAGE_BUCKET_BITS, VIEW_COLUMNS, _bucket_sql, _ranges_sql, page_key
 from throughline.projector.store import DuckProjection
+from throughline.projector.store.view import (
+    PAGE_BUCKET_BITS,
+    VIEW_COLUMNS,
+    _bucket_sql,
+    _ranges_sql,
+    page_key,
+)
 
 TOPIC = "page-cost"
 

@@ -1,8 +1,8 @@
-"""The projection's side of repairs (DuckDB): rows of the ``repairs`` table (``store.SCHEMA``) and the
+"""The projection's side of repairs (DuckDB): rows of the ``repairs`` table (``schema.SCHEMA``) and the
 quarantine's repaired marks.
 
 What a repair decides is ``throughline.core.repair.decide_repair``; the store's batch fold
-(``projector/store.py``) calls it in log order and uses these statements, inside the batch's one
+(``throughline.projector.store.transaction``) calls it in log order and uses these statements, inside the batch's one
 transaction, to count and mark the source's quarantined records and to keep the repair. A repair is
 rare (an operator's act), so these are plain point statements; the quarantine has no index on the
 source, and its scan is bounded by the quarantine's size.
@@ -11,9 +11,10 @@ source, and its scan is bounded by the quarantine's size.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import duckdb
+
+from throughline.projector.store.values import RepairEntry
 
 #: One ``repairs`` row, in the table's column order.
 RepairRow = tuple[int, int, bytes, bytes, str, int, str, bool, int, int, bytes]
@@ -22,21 +23,6 @@ _UNMARKED = (
     " WHERE log_partition = $1 AND project_sha256 = $2 AND source_sha256 = $3 "
     "AND log_offset < $4 AND repaired_offset IS NULL"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class RepairEntry:
-    """A repair record the projector applied, with its outcome (``throughline.core.repair``)."""
-
-    partition: int
-    offset: int
-    project_sha256: bytes
-    source_sha256: bytes
-    reason: str
-    outcome: str
-    marked: int  # quarantined records it marked repaired
-    length: int  # the chain as applied that it accepted
-    produced_at_micros: int
 
 
 def count_unmarked(cur: duckdb.DuckDBPyConnection, partition: int, project: bytes, source: bytes, below: int) -> int:

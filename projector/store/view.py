@@ -98,7 +98,7 @@ def _ranges_sql(buckets: int, ranges: int) -> str:
     return f"SELECT {columns} FROM turns WHERE page_key IN ({keys})"  # noqa: S608 (fixed column names)
 
 
-def _turn_rows(
+def turn_rows(
     cur: duckdb.DuckDBPyConnection, columns: Sequence[str], source: bytes, first: int, last: int
 ) -> list[tuple[Any, ...]]:
     """Live rows of ``source`` with ``first <= seq <= last`` (index lookups when the range is narrow)."""
@@ -214,7 +214,7 @@ class DuckView:
         for source, first, last in live:
             lo, hi = first >> PAGE_BUCKET_BITS, last >> PAGE_BUCKET_BITS
             if hi - lo + 1 > _MAX_BUCKET_LOOKUPS:  # a wide range (never a page's): each is its own scan
-                return [[_stored(r) for r in _turn_rows(self._cur, VIEW_COLUMNS, *r)] for r in wanted]
+                return [[_stored(r) for r in turn_rows(self._cur, VIEW_COLUMNS, *r)] for r in wanted]
             keys.update((page_key(source, b << PAGE_BUCKET_BITS), None) for b in range(lo, hi + 1))
         if not live:
             return [[] for _ in ranges]

@@ -1,0 +1,98 @@
+"""The DuckDB projection: schema, the exactly-once batch apply path, and the read-side handle.
+
+The only package that imports duckdb (and pyarrow). Its modules, one concern each:
+
+- ``projection``: ``DuckProjection``, the handle on one file (open, lock, close, apply, views, waits);
+- ``transaction``: ``ApplyTransaction``, the fold and writes of one batch in the DuckDB transaction it owns;
+- ``writes``: the statements that write a folded batch; ``repair_rows``: the repairs' rows and marks;
+- ``view``: ``DuckView``, one read snapshot (heads, sources, turns of pages);
+- ``report``: stats, the quarantine listing and ``table_digests``; ``schema``: the tables and their version;
+- ``state``: the writer's cached chain heads and partition counters; ``values``: the frozen value types.
+
+Tables (one projection file holds one topic; see ``schema.SCHEMA``):
+
+- ``meta``: schema version, topic name, topic id and partition count of the log it was built from.
+- ``applied_offsets``: per topic partition, the next offset to apply, plus deterministic counters of
+  what the applied records did (records, appended, rewinds, duplicates, quarantined).
+- ``turns``: the live turns of every chain. ``page_key`` buckets 64 consecutive seqs of one source
+  under one indexed ``BIGINT``, so a page of at most 100 seqs is at most three ART index lookups
+  whatever the size of the history (DuckDB only uses an ART index for equality, not ranges).
+- ``superseded_turns``: turns a rewind replaced, kept for audit and never served, with the log
+  position of the record that superseded them.
+- ``turn_ids``: one row per (source, turn id) ever applied, live or superseded (``turn_key`` is a
+  128-bit hash of the pair), with its content digest: the fold's duplicate check, as index probes.
+- ``sources``: each chain's head (length, ``d(length)``, log position of the record that made
+  ``seq == length``) and its broken mark (the first record of it the fold rejected).
+- ``project_heads``: each project's head source (the source of its latest appended turn).
+- ``quarantine``: records that did not decode or that the fold refused, with the raw key and value,
+  and the log position of the repair record that marked them repaired (if one did).
+- ``repairs``: every sound repair record applied (``throughline.core.repair``), with its outcome and
+  the chain it accepted.
+
+No column holds a wall-clock time, so replaying a log into a new file and projecting it as a stream
+yield identical tables whatever the batch boundaries (``table_digests`` compares them).
+
+Exactly once: ``DuckProjection.apply_prepared`` (and ``apply_batch`` on top of it) writes the rows of a batch and the
+partition's next offset in one DuckDB transaction. A crash before the commit loses the whole batch
+(the projector seeks back to the stored offset and applies it again); after the commit nothing of it
+is applied twice, because records below the stored offset are skipped.
+"""
+
+from throughline.projector.prepare import (
+    Q_CHAIN,
+    Q_INVALID,
+    Q_MISPLACED,
+    Q_UNDECODABLE,
+    Q_UNKNOWN_SCHEMA,
+    LogRecord,
+    PreparedBatch,
+    prepare_batch,
+    turn_key,
+)
+from throughline.projector.store.projection import (
+    DEFAULT_MEMORY_HEADROOM,
+    DEFAULT_SOURCE_CACHE,
+    DEFAULT_WAL_AUTOCHECKPOINT,
+    DuckProjection,
+)
+from throughline.projector.store.schema import SCHEMA, SCHEMA_VERSION, TABLE_ORDER, TURN_COLUMNS
+from throughline.projector.store.values import (
+    BatchSummary,
+    BrokenSource,
+    PartitionStats,
+    ProjectionStats,
+    QuarantineEntry,
+    QuarantineListing,
+    RepairEntry,
+)
+from throughline.projector.store.view import PAGE_BUCKET_BITS, DuckView, page_key
+
+__all__ = [
+    "DEFAULT_MEMORY_HEADROOM",
+    "DEFAULT_SOURCE_CACHE",
+    "DEFAULT_WAL_AUTOCHECKPOINT",
+    "PAGE_BUCKET_BITS",
+    "Q_CHAIN",
+    "Q_INVALID",
+    "Q_MISPLACED",
+    "Q_UNDECODABLE",
+    "Q_UNKNOWN_SCHEMA",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "TABLE_ORDER",
+    "TURN_COLUMNS",
+    "BatchSummary",
+    "BrokenSource",
+    "DuckProjection",
+    "DuckView",
+    "LogRecord",
+    "PartitionStats",
+    "PreparedBatch",
+    "ProjectionStats",
+    "QuarantineEntry",
+    "QuarantineListing",
+    "RepairEntry",
+    "page_key",
+    "prepare_batch",
+    "turn_key",
+]

@@ -1,0 +1,576 @@
+"""``DuckProjection``: the handle on one projection file (open, lock, close), its write path
+(``apply_prepared`` through an ``ApplyTransaction``), its read snapshots (``view``) and the waits
+readers use for the projector in this process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+
+import duckdb
+
+from throughline.core.inflight import InFlight
+from throughline.projector.exceptions import (
+    InvalidBatchError,
+    ProjectionBusyError,
+    ProjectionIncompatibleError,
+    ProjectionMissingError,
+    ProjectionStorageError,
+    ProjectionTopicMismatchError,
+)
+from throughline.projector.prepare import LogRecord, PreparedBatch, RecordLike, prepare_batch, record_projects
+from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ReadIndex
+from throughline.projector.store.report import read_quarantine, read_stats, table_digests
+from throughline.projector.store.schema import ensure_schema, read_meta
+from throughline.projector.store.state import PartitionCounters, SourceState
+from throughline.projector.store.transaction import ApplyTransaction
+from throughline.projector.store.values import BatchSummary, ProjectionStats, QuarantineListing
+from throughline.projector.store.view import DuckView, snapshot_version
+
+#: DuckDB checkpoints its WAL into the file when the WAL reaches this size. DuckDB's default (16 MiB)
+#: checkpoints every ~12k turns of 1 KB under sustained ingest: measured on 200k turns, commits took
+#: 4.5 s at 16 MiB and 1.8 s at 256 MiB. With the memory limit below, 128 MiB cost ~10% more CPU than
+#: 256 MiB with no limit, for half the peak memory (~390 MiB instead of ~760 MiB at 300k turns).
+DEFAULT_WAL_AUTOCHECKPOINT = 128 * 1024 * 1024
+#: The memory bound the projector's own process uses (``throughline project`` and ``replay``): DuckDB's
+#: buffer cache (blocks it wrote or read) stays within this many bytes beyond what its ART indexes hold.
+#: The ART indexes (about 60-100 bytes per turn) cannot be evicted by DuckDB, so the limit is raised as
+#: they grow (``_adapt_memory``). Handles that serve reads (``serve``, the reader) keep DuckDB's default
+#: (80% of RAM) instead: with a 128 MiB cache a page of 100 turns over 1M turns took ~50 ms instead
+#: of ~4 ms, because each row of an interleaved history sits in another block.
+DEFAULT_MEMORY_HEADROOM = 128 * 1024 * 1024
+DEFAULT_SOURCE_CACHE = 100_000
+_MEMORY_CHECK_EVERY = 16  # commits between two looks at the ART indexes' size
+_OOM_RETRIES = 4
+_SNAPSHOT_TRIES = 3  # snapshots taken to find one of the read index's version, before reading without it
+
+# Writable projections open in this process: a second writable handle on the same file would fold
+# with its own cache against the same tables, so it is refused.
+_OPEN_LOCK = threading.Lock()
+_OPEN_WRITABLE: set[Path] = set()
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "lock" in text or "different configuration" in text or "already open" in text
+
+
+class DuckProjection:
+    """The DuckDB projection of the topic (implements the ``Projection`` port).
+
+    One instance per file per process. The projector writes through ``apply_prepared`` on its own
+    thread; readers on any thread take snapshots with ``view()`` and wait for the projector with
+    ``wait_applied``. A read-only handle cannot be opened while another process (a running projector)
+    holds the file: use the ``serve`` HTTP API, which shares one handle between projector and reader.
+    """
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        path: Path,
+        *,
+        read_only: bool,
+        source_cache: int = DEFAULT_SOURCE_CACHE,
+        memory_headroom: int | None = None,
+        read_entries: int = DEFAULT_READ_ENTRIES,
+    ) -> None:
+        self._con = con
+        self._memory_headroom = memory_headroom
+        self._memory_limit = 0
+        self._commits = 0
+        self._path = path
+        self._read_only = read_only
+        self._write_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._closed = False
+        self._cache: OrderedDict[bytes, SourceState] = OrderedDict()
+        self._cache_size = max(1, source_cache)
+        self._head_cache: OrderedDict[bytes, bytes] = OrderedDict()  # project -> head source, as committed
+        self._writer: duckdb.DuckDBPyConnection | None = None
+        meta = read_meta(con, path)
+        self._topic: str | None = meta.get("topic")
+        self._topic_id: str | None = meta.get("topic_id")
+        self._partitions: int | None = int(meta["partitions"]) if "partitions" in meta else None
+        self._counters: dict[int, PartitionCounters] = {}
+        self._load_counters()
+        # What every read needs besides the turns it serves (see ``throughline.projector.read_index``).
+        self._index = ReadIndex({p: c.next_offset for p, c in self._counters.items()}, capacity=read_entries)
+        self._inflight = InFlight()  # what the projector in this process fetched but has not applied
+        self._changes: dict[bytes, int] = {}  # project -> commits that changed it (for long-polls)
+
+    # ------------------------------------------------------------------ opening and closing
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        topic: str | None = None,
+        wal_autocheckpoint: int = DEFAULT_WAL_AUTOCHECKPOINT,
+        memory_headroom: int | None = None,
+        source_cache: int = DEFAULT_SOURCE_CACHE,
+        read_entries: int = DEFAULT_READ_ENTRIES,
+    ) -> DuckProjection:
+        """Open (and, when writable and new, create) a projection file.
+
+        ``topic`` is the topic the caller means: recorded in a new projection, and an existing one built
+        from another topic raises ``ProjectionTopicMismatchError``. A read-only open raises
+        ``ProjectionMissingError`` when the file does not exist and ``ProjectionBusyError`` when a
+        running projector holds it.
+
+        Writable handles tune DuckDB: ``wal_autocheckpoint`` (bytes of WAL between checkpoints) and,
+        with ``memory_headroom``, a memory limit of that many bytes beyond the ART indexes (``None``:
+        DuckDB's default, 80% of RAM; the projector's CLI passes ``DEFAULT_MEMORY_HEADROOM``).
+        ``source_cache`` bounds the chain heads kept in memory between batches, ``read_entries`` the
+        project heads and chain heads kept for reads (``ReadIndex``).
+        """
+        p = Path(path)
+        if not read_only:
+            with _OPEN_LOCK:
+                if p.resolve() in _OPEN_WRITABLE:
+                    raise ProjectionBusyError(
+                        f"projection {p} is already open for writing in this process: share that handle"
+                    )
+        if read_only and not p.exists():
+            raise ProjectionMissingError(f"no projection at {p}: run `throughline project` or `throughline replay` first")
+        try:
+            con = duckdb.connect(str(p), read_only=read_only)
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            if _is_lock_error(exc):
+                if read_only:
+                    message = (
+                        f"projection {p} is held by a running projector: read it through the "
+                        f"`throughline serve` HTTP API, or stop the projector first ({exc})"
+                    )
+                else:
+                    message = f"projection {p} is held by another process (is a projector already running?) ({exc})"
+                raise ProjectionBusyError(message) from None
+            raise ProjectionIncompatibleError(f"cannot open {p} as a DuckDB projection: {exc}") from None
+        except duckdb.Error as exc:
+            raise ProjectionIncompatibleError(f"cannot open {p} as a DuckDB projection: {exc}") from None
+        try:
+            ensure_schema(con, p, read_only=read_only)
+            if not read_only:
+                con.execute(f"SET wal_autocheckpoint = '{int(wal_autocheckpoint)}B'")
+            projection = cls(
+                con,
+                p,
+                read_only=read_only,
+                source_cache=source_cache,
+                memory_headroom=None if read_only else memory_headroom,
+                read_entries=read_entries,
+            )
+            projection._adapt_memory()
+            if topic is not None:
+                projection._claim_topic(topic)
+            if not read_only:
+                with _OPEN_LOCK:
+                    _OPEN_WRITABLE.add(p.resolve())
+            return projection
+        except BaseException:
+            con.close()
+            raise
+
+    def _claim_topic(self, topic: str) -> None:
+        if self._topic is not None:
+            if self._topic != topic:
+                raise ProjectionTopicMismatchError(
+                    f"projection {self._path} was built from topic {self._topic!r}, not {topic!r}: "
+                    "pass the right --topic/--db, or replay the topic into a new file"
+                )
+            return
+        if self._read_only:
+            return
+        self._set_meta({"topic": topic})
+        self._topic = topic
+
+    def _set_meta(self, values: dict[str, str]) -> None:
+        cur = self._con.cursor()
+        try:
+            cur.execute("BEGIN TRANSACTION")
+            for k, v in values.items():
+                cur.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [k, v])
+            cur.execute("COMMIT")
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        """Close the projection (idempotent). Wakes every waiter."""
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            self._changed.notify_all()
+        with self._write_lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            self._con.close()
+        if not self._read_only:
+            with _OPEN_LOCK:
+                _OPEN_WRITABLE.discard(self._path.resolve())
+
+    def __enter__(self) -> DuckProjection:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ what it was built from
+
+    @property
+    def path(self) -> Path:
+        """The projection file."""
+        return self._path
+
+    @property
+    def read_only(self) -> bool:
+        """True for a read-only handle."""
+        return self._read_only
+
+    @property
+    def topic(self) -> str | None:
+        """The topic the projection was built from (``None`` until one is recorded)."""
+        return self._topic
+
+    @property
+    def topic_id(self) -> str | None:
+        """The recorded id of that topic (``None`` until a projector recorded it)."""
+        return self._topic_id
+
+    @property
+    def partitions(self) -> int | None:
+        """The recorded partition count of that topic (``None`` until a projector recorded it)."""
+        return self._partitions
+
+    def bind_log(self, topic: str, topic_id: str | None, partitions: int) -> None:
+        """Record the topic's id and partition count (the projector calls this once it has checked them).
+
+        The caller compares a recorded id with the broker's before calling (``LogRewoundError``); this
+        only writes what is missing or, for the partition count, what changed.
+        """
+        self._require_writable()
+        self._claim_topic(topic)
+        values: dict[str, str] = {}
+        if topic_id is not None and self._topic_id is None:
+            values["topic_id"] = topic_id
+        if self._partitions != partitions:
+            values["partitions"] = str(partitions)
+        if values:
+            self._set_meta(values)
+            self._topic_id = values.get("topic_id", self._topic_id)
+            self._partitions = partitions
+
+    def _adapt_memory(self, *, at_least: int = 0) -> None:
+        """Keep DuckDB's memory limit at the ART indexes' size plus the headroom (never lowering it)."""
+        if self._memory_headroom is None:
+            return
+        cur = self._con.cursor()
+        try:
+            row = cur.execute(
+                "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'ART_INDEX'"
+            ).fetchone()
+            indexes = int(row[0]) if row else 0
+            wanted = max(at_least, indexes + self._memory_headroom)
+            if wanted > self._memory_limit:
+                # Raise in steps of a quarter, so a growing index does not reset the limit every batch.
+                self._memory_limit = max(wanted, self._memory_limit + self._memory_limit // 4)
+                cur.execute(f"SET memory_limit = '{self._memory_limit}B'")
+        finally:
+            cur.close()
+
+    def limit_threads(self, threads: int) -> int:
+        """Let DuckDB use at most ``threads`` threads for this database (never fewer than one); return
+        the previous setting (to restore it with another call).
+
+        The projector leaves a core to its fetch worker while it runs: on two cores DuckDB's second
+        thread only contended with the worker (measured: 4-9% faster end to end with one thread).
+        """
+        cur = self._con.cursor()
+        try:
+            row = cur.execute("SELECT current_setting('threads')").fetchone()
+            cur.execute(f"SET threads = {max(1, int(threads))}")
+        finally:
+            cur.close()
+        return int(row[0]) if row else 1
+
+    def checkpoint(self) -> None:
+        """Write DuckDB's WAL into the file now (replay does this before it renames its result)."""
+        self._require_writable()
+        with self._write_lock:
+            cur = self._con.cursor()
+            try:
+                cur.execute("CHECKPOINT")
+            finally:
+                cur.close()
+
+    def applied_offsets(self) -> dict[int, int]:
+        """The next offset to apply per partition, as committed (partitions never applied are absent)."""
+        with self._changed:
+            return {p: c.next_offset for p, c in self._counters.items()}
+
+    def _load_counters(self) -> None:
+        rows = self._con.execute(
+            "SELECT log_partition, next_offset, records, appended, rewinds, duplicates, quarantined "
+            "FROM applied_offsets WHERE topic = ?",
+            [self._topic or ""],
+        ).fetchall()
+        self._counters = {int(r[0]): PartitionCounters(*(int(x) for x in r[1:])) for r in rows}
+
+    # ------------------------------------------------------------------ read side
+
+    @contextmanager
+    def view(self) -> Iterator[DuckView]:
+        """One consistent snapshot: every answer of the yielded view is of one committed version.
+
+        Applied offsets, project heads and chain heads come from memory (``ReadIndex``) when the
+        snapshot's version is the index's; turns always from DuckDB. A read-only file cannot change
+        (DuckDB lets no process write it meanwhile), so its statements need no transaction.
+        """
+        if self._closed:
+            raise ProjectionMissingError(f"projection {self._path} is closed")
+        cur = self._con.cursor()
+        try:
+            if self._read_only:
+                version, applied = self._index.capture()
+                yield DuckView(cur, self._topic, self._index, version, applied)
+                return
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                yield self._snapshot(cur)
+            finally:
+                cur.execute("ROLLBACK")  # read-only transaction: nothing to keep
+        finally:
+            cur.close()
+
+    def _snapshot(self, cur: duckdb.DuckDBPyConnection) -> DuckView:
+        """A view of the transaction open on ``cur``, with the index when their versions agree."""
+        for _ in range(_SNAPSHOT_TRIES):
+            version, applied = self._index.capture()
+            # DuckDB takes the snapshot when the transaction first reads, not at BEGIN: this read takes it.
+            if snapshot_version(cur, self._topic) == version:
+                return DuckView(cur, self._topic, self._index, version, applied)
+            # A commit between the two (its entries are about to be published): a new snapshot.
+            cur.execute("ROLLBACK")
+            cur.execute("BEGIN TRANSACTION")
+        snapshot_version(cur, self._topic)
+        return DuckView(cur, self._topic)  # everything from the snapshot itself
+
+    def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until the applied offset of ``partition`` reaches ``offset``.
+
+        The in-process projector notifies after each commit, so a waiter wakes without polling. With no
+        projector in this process (a read-only handle) the answer comes at once from a snapshot.
+        """
+        if self._read_only:
+            with self.view() as v:
+                return v.applied_offset(partition) >= offset
+        def reached() -> bool:
+            counters = self._counters.get(partition)
+            return offset <= 0 or (counters is not None and counters.next_offset >= offset)
+
+        return self._wait_until(reached, timeout)
+
+    def fetching_from(self, offsets: Mapping[int, int]) -> None:
+        """The projector's feed (re)starts at ``offsets`` (the applied offsets); see ``fetched``."""
+        with self._changed:
+            self._inflight.start(offsets)
+
+    def fetched(self, batches: Sequence[PreparedBatch]) -> None:
+        """The projector's feed delivered ``batches`` (each partition contiguous since ``fetching_from``),
+        about to be applied: until they are, ``wait_settled`` knows which projects they belong to."""
+        with self._changed:
+            for b in batches:
+                self._inflight.add(b.partition, record_projects(b), b.next_offset)
+            self._changed.notify_all()
+
+    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until no record of the project on ``partition`` below ``offset``
+        is unapplied, as far as this projection can prove (``throughline.core.inflight``): the applied
+        offset reached ``offset``, or the projector in this process has fetched up to it and none of
+        the records it has not applied yet belong to the project."""
+        if self._read_only:
+            return self.wait_applied(partition, offset, timeout)
+        def settled() -> bool:
+            counters = self._counters.get(partition)
+            applied = counters.next_offset if counters is not None else 0
+            return self._inflight.settled(partition, project_sha256, offset, applied)
+
+        return self._wait_until(settled, timeout)
+
+    def project_changes(self, project_sha256: bytes) -> int:
+        """How many commits of this process changed the project's chains (appends, rewinds, broken marks)."""
+        with self._changed:
+            return self._changes.get(project_sha256, 0)
+
+    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until ``project_changes`` exceeds ``seen``."""
+        return self._wait_until(lambda: self._changes.get(project_sha256, 0) > seen, timeout)
+
+    def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds, woken by each commit, until ``done()`` (checked under the lock);
+        a closed projection ends the wait at once."""
+        with self._changed:
+            self._changed.wait_for(lambda: done() or self._closed, max(0.0, timeout))
+            return done()
+
+
+
+    def stats(self, *, latest_quarantine: int = 10) -> ProjectionStats:
+        """Counts and per-partition counters, read in one snapshot (no raw record bytes)."""
+        return read_stats(self._con, self._topic, self._topic_id, latest_quarantine=latest_quarantine)
+
+    def quarantine(self, project_sha256: bytes | None = None, *, times: bool = True) -> QuarantineListing:
+        """Every quarantined record (in log order), broken source and applied repair, of one project or
+        of all, read in one snapshot; never a raw record byte. ``times=False`` skips reading the
+        records' values to decode when they were produced (``/metrics`` needs only the counts)."""
+        return read_quarantine(self._con, project_sha256, times=times)
+
+    def table_digests(self) -> dict[str, str]:
+        """SHA-256 of every table's rows in a total order (identical projections have identical digests)."""
+        return table_digests(self._con)
+
+    # ------------------------------------------------------------------ write side
+
+    def _require_writable(self) -> None:
+        if self._read_only:
+            raise ProjectionIncompatibleError(f"projection {self._path} is open read-only", code="projection_read_only")
+        if self._closed:
+            raise ProjectionMissingError(f"projection {self._path} is closed")
+
+    def prepare(
+        self, partition: int, records: Sequence[RecordLike], *, next_offset: int | None = None
+    ) -> PreparedBatch:
+        """``prepare_batch`` with this projection's recorded partition count (safe on any thread)."""
+        return prepare_batch(partition, records, partitions=self._partitions, next_offset=next_offset)
+
+    def apply_batch(
+        self, topic: str, partition: int, records: Sequence[LogRecord], *, next_offset: int | None = None
+    ) -> BatchSummary:
+        """Apply the records of one partition in one transaction (usable without Kafka).
+
+        Decodes, validates (``record_problem``), folds and writes everything, including the partition's
+        applied offset (one past the last record, or ``next_offset``), in one DuckDB transaction.
+        Records below the applied offset were applied before and are skipped.
+        """
+        return self.apply_prepared(topic, [self.prepare(partition, records, next_offset=next_offset)])
+
+    def apply_prepared(self, topic: str, batches: Sequence[PreparedBatch]) -> BatchSummary:
+        """Fold and write prepared batches (of distinct partitions) in ONE transaction.
+
+        Commit order, step by step (all inside one DuckDB transaction, so a crash at any instant leaves
+        either everything of the batch or nothing of it):
+
+        1. Drop records below each partition's applied offset (a re-delivered batch is a no-op).
+        2. ``BEGIN TRANSACTION``.
+        3. Probe ``turn_ids`` with the batch's (source, turn id) keys: one set-based
+           ``INSERT ... ON CONFLICT DO NOTHING`` (ART index probes). When it inserted every key (the
+           usual case) no id was applied before. Otherwise the transaction is rolled back (nothing else
+           was written yet), begun again and probed with ``RETURNING``: keys it did not insert were
+           applied before, and their content digests are fetched (the fold's duplicate check).
+        4. Load the heads of sources missing from the in-memory cache (index probes, or one hash join
+           when many miss).
+        5. Fold every record in log order in Python (``fold_turn``), collecting new turn rows,
+           superseded rows, source heads, project heads and quarantine rows. A repair record is
+           applied at its place (``_repair``): it marks the source's stored quarantine rows at once
+           (an ``UPDATE``) and the batch's own before they are inserted, and clears the broken mark.
+        6. Remove from ``turn_ids`` the probed keys whose records were not appended (rejected), and fix
+           the content digest where a later record of the batch appended under that key.
+        7. Move stored turns that a rewind superseded into ``superseded_turns`` and delete them.
+        8. Insert superseded rows of this batch, then the new live turns (Arrow tables, bulk).
+        9. Upsert ``sources`` and ``project_heads``; insert ``quarantine`` and ``repairs`` rows.
+        10. Upsert ``applied_offsets`` (next offset and counters per partition).
+        11. ``COMMIT``. Only now the source cache and the in-memory applied offsets take the new state
+            and waiters (``wait_applied``) are notified. On any error: ``ROLLBACK``, the cache is
+            cleared, and the error propagates (nothing of the batch was applied), except DuckDB running
+            out of memory, which raises the memory limit and redoes the batch (at most 4 times).
+
+        A crash (SIGKILL, power loss) before step 11 completes leaves DuckDB's WAL without the
+        transaction; on restart the projector seeks to the old applied offset and reads the batch again.
+        """
+        self._require_writable()
+        self._claim_topic(topic)
+        if self._topic != topic:  # a read-only-like state cannot happen here; keep mypy and readers honest
+            raise ProjectionTopicMismatchError(f"projection is of topic {self._topic!r}, not {topic!r}")
+        seen: set[int] = set()
+        for b in batches:
+            if b.partition in seen:
+                raise InvalidBatchError(f"two batches of partition {b.partition} in one apply")
+            seen.add(b.partition)
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = self._con.cursor()
+            cur = self._writer
+            work = self._transaction(cur, topic, batches)
+            if not work.changes_anything:
+                return BatchSummary()
+            for attempt in range(_OOM_RETRIES + 1):
+                try:
+                    summary = self._execute(work)
+                    break
+                except duckdb.OutOfMemoryException:
+                    if self._memory_headroom is None or attempt == _OOM_RETRIES:
+                        raise
+                    # The indexes outgrew the limit between two checks: double it and redo the batch.
+                    self._adapt_memory(at_least=2 * self._memory_limit)
+                    work = self._transaction(cur, topic, batches)
+                except _STORAGE_FAULTS as exc:
+                    raise ProjectionStorageError(
+                        f"cannot write the projection {self._path}: {type(exc).__name__}: {exc}; nothing of the "
+                        "batch was applied: free space or fix permissions, then start the projector again"
+                    ) from exc
+            self._commits += 1
+            if self._commits % _MEMORY_CHECK_EVERY == 0:
+                self._adapt_memory()
+            for source, state in work.states.items():
+                self._cache[source] = state
+                self._cache.move_to_end(source)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+            for project, source in work.heads.items():
+                self._head_cache[project] = source
+                self._head_cache.move_to_end(project)
+            while len(self._head_cache) > self._cache_size:
+                self._head_cache.popitem(last=False)
+            with self._changed:
+                self._counters.update(work.counters)
+                for part, c in work.counters.items():
+                    self._inflight.applied(part, c.next_offset)
+                self._index.publish(
+                    {p: c.next_offset for p, c in work.counters.items()},
+                    work.heads,
+                    {s: st.chain_head() for s, st in work.states.items()},
+                )
+                for project in {*work.heads, *(st.project for st in work.states.values())}:
+                    self._changes[project] = self._changes.get(project, 0) + 1
+                self._changed.notify_all()
+            return summary
+
+    def _transaction(
+        self, cur: duckdb.DuckDBPyConnection, topic: str, batches: Sequence[PreparedBatch]
+    ) -> ApplyTransaction:
+        """The transaction of one ``apply_prepared`` call, over this projection's committed state."""
+        return ApplyTransaction(
+            cur, topic, batches, source_cache=self._cache, known_heads=self._head_cache, counters=self._counters
+        )
+
+    def _execute(self, work: ApplyTransaction) -> BatchSummary:
+        """Run one batch's transaction; on any error forget the cached heads (they may be ahead of the file)."""
+        try:
+            return work.execute()
+        except BaseException:
+            self._cache.clear()
+            self._head_cache.clear()
+            raise
+
+#: DuckDB errors that mean the file cannot be written (disk full, read-only, permissions), as opposed to
+#: a bug in a statement: they become ``ProjectionStorageError``.
+_STORAGE_FAULTS = (duckdb.IOException, duckdb.TransactionException, duckdb.PermissionException, duckdb.FatalException)

@@ -1,0 +1,384 @@
+"""The apply transaction: the fold and writes of one ``DuckProjection.apply_prepared`` call.
+
+``ApplyTransaction`` owns one DuckDB transaction (``execute``: BEGIN, fold and write, COMMIT, or
+ROLLBACK on any error). It reads the projection's source cache, committed project heads and partition
+counters (passed in, never changed) and leaves what the batch changed in ``states``, ``heads`` and
+``counters`` for the projection to take over once the transaction committed. The commit order is
+described on ``DuckProjection.apply_prepared``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from throughline.core.chain import CHAIN_ORIGIN
+from throughline.core.fold import Append, Duplicate, fold_turn
+from throughline.core.repair import decide_repair
+from throughline.projector.exceptions import InvalidBatchError
+from throughline.projector.prepare import Q_CHAIN, Item, PreparedBatch, RefusedRecord, RepairItem, SoundRecord
+from throughline.projector.store import writes
+from throughline.projector.store.repair_rows import (
+    RepairRow,
+    count_unmarked,
+    insert_repairs,
+    mark_quarantined,
+)
+from throughline.projector.store.state import PartitionCounters, SourceState
+from throughline.projector.store.values import BatchSummary
+from throughline.projector.store.view import turn_rows
+from throughline.projector.store.writes import SOURCE_COLUMNS, VALUES_ROWS, Row, registered, values_sql
+
+_POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes, more by one hash join
+
+
+class _Work:
+    """One source while a batch is folded: its state plus what the batch changes in its chain.
+
+    Live turns ``1..cut-1`` are in DuckDB and untouched; turns ``cut..length`` are ``pending`` rows of
+    this batch. A rewind below ``cut`` supersedes stored rows (``db_cuts``) and all pending ones.
+    """
+
+    __slots__ = ("cut", "db_cuts", "lookup", "pending", "source", "state")
+
+    def __init__(self, source: bytes, state: SourceState, lookup: Any) -> None:
+        self.source = source
+        self.state = state
+        self.cut = state.length + 1
+        self.pending: list[Row] = []
+        self.db_cuts: list[tuple[int, int, int, int]] = []  # (first seq, last seq, by partition, by offset)
+        self.lookup = lookup
+
+    def digest_at(self, k: int) -> bytes:
+        if k >= self.cut:
+            return self.pending[k - self.cut][6]
+        digest: bytes = self.lookup(self.source, k)
+        return digest
+
+
+class ApplyTransaction:
+    """The fold and writes of one ``apply_prepared`` call, in one DuckDB transaction it owns.
+
+    ``source_cache`` (source -> committed ``SourceState``), ``known_heads`` (project -> committed head
+    source) and ``counters`` (partition -> committed ``PartitionCounters``) are the projection's, read
+    only. After ``execute``: ``states`` holds the new state of every source the batch touched,
+    ``heads`` the head source of every project it appended to, ``counters`` the new counters of every
+    partition it applied.
+    """
+
+    def __init__(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        topic: str,
+        batches: Sequence[PreparedBatch],
+        *,
+        source_cache: Mapping[bytes, SourceState],
+        known_heads: Mapping[bytes, bytes],
+        counters: Mapping[int, PartitionCounters],
+    ) -> None:
+        self.cur = cur
+        self.topic = topic
+        self._source_cache = source_cache
+        self._known_heads = known_heads
+        self._counters = counters
+        self.batches: list[tuple[PreparedBatch, list[Item]]] = []
+        self.counters: dict[int, PartitionCounters] = {}
+        self.states: dict[bytes, SourceState] = {}
+        self.heads: dict[bytes, bytes] = {}  # project -> head source, for the projects this batch moved
+        changes = False
+        for b in batches:
+            current = counters.get(b.partition, PartitionCounters())
+            fresh = [it for it in b.items if it.offset >= current.next_offset]
+            if fresh or b.next_offset > current.next_offset:
+                changes = True
+                self.batches.append((b, fresh))
+        self.changes_anything = changes
+
+    def execute(self) -> BatchSummary:
+        """BEGIN, fold and write, COMMIT; on any error ROLLBACK and re-raise (nothing of the batch applied)."""
+        cur = self.cur
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            summary = self.fold_and_write()
+            cur.execute("COMMIT")
+        except BaseException:
+            try:
+                cur.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # the transaction may already be gone (the commit itself failed)
+            raise
+        return summary
+
+    # -------------------------------------------------------------- lookups inside the transaction
+
+    def _probe_turn_ids(self, sound: list[SoundRecord]) -> tuple[set[bytes], dict[bytes, bytes], dict[bytes, bytes]]:
+        first: dict[bytes, bytes] = {}
+        for it in sound:
+            first.setdefault(it.turn_key, it.content_digest)
+        if not first:
+            return set(), {}, first
+        keys = list(first)
+        table: pa.Table | None = None
+        if len(keys) <= VALUES_ROWS:
+            insert = values_sql("INSERT INTO turn_ids (turn_key, content_digest)", 2, len(keys))
+            params: list[Any] = [v for pair in first.items() for v in pair]
+        else:
+            table = pa.table(
+                {"turn_key": pa.array(keys, pa.binary()), "content_digest": pa.array(list(first.values()), pa.binary())}
+            )
+            self.cur.register("tl_probe", table)
+            insert = "INSERT INTO turn_ids SELECT turn_key, content_digest FROM tl_probe"
+            params = []
+        try:
+            # The usual case: every id is new. A plain INSERT says so by succeeding, at a third of the
+            # cost of ON CONFLICT DO NOTHING (measured: 13 ms against 40 ms for 10k keys).
+            try:
+                self.cur.execute(insert, params)
+                all_new = True
+            except duckdb.ConstraintException:
+                all_new = False
+            if all_new:
+                inserted = set(keys)
+                missing: list[bytes] = []
+            else:
+                # Some ids were applied before. The probe is the transaction's first write, so undo it
+                # and probe again, this time returning which keys it inserted.
+                self.cur.execute("ROLLBACK")
+                self.cur.execute("BEGIN TRANSACTION")
+                if table is not None:
+                    self.cur.register("tl_probe", table)  # the registration was part of the undone transaction
+                inserted = {
+                    bytes(r[0])
+                    for r in self.cur.execute(insert + " ON CONFLICT DO NOTHING RETURNING turn_key", params).fetchall()
+                }
+                missing = [k for k in keys if k not in inserted]
+            existing: dict[bytes, bytes] = {}
+            if missing:
+                if len(missing) <= _POINT_LOOKUPS or table is None:
+                    sql = " UNION ALL ".join(
+                        f"SELECT turn_key, content_digest FROM turn_ids WHERE turn_key = ${i + 1}"  # noqa: S608
+                        for i in range(len(missing))
+                    )
+                    rows = self.cur.execute(sql, missing).fetchall()
+                else:
+                    rows = self.cur.execute(
+                        "SELECT t.turn_key, t.content_digest FROM turn_ids t JOIN tl_probe p ON t.turn_key = p.turn_key"
+                    ).fetchall()
+                wanted = set(missing)
+                existing = {bytes(r[0]): bytes(r[1]) for r in rows if bytes(r[0]) in wanted}
+        finally:
+            if table is not None:
+                with contextlib.suppress(duckdb.Error):  # gone with a failed transaction: keep the first error
+                    self.cur.unregister("tl_probe")
+        return inserted, existing, first
+
+    def _load_sources(self, sources: list[bytes]) -> dict[bytes, SourceState]:
+        if not sources:
+            return {}
+        if len(sources) <= _POINT_LOOKUPS:
+            sql = " UNION ALL ".join(
+                f"SELECT {SOURCE_COLUMNS} FROM sources WHERE source_sha256 = ${i + 1}"  # noqa: S608
+                for i in range(len(sources))
+            )
+            rows = self.cur.execute(sql, sources).fetchall()
+        else:
+            with registered(self.cur, "tl_sources", pa.table({"source_sha256": pa.array(sources, pa.binary())})):
+                rows = self.cur.execute(
+                    f"SELECT {', '.join('s.' + c.strip() for c in SOURCE_COLUMNS.split(','))} "  # noqa: S608
+                    "FROM sources s JOIN tl_sources w ON s.source_sha256 = w.source_sha256"
+                ).fetchall()
+        out: dict[bytes, SourceState] = {}
+        for r in rows:
+            out[bytes(r[0])] = SourceState(
+                bytes(r[1]), int(r[2]), bytes(r[3]), r[4], r[5], r[6], r[7], r[8]
+            )
+        return out
+
+    def _stored_digest(self, source: bytes, seq: int) -> bytes:
+        rows = turn_rows(self.cur, ("chain_digest",), source, seq, seq)
+        if not rows:
+            raise InvalidBatchError(f"projection is missing live turn {seq} of a source (corrupt projection?)")
+        return bytes(rows[0][0])
+
+    # -------------------------------------------------------------- the fold
+
+    def fold_and_write(self) -> BatchSummary:
+        """Fold every record in log order and write the result (inside the open transaction)."""
+        sound = [it for _, items in self.batches for it in items if isinstance(it, SoundRecord)]
+        inserted_keys, existing, first_content = self._probe_turn_ids(sound)
+
+        cache = self._source_cache
+        wanted: list[bytes] = []
+        seen: set[bytes] = set()
+        repairs = [it for _, items in self.batches for it in items if type(it) is RepairItem]
+        for snd in (*sound, *repairs) if repairs else sound:
+            s = snd.source
+            if s not in seen:
+                seen.add(s)
+                if s not in cache:
+                    wanted.append(s)
+        loaded = self._load_sources(wanted)
+
+        works: dict[bytes, _Work] = {}
+        applied_now: dict[bytes, bytes] = {}
+        heads: dict[bytes, bytes] = {}
+        superseded: list[tuple[bytes, bytes, Row, int, int]] = []
+        quarantine: list[tuple[Any, ...]] = []
+        marks: dict[tuple[int, int], tuple[int, int]] = {}  # this batch's quarantine rows a repair marked
+        repair_rows: list[RepairRow] = []
+        total = BatchSummary()
+        lookup = self._stored_digest
+
+        for batch, items in self.batches:
+            part = batch.partition
+            records = appended = rewinds = duplicates = quarantined = 0
+            for it in items:
+                records += 1
+                if isinstance(it, RefusedRecord):
+                    quarantined += 1
+                    quarantine.append((part, it.offset, it.code, it.reason, it.project, it.source, it.key, it.value))
+                    continue
+                if isinstance(it, RepairItem):
+                    repair_rows.append(self._repair(part, it, works, loaded, quarantine, marks))
+                    continue
+                w = works.get(it.source)
+                if w is None:
+                    state = cache.get(it.source) or loaded.get(it.source)
+                    state = state.copy() if state is not None else SourceState(it.project_sha256)
+                    w = works[it.source] = _Work(it.source, state, lookup)
+                st = w.state
+                tk = it.turn_key
+                applied = applied_now.get(tk)
+                if applied is None:
+                    applied = existing.get(tk)
+                # The source state is the chain's head (read before the fold changes it below).
+                outcome = fold_turn(st, it, applied_content=applied, digest_at=w.digest_at)
+                if isinstance(outcome, Append):
+                    seq = outcome.seq
+                    if outcome.rewound_from is not None:
+                        rewinds += 1
+                        if seq < w.cut:
+                            w.db_cuts.append((seq, w.cut - 1, part, it.offset))
+                            moved = w.pending
+                            w.pending = []
+                            w.cut = seq
+                        else:
+                            moved = w.pending[seq - w.cut :]
+                            del w.pending[seq - w.cut :]
+                        for row in moved:
+                            superseded.append((it.source, st.project, row, part, it.offset))
+                    w.pending.append(
+                        (
+                            seq,
+                            it.turn_id,
+                            it.completed_at_micros,
+                            it.body,
+                            it.body_bytes,
+                            it.content_digest,
+                            outcome.chain_digest,
+                            part,
+                            it.offset,
+                        )
+                    )
+                    st.length = seq
+                    st.chain_digest = outcome.chain_digest
+                    st.head_partition = part
+                    st.head_offset = it.offset
+                    applied_now[tk] = it.content_digest
+                    heads[it.project_sha256] = it.source
+                    appended += 1
+                elif isinstance(outcome, Duplicate):
+                    duplicates += 1
+                else:
+                    quarantined += 1
+                    quarantine.append(
+                        (part, it.offset, Q_CHAIN, outcome.reason, it.project_sha256, it.source, it.key, it.value)
+                    )
+                    if st.broken_reason is None:
+                        st.broken_reason = outcome.reason
+                        st.broken_partition = part
+                        st.broken_offset = it.offset
+            summary = BatchSummary(records, appended, rewinds, duplicates, quarantined)
+            total = total + summary
+            before = self._counters.get(part, PartitionCounters())
+            after = before.add(summary)
+            after.next_offset = max(before.next_offset, batch.next_offset)
+            self.counters[part] = after
+
+        writes.fix_turn_ids(self.cur, inserted_keys, applied_now, first_content)
+        if marks:
+            quarantine = [(*q, *marks.get((q[0], q[1]), (None, None))) for q in quarantine]
+        else:
+            quarantine = [(*q, None, None) for q in quarantine]
+        self._write(works, superseded, heads, quarantine)
+        insert_repairs(self.cur, repair_rows)
+        self.states = {s: w.state for s, w in works.items()}
+        self.heads = heads
+        return total
+
+    def _repair(
+        self,
+        part: int,
+        it: RepairItem,
+        works: dict[bytes, _Work],
+        loaded: dict[bytes, SourceState],
+        quarantine: list[tuple[Any, ...]],
+        marks: dict[tuple[int, int], tuple[int, int]],
+    ) -> RepairRow:
+        """Apply one sound repair record at its place in the fold (``ChainBook.apply_repair``): mark the
+        source's unmarked quarantined records on ``part`` below it (stored ones by an UPDATE in this
+        transaction, this batch's own in ``marks``), lift the broken mark, and return its ``repairs`` row."""
+        source, project = it.source, it.project_sha256
+        w = works.get(source)
+        state = w.state if w is not None else (self._source_cache.get(source) or loaded.get(source))
+        # A source hash is of one project: under another project's repair it is not that project's source.
+        known = state is not None and state.project == project
+        batch_rows = [
+            (q[0], q[1]) for q in quarantine
+            if q[0] == part and q[4] == project and q[5] == source and q[1] < it.offset and (q[0], q[1]) not in marks
+        ]
+        stored = count_unmarked(self.cur, part, project, source, it.offset)
+        outcome = decide_repair(
+            known=known, broken=known and state is not None and state.broken_reason is not None,
+            unrepaired=stored + len(batch_rows),
+        )
+        if stored:
+            mark_quarantined(self.cur, part, project, source, it.offset)
+        for position in batch_rows:
+            marks[position] = (part, it.offset)
+        if outcome.cleared:
+            assert state is not None  # cleared implies broken implies known
+            if w is None:
+                w = works[source] = _Work(source, state.copy(), self._stored_digest)
+            w.state.broken_reason = w.state.broken_partition = w.state.broken_offset = None
+        length, digest = (state.length, state.chain_digest) if known and state is not None else (0, CHAIN_ORIGIN)
+        return (
+            part, it.offset, project, source, it.reason, it.produced_at_micros,
+            outcome.status, outcome.cleared, outcome.marked, length, digest,
+        )
+
+    # -------------------------------------------------------------- the writes
+
+    def _write(
+        self,
+        works: dict[bytes, _Work],
+        superseded: list[tuple[bytes, bytes, Row, int, int]],
+        heads: dict[bytes, bytes],
+        quarantine: list[tuple[Any, ...]],
+    ) -> None:
+        cur = self.cur
+        for source, w in works.items():
+            for first, last, by_p, by_o in w.db_cuts:
+                writes.supersede_stored(cur, source, first, last, by_p, by_o)
+        writes.insert_superseded(cur, superseded)
+        writes.insert_turns(cur, [(source, w.state.project, w.pending) for source, w in works.items() if w.pending])
+        writes.upsert_sources(cur, [w.state.row(source) for source, w in works.items()])
+        # A project's head is written when it moves to another source (most appends keep it).
+        known = self._known_heads
+        writes.upsert_heads(cur, {project: source for project, source in heads.items() if known.get(project) != source})
+        writes.insert_quarantine(cur, quarantine)
+        writes.write_offsets(cur, self.topic, self.counters)
