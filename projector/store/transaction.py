@@ -10,13 +10,16 @@ described on ``DuckProjection.apply_prepared``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from throughline.core.chain import CHAIN_ORIGIN
+from throughline.core.chain_delta import ChainDelta
 from throughline.core.fold import Append, Duplicate, fold_turn
 from throughline.core.repair import decide_repair
 from throughline.projector.exceptions import InvalidBatchError
@@ -36,28 +39,18 @@ from throughline.projector.store.writes import SOURCE_COLUMNS, VALUES_ROWS, Row,
 _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes, more by one hash join
 
 
-class _Work:
-    """One source while a batch is folded: its state plus what the batch changes in its chain.
+_ROW_DIGEST = operator.itemgetter(6)  # a Row's chain_digest
 
-    Live turns ``1..cut-1`` are in DuckDB and untouched; turns ``cut..length`` are ``pending`` rows of
-    this batch. A rewind below ``cut`` supersedes stored rows (``db_cuts``) and all pending ones.
-    """
 
-    __slots__ = ("cut", "db_cuts", "lookup", "pending", "source", "state")
+class _SourceDelta(ChainDelta[Row]):
+    """One source while a batch is folded: the ``ChainDelta`` of its chain over the stored turns, and
+    its working state (the head as folded so far, and its broken mark)."""
 
-    def __init__(self, source: bytes, state: SourceState, lookup: Any) -> None:
-        self.source = source
+    __slots__ = ("state",)
+
+    def __init__(self, state: SourceState, stored_digest: Callable[[int], bytes]) -> None:
+        super().__init__(state.length, _ROW_DIGEST, stored_digest)
         self.state = state
-        self.cut = state.length + 1
-        self.pending: list[Row] = []
-        self.db_cuts: list[tuple[int, int, int, int]] = []  # (first seq, last seq, by partition, by offset)
-        self.lookup = lookup
-
-    def digest_at(self, k: int) -> bytes:
-        if k >= self.cut:
-            return self.pending[k - self.cut][6]
-        digest: bytes = self.lookup(self.source, k)
-        return digest
 
 
 class ApplyTransaction:
@@ -223,7 +216,7 @@ class ApplyTransaction:
                     wanted.append(s)
         loaded = self._load_sources(wanted)
 
-        works: dict[bytes, _Work] = {}
+        works: dict[bytes, _SourceDelta] = {}
         applied_now: dict[bytes, bytes] = {}
         heads: dict[bytes, bytes] = {}
         superseded: list[tuple[bytes, bytes, Row, int, int]] = []
@@ -249,7 +242,7 @@ class ApplyTransaction:
                 if w is None:
                     state = cache.get(it.source) or loaded.get(it.source)
                     state = state.copy() if state is not None else SourceState(it.project_sha256)
-                    w = works[it.source] = _Work(it.source, state, lookup)
+                    w = works[it.source] = _SourceDelta(state, partial(lookup, it.source))
                 st = w.state
                 tk = it.turn_key
                 applied = applied_now.get(tk)
@@ -261,15 +254,7 @@ class ApplyTransaction:
                     seq = outcome.seq
                     if outcome.rewound_from is not None:
                         rewinds += 1
-                        if seq < w.cut:
-                            w.db_cuts.append((seq, w.cut - 1, part, it.offset))
-                            moved = w.pending
-                            w.pending = []
-                            w.cut = seq
-                        else:
-                            moved = w.pending[seq - w.cut :]
-                            del w.pending[seq - w.cut :]
-                        for row in moved:
+                        for row in w.rewind(seq, part, it.offset):
                             superseded.append((it.source, st.project, row, part, it.offset))
                     w.pending.append(
                         (
@@ -324,7 +309,7 @@ class ApplyTransaction:
         self,
         part: int,
         it: RepairItem,
-        works: dict[bytes, _Work],
+        works: dict[bytes, _SourceDelta],
         loaded: dict[bytes, SourceState],
         quarantine: list[tuple[Any, ...]],
         marks: dict[tuple[int, int], tuple[int, int]],
@@ -353,7 +338,7 @@ class ApplyTransaction:
         if outcome.cleared:
             assert state is not None  # cleared implies broken implies known
             if w is None:
-                w = works[source] = _Work(source, state.copy(), self._stored_digest)
+                w = works[source] = _SourceDelta(state.copy(), partial(self._stored_digest, source))
             w.state.broken_reason = w.state.broken_partition = w.state.broken_offset = None
         length, digest = (state.length, state.chain_digest) if known and state is not None else (0, CHAIN_ORIGIN)
         return (
@@ -365,14 +350,14 @@ class ApplyTransaction:
 
     def _write(
         self,
-        works: dict[bytes, _Work],
+        works: dict[bytes, _SourceDelta],
         superseded: list[tuple[bytes, bytes, Row, int, int]],
         heads: dict[bytes, bytes],
         quarantine: list[tuple[Any, ...]],
     ) -> None:
         cur = self.cur
         for source, w in works.items():
-            for first, last, by_p, by_o in w.db_cuts:
+            for first, last, by_p, by_o in w.cuts:
                 writes.supersede_stored(cur, source, first, last, by_p, by_o)
         writes.insert_superseded(cur, superseded)
         writes.insert_turns(cur, [(source, w.state.project, w.pending) for source, w in works.items() if w.pending])

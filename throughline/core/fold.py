@@ -14,7 +14,8 @@ For a record of source S whose chain has length ``n`` and head digest ``d(n)``:
 Every ``Append`` makes S its project's head source. A rejected record marks S *broken* (the reader
 refuses to serve it) but does not stop the fold: later records of S are folded by the same rules. A
 repair record (``throughline.core.repair``) lifts the mark. ``ChainBook`` is the in-memory fold over
-whole histories, repairs included; the DuckDB projection applies the same decisions in bulk.
+whole histories, repairs included; the DuckDB projection applies the same decisions in bulk. What a
+rewind supersedes is ``throughline.core.chain_delta.ChainDelta``'s to decide, in both.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from throughline.core.chain import CHAIN_ORIGIN, next_chain_digest
+from throughline.core.chain_delta import ChainDelta
 from throughline.core.repair import RepairOutcome, RepairRecord, decide_repair, repair_problem
 from throughline.core.turn import TurnRecord, verify_turn
 
@@ -154,6 +156,10 @@ class BookRepair:
 Position = tuple[int, int]  # (partition, offset) of a log record
 
 
+def _book_turn_digest(turn: BookTurn) -> bytes:
+    return turn.chain_digest
+
+
 @dataclass
 class ChainBook:
     """An in-memory fold over whole histories (the reference the DuckDB projection must agree with).
@@ -199,20 +205,21 @@ class ChainBook:
         source = record.source_sha256
         self.source_projects.setdefault(source, record.project_sha256)
         turns = self.live.setdefault(source, [])
+        # The book holds the whole chain as the delta's pending rows: nothing is stored beneath it.
+        delta = ChainDelta(0, _book_turn_digest, pending=turns)
         seen = self.applied.setdefault(source, {})
         outcome = fold_turn(
             self.head_of(source),
             record,
             applied_content=seen.get(record.turn_id),
-            digest_at=lambda k: turns[k - 1].chain_digest,
+            digest_at=delta.digest_at,
         )
         if isinstance(outcome, Reject):
             self._quarantine(partition, offset, outcome.reason, record.project_sha256, source)
             self.broken.add(source)
         elif isinstance(outcome, Append):
             if outcome.is_rewind:
-                self.superseded.extend(turns[outcome.seq - 1 :])
-                del turns[outcome.seq - 1 :]
+                self.superseded.extend(delta.rewind(outcome.seq, partition, offset))
             turns.append(
                 BookTurn(
                     outcome.seq, record.turn_id, record.content_digest, outcome.chain_digest, partition, offset, record
