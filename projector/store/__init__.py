@@ -6,7 +6,7 @@ The only package that imports duckdb (and pyarrow). Its modules, one concern eac
 - ``transaction``: ``ApplyTransaction``, the fold and writes of one batch in the DuckDB transaction it owns;
 - ``writes``: the statements that write a folded batch; ``repair_rows``: the repairs' rows and marks;
 - ``view``: ``DuckView``, one read snapshot (heads, sources, turns of pages);
-- ``report``: stats, the quarantine listing and ``table_digests``; ``schema``: the tables and their version;
+- ``report``: stats, the quarantine listing, ``table_digests``, ``table_rows``; ``schema``: the tables, version;
 - ``state``: the writer's cached chain heads and partition counters; ``values``: the frozen value types.
 
 Tables (one projection file holds one topic; see ``schema.SCHEMA``):

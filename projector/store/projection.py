@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import duckdb
 
@@ -25,7 +26,7 @@ from throughline.projector.exceptions import (
 )
 from throughline.projector.prepare import LogRecord, PreparedBatch, RecordLike, prepare_batch, record_projects
 from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ReadIndex
-from throughline.projector.store.report import read_quarantine, read_stats, table_digests
+from throughline.projector.store.report import read_quarantine, read_stats, table_digests, table_rows
 from throughline.projector.store.schema import ensure_schema, read_meta
 from throughline.projector.store.state import PartitionCounters, SourceState
 from throughline.projector.store.transaction import ApplyTransaction
@@ -251,6 +252,11 @@ class DuckProjection:
         """The recorded partition count of that topic (``None`` until a projector recorded it)."""
         return self._partitions
 
+    @property
+    def memory_limit(self) -> int:
+        """The memory limit (bytes) this handle set on DuckDB; 0 while it set none (DuckDB's default)."""
+        return self._memory_limit
+
     def bind_log(self, topic: str, topic_id: str | None, partitions: int) -> None:
         """Record the topic's id and partition count (the projector calls this once it has checked them).
 
@@ -323,7 +329,9 @@ class DuckProjection:
             "FROM applied_offsets WHERE topic = ?",
             [self._topic or ""],
         ).fetchall()
-        self._counters = {int(r[0]): PartitionCounters(*(int(x) for x in r[1:])) for r in rows}
+        self._counters = {
+            int(r[0]): PartitionCounters(int(r[1]), BatchSummary(*(int(x) for x in r[2:]))) for r in rows
+        }
 
     # ------------------------------------------------------------------ read side
 
@@ -437,6 +445,11 @@ class DuckProjection:
     def table_digests(self) -> dict[str, str]:
         """SHA-256 of every table's rows in a total order (identical projections have identical digests)."""
         return table_digests(self._con)
+
+    def table_rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of one table (a key of ``TABLE_ORDER``) in its total order, as column -> value, read
+        in one snapshot: what tests and audits compare a projection with (raw bytes included)."""
+        return table_rows(self._con, table)
 
     # ------------------------------------------------------------------ write side
 

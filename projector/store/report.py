@@ -1,9 +1,11 @@
 """Whole-projection reads for operators and tests: counts (``read_stats``), the quarantine listing
-(``read_quarantine``) and ``table_digests``; each reads one snapshot on its own cursor of ``con``."""
+(``read_quarantine``), ``table_digests`` and ``table_rows``; each reads one snapshot on its own cursor
+of ``con``."""
 
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import duckdb
 
@@ -153,3 +155,26 @@ def table_digests(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     return out
 
 # ------------------------------------------------------------------ write side
+
+
+def table_rows(con: duckdb.DuckDBPyConnection, table: str) -> list[dict[str, Any]]:
+    """Every row of ``table`` (one of ``TABLE_ORDER``) in that total order, each as column -> value."""
+    # Only the fixed names of TABLE_ORDER enter the SQL text: the caller's string only picks one.
+    chosen = [(name, order) for name, order in TABLE_ORDER.items() if name == table]
+    if not chosen:
+        raise ValueError(f"no table {table!r} in a projection (tables: {', '.join(TABLE_ORDER)})")
+    name, order = chosen[0]
+    cur = con.cursor()
+    try:
+        cur.execute("BEGIN TRANSACTION")
+        # Sorted here rather than by DuckDB: a sort of whole rows (bodies included) would need DuckDB
+        # memory a projector's handle may not have under its memory limit. The order columns are NOT NULL.
+        cur.execute(f"SELECT * FROM {name}")  # noqa: S608 (fixed names)
+        columns = [d[0] for d in cur.description or ()]
+        rows = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+        cur.execute("ROLLBACK")
+    finally:
+        cur.close()
+    keys = [c.strip() for c in order.split(",")]
+    rows.sort(key=lambda r: tuple(r[k] for k in keys))
+    return rows

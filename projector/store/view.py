@@ -21,6 +21,7 @@ import duckdb
 from throughline.core.cursor import Cursor
 from throughline.core.ports import SourceInfo, StoredTurn
 from throughline.projector.read_index import ChainHead, Missing, ReadIndex
+from throughline.projector.store.schema import TURN_COLUMNS
 
 #: Seqs per ``page_key`` bucket (a power of two): a page of up to 100 seqs spans at most 3 buckets.
 PAGE_BUCKET_BITS = 6
@@ -28,19 +29,9 @@ _MAX_BUCKET_LOOKUPS = 32  # wider ranges (never asked by the reader) fall back t
 _MASK63 = (1 << 63) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
-#: The columns a view reads of a turn (``StoredTurn`` in this order, after the source).
-VIEW_COLUMNS = (
-    "source_sha256",
-    "seq",
-    "turn_id",
-    "completed_at_us",
-    "body",
-    "body_bytes",
-    "content_digest",
-    "chain_digest",
-    "log_partition",
-    "log_offset",
-)
+#: The columns a view reads of a turn (``StoredTurn`` in this order, after the source): a turn row's own
+#: columns without its project (a view is asked by project already).
+VIEW_COLUMNS = tuple(c for c in TURN_COLUMNS if c != "project_sha256")
 #: The projection's version in a snapshot: the sum of its applied offsets (one more per commit at least).
 _VERSION_SQL = "SELECT coalesce(sum(next_offset), 0) FROM applied_offsets WHERE topic = ?"
 

@@ -224,16 +224,17 @@ def insert_quarantine(cur: duckdb.DuckDBPyConnection, rows: Sequence[tuple[Any, 
 
 def write_offsets(cur: duckdb.DuckDBPyConnection, topic: str, counters: Mapping[int, PartitionCounters]) -> None:
     """Write each partition's next offset and counters (``applied_offsets``)."""
-    for part, c in counters.items():
+    for part, counter in counters.items():
+        c = counter.applied
         # An UPDATE of the existing row: DuckDB's INSERT OR REPLACE costs ~2 ms a statement (its
         # conflict handling), three times an UPDATE's; a partition's first batch inserts the row.
         updated = cur.execute(
             "UPDATE applied_offsets SET next_offset = ?, records = ?, appended = ?, rewinds = ?, duplicates = ?, "
             "quarantined = ? WHERE topic = ? AND log_partition = ?",
-            [c.next_offset, c.records, c.appended, c.rewinds, c.duplicates, c.quarantined, topic, part],
+            [counter.next_offset, c.records, c.appended, c.rewinds, c.duplicates, c.quarantined, topic, part],
         ).fetchone()
         if not updated or not updated[0]:
             cur.execute(
                 "INSERT INTO applied_offsets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [topic, part, c.next_offset, c.records, c.appended, c.rewinds, c.duplicates, c.quarantined],
+                [topic, part, counter.next_offset, c.records, c.appended, c.rewinds, c.duplicates, c.quarantined],
             )

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaProducer
 from support.topic import read_topic_and_ends
@@ -121,59 +122,57 @@ def fold_topic(bootstrap: str, topic: str) -> LogContent:
     return LogContent(ends, book, undecodable)
 
 
+def table_columns(projection: DuckProjection, table: str, *columns: str) -> list[tuple[Any, ...]]:
+    """The given columns of every row of ``table``, in the table's total order (``table_rows``)."""
+    return [tuple(r[c] for c in columns) for r in projection.table_rows(table)]
+
+
 def assert_projection_equals_log(db: Path, content: LogContent) -> None:
     """The projection holds exactly what the log says: no turn lost, none twice, every digest verified."""
     book = content.book
     with DuckProjection.open(db, read_only=True) as projection:
-        cur = projection._con.cursor()
-        try:
-            applied = projection.applied_offsets()
-            assert {p: applied.get(p, 0) for p in content.ends} == content.ends
-            live = cur.execute(
-                "SELECT source_sha256, seq, turn_id, completed_at_us, body, content_digest, chain_digest, "
-                "log_partition, log_offset FROM turns ORDER BY source_sha256, seq"
-            ).fetchall()
-            expected = sorted(
-                (s, t.seq, t.turn_id, t.record.completed_at_micros, t.record.body, t.content_digest, t.chain_digest, t.partition, t.offset)
-                for s, turns in book.live.items()
-                for t in turns
-            )
-            assert len(live) == len(expected), f"{len(live)} live turns projected, the log says {len(expected)}"
-            assert live == expected
-            # None twice: one row per (source, seq) and per (source, turn id).
-            assert cur.execute("SELECT count(*) FROM (SELECT DISTINCT source_sha256, seq FROM turns)").fetchone() == (len(live),)
-            assert cur.execute("SELECT count(*) FROM (SELECT DISTINCT source_sha256, turn_id FROM turns)").fetchone() == (len(live),)
-            # Every digest verified from the stored content.
-            chains: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
-            for source, seq, turn_id, at, body, cd, dd, _, _ in live:
-                assert content_digest(turn_id, at, body) == cd
-                chains.setdefault(source, []).append((seq, cd, dd))
-            for rows in chains.values():
-                assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
-                assert chain_digests([r[1] for r in rows]) == [r[2] for r in rows]
-            superseded = cur.execute("SELECT source_sha256, seq, turn_id, log_offset FROM superseded_turns").fetchall()
-            assert sorted(superseded) == sorted((t.record.source_sha256, t.seq, t.turn_id, t.offset) for t in book.superseded)
-            heads = dict(cur.execute("SELECT project_sha256, source_sha256 FROM project_heads").fetchall())
-            assert heads == book.heads
-            quarantined = cur.execute("SELECT log_partition, log_offset FROM quarantine").fetchall()
-            assert sorted(quarantined) == sorted([(p, o) for p, o, _ in book.quarantined] + content.undecodable)
-            # Repairs: each applied once, marks and broken marks as the reference fold decides them.
-            marks = cur.execute(
-                "SELECT log_partition, log_offset, repaired_partition, repaired_offset FROM quarantine "
-                "WHERE repaired_offset IS NOT NULL"
-            ).fetchall()
-            assert {(p, o): (rp, ro) for p, o, rp, ro in marks} == book.repaired
-            repairs = cur.execute(
-                "SELECT log_partition, log_offset, source_sha256, outcome, marked, length FROM repairs "
-                "ORDER BY log_partition, log_offset"
-            ).fetchall()
-            assert repairs == sorted(
-                (r.partition, r.offset, r.source_sha256, r.outcome.status, r.outcome.marked, r.length) for r in book.repairs
-            )
-            broken = cur.execute("SELECT source_sha256 FROM sources WHERE broken_reason IS NOT NULL").fetchall()
-            assert {bytes(r[0]) for r in broken} == book.broken
-        finally:
-            cur.close()
+        applied = projection.applied_offsets()
+        assert {p: applied.get(p, 0) for p in content.ends} == content.ends
+        live = table_columns(
+            projection, "turns", "source_sha256", "seq", "turn_id", "completed_at_us", "body", "content_digest",
+            "chain_digest", "log_partition", "log_offset",
+        )  # ordered by source, seq
+        expected = sorted(
+            (s, t.seq, t.turn_id, t.record.completed_at_micros, t.record.body, t.content_digest, t.chain_digest, t.partition, t.offset)
+            for s, turns in book.live.items()
+            for t in turns
+        )
+        assert len(live) == len(expected), f"{len(live)} live turns projected, the log says {len(expected)}"
+        assert live == expected
+        # None twice: one row per (source, seq) and per (source, turn id).
+        assert len({(r[0], r[1]) for r in live}) == len(live)
+        assert len({(r[0], r[2]) for r in live}) == len(live)
+        # Every digest verified from the stored content.
+        chains: dict[bytes, list[tuple[int, bytes, bytes]]] = {}
+        for source, seq, turn_id, at, body, cd, dd, _, _ in live:
+            assert content_digest(turn_id, at, body) == cd
+            chains.setdefault(source, []).append((seq, cd, dd))
+        for rows in chains.values():
+            assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+            assert chain_digests([r[1] for r in rows]) == [r[2] for r in rows]
+        superseded = table_columns(projection, "superseded_turns", "source_sha256", "seq", "turn_id", "log_offset")
+        assert sorted(superseded) == sorted((t.record.source_sha256, t.seq, t.turn_id, t.offset) for t in book.superseded)
+        heads = dict(table_columns(projection, "project_heads", "project_sha256", "source_sha256"))
+        assert heads == book.heads
+        quarantine = table_columns(
+            projection, "quarantine", "log_partition", "log_offset", "repaired_partition", "repaired_offset"
+        )
+        assert sorted((p, o) for p, o, _, _ in quarantine) == sorted(
+            [(p, o) for p, o, _ in book.quarantined] + content.undecodable
+        )
+        # Repairs: each applied once, marks and broken marks as the reference fold decides them.
+        assert {(p, o): (rp, ro) for p, o, rp, ro in quarantine if ro is not None} == book.repaired
+        repairs = table_columns(projection, "repairs", "log_partition", "log_offset", "source_sha256", "outcome", "marked", "length")
+        assert repairs == sorted(
+            (r.partition, r.offset, r.source_sha256, r.outcome.status, r.outcome.marked, r.length) for r in book.repairs
+        )
+        broken = {r["source_sha256"] for r in projection.table_rows("sources") if r["broken_reason"] is not None}
+        assert broken == book.broken
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
@@ -249,18 +248,13 @@ def exactly_once_invariants(db: Path) -> int:
     recorded once, and the per-partition counters add up to what the tables hold.
     """
     with DuckProjection.open(db, read_only=True) as projection:
-        cur = projection._con.cursor()
-        try:
-            appended, records, quarantined, applied = cur.execute(
-                "SELECT coalesce(sum(appended), 0), coalesce(sum(records), 0), coalesce(sum(quarantined), 0), "
-                "coalesce(sum(next_offset), 0) FROM applied_offsets"
-            ).fetchone()
-            live, superseded, ids, q = cur.execute(
-                "SELECT (SELECT count(*) FROM turns), (SELECT count(*) FROM superseded_turns), "
-                "(SELECT count(*) FROM turn_ids), (SELECT count(*) FROM quarantine)"
-            ).fetchone()
-        finally:
-            cur.close()
+        counters = projection.table_rows("applied_offsets")
+        appended, records, quarantined, applied = (
+            sum(int(c[k]) for c in counters) for k in ("appended", "records", "quarantined", "next_offset")
+        )
+        live, superseded, ids, q = (
+            len(projection.table_rows(t)) for t in ("turns", "superseded_turns", "turn_ids", "quarantine")
+        )
     assert appended == live + superseded, (appended, live, superseded)
     assert ids == live + superseded
     assert quarantined == q

@@ -70,11 +70,10 @@ def test_poison_records_are_quarantined_and_the_projects_behind_them_applied(
                 assert info is not None and info.broken_reason is None
             broken = v.source(b1.source_sha256)
             assert broken is not None and broken.length == 1 and broken.broken_reason and "gap" in broken.broken_reason
-        cur = projection._con.cursor()
-        quarantined = cur.execute(
-            "SELECT log_offset, code, reason, record_value IS NOT NULL FROM quarantine ORDER BY log_offset"
-        ).fetchall()
-        cur.close()
+        quarantined = [
+            (q["log_offset"], q["code"], q["reason"], q["record_value"] is not None)
+            for q in projection.table_rows("quarantine")  # one partition: in offset order
+        ]
     assert [(q[0], q[1]) for q in quarantined] == [(1, "record_undecodable"), (2, "unknown_schema"), (3, "chain_rejected")]
     assert "0102030405060708" in quarantined[1][2]
     assert "gap" in quarantined[2][2]

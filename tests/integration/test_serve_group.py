@@ -160,26 +160,23 @@ def _assert_file_is_the_fold(db: Path, records: list[Stored]) -> dict[int, int]:
     exactly_once_invariants(db)
     with DuckProjection.open(db, read_only=True) as projection:
         applied = projection.applied_offsets()
-        cur = projection._con.cursor()
-        try:
-            for p, upto in applied.items():
-                book = ChainBook()
-                for r in records:
-                    if r.partition == p and r.offset < upto:
-                        book.apply(r.turn, p, r.offset, r.key)
-                expected = sorted(
-                    (s, t.seq, t.turn_id, t.content_digest, t.chain_digest, t.offset)
-                    for s, turns in book.live.items()
-                    for t in turns
-                )
-                rows = cur.execute(
-                    "SELECT source_sha256, seq, turn_id, content_digest, chain_digest, log_offset FROM turns "
-                    "WHERE log_partition = ? ORDER BY source_sha256, seq",
-                    [p],
-                ).fetchall()
-                assert rows == expected, f"{db.name}: partition {p} (applied to {upto}) is not the log's fold"
-        finally:
-            cur.close()
+        turns = projection.table_rows("turns")  # ordered by source, seq
+    for p, upto in applied.items():
+        book = ChainBook()
+        for r in records:
+            if r.partition == p and r.offset < upto:
+                book.apply(r.turn, p, r.offset, r.key)
+        expected = sorted(
+            (s, t.seq, t.turn_id, t.content_digest, t.chain_digest, t.offset)
+            for s, turns_of in book.live.items()
+            for t in turns_of
+        )
+        rows = [
+            (t["source_sha256"], t["seq"], t["turn_id"], t["content_digest"], t["chain_digest"], t["log_offset"])
+            for t in turns
+            if t["log_partition"] == p
+        ]
+        assert rows == expected, f"{db.name}: partition {p} (applied to {upto}) is not the log's fold"
     return applied
 
 

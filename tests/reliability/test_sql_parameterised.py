@@ -7,9 +7,10 @@ An AST scanner reads every module of ``projector/``, ``reader/``, ``throughline/
 - every f-string, ``%``-format, ``.format()`` call or ``+`` concatenation whose literal text looks
   like SQL (wherever it is built, so a helper that returns SQL is covered too),
 
-must be *constant-derived*: literals, module constants, loop variables over constants or ``range``,
-numbers (``len(...)``, ``x + 1``), and calls of this module's own functions with constant-derived
-arguments. Everything else (a function parameter, an attribute, a value read from a request) is
+must be *constant-derived*: literals, module constants (this module's, or one imported by name from
+another scanned module, e.g. ``projector/store/schema.py``'s ``TABLE_ORDER``), loop variables over
+constants or ``range``, numbers (``len(...)``, ``x + 1``), and calls of this module's own functions (or
+of a scanned module's functions imported by name) with constant-derived arguments. Everything else (a function parameter, an attribute, a value read from a request) is
 data, and data goes in the parameter list (``?`` / ``$n``), never in the text.
 
 Reviewed exceptions live in module-level allow-lists:
@@ -160,7 +161,22 @@ class ModuleScan:
         }
         self.module = _Scope("<module>")
         _collect(self.tree.body, self.module)
+        # Names imported from throughline's own modules: (module, name there), resolved in that module.
+        self.imports: dict[str, tuple[str, str]] = {
+            alias.asname or alias.name: (n.module, alias.name)
+            for n in self.tree.body
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("throughline.")
+            for alias in n.names
+        }
         self.violations: list[Violation] = []
+
+    def _imported(self, name: str) -> tuple[ModuleScan, str] | None:
+        """The scanned module a name was imported from, and its name there (``None``: not one of ours)."""
+        if name not in self.imports:
+            return None
+        module, original = self.imports[name]
+        other = _scan_of(module)
+        return None if other is None else (other, original)
 
     # -- constant-derived expressions
 
@@ -228,7 +244,7 @@ class ModuleScan:
         return inner
 
     def _name_const(self, name: str, scope: _Scope, seen: frozenset[str]) -> bool:
-        key = f"{scope.name}:{name}"
+        key = f"{self.path}:{scope.name}:{name}"
         if key in seen:
             return True  # a cycle (x = x + 1): decided by its other bindings
         seen = seen | {key}
@@ -238,6 +254,11 @@ class ModuleScan:
             return all(self.const(v, scope, seen) for v in scope.bindings[name])
         if name in self.module.bindings:
             return all(self.const(v, self.module, seen) for v in self.module.bindings[name])
+        imported = self._imported(name)
+        if imported is not None:
+            other, original = imported
+            if original in other.module.bindings:  # a constant of that module
+                return other._name_const(original, other.module, seen)
         return name in ("True", "False", "None")
 
     def _call_const(self, node: ast.Call, scope: _Scope, seen: frozenset[str]) -> bool:
@@ -249,6 +270,9 @@ class ModuleScan:
             if func.id in _SAFE_BUILTINS:
                 return True  # numbers
             if func.id in _PURE_BUILTINS or func.id in self.functions:
+                return all(self.const(a, scope, seen) for a in args)
+            imported = self._imported(func.id)
+            if imported is not None and imported[1] in imported[0].functions:  # that module's own function
                 return all(self.const(a, scope, seen) for a in args)
             return False
         if isinstance(func, ast.Attribute):
@@ -337,6 +361,33 @@ class ModuleScan:
                                 )
 
 
+#: Where the installed package names of the scanned folders live (pyproject's package-dir).
+_PACKAGE_DIRS = {
+    "throughline.projector": "projector",
+    "throughline.reader": "reader",
+    "throughline.producers": "producers",
+    "throughline.schemas": "schemas",
+    "throughline": "throughline",
+}
+_SCANS: dict[str, ModuleScan | None] = {}
+
+
+def _scan_of(module: str) -> ModuleScan | None:
+    """The scan of a throughline module by its dotted name (cached), or ``None`` when it is not a file here."""
+    if module not in _SCANS:
+        _SCANS[module] = None
+        for package, folder in _PACKAGE_DIRS.items():
+            if module == package or module.startswith(package + "."):
+                rest = module[len(package) :].lstrip(".").replace(".", "/")
+                base = REPO / folder / rest if rest else REPO / folder
+                for path in (base.with_suffix(".py"), base / "__init__.py"):
+                    if path.is_file():
+                        _SCANS[module] = ModuleScan(path.relative_to(REPO).as_posix(), path.read_text(encoding="utf-8"))
+                        break
+                break
+    return _SCANS[module]
+
+
 def _literal_parts(node: ast.AST) -> Iterator[str]:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
@@ -393,6 +444,10 @@ BAD = {
     "query()": "import duckdb\ndef f(name):\n    duckdb.query('SELECT * FROM ' + name)\n",
     "loop over data": "def f(cur, names):\n    for n in names:\n        cur.execute(f'DROP TABLE {n}')\n",
     "augmented": "def f(cur, x):\n    sql = 'SELECT a FROM t WHERE '\n    sql += x\n    cur.execute(sql)\n",
+    "an imported name that is no constant": (
+        "from throughline.projector.store.schema import ensure_schema\n"
+        "def f(cur):\n    cur.execute(f'SELECT * FROM {ensure_schema}')\n"
+    ),
     "allow-listed parameter given data": (
         "def _turn_rows(cur, columns):\n    cur.execute(f\"SELECT {', '.join(columns)} FROM turns\")\n"
         "def g(cur, request):\n    _turn_rows(cur, request.columns)\n"
@@ -412,6 +467,10 @@ GOOD = {
     "allow-listed parameter given constants": (
         "_VIEW = ('a', 'b')\ndef _turn_rows(cur, columns):\n    cur.execute(f\"SELECT {', '.join(columns)} FROM turns\")\n"
         "def g(cur):\n    _turn_rows(cur, _VIEW)\n    _turn_rows(cur, ('row_id', *_VIEW))\n"
+    ),
+    "another module's constants": (
+        "from throughline.projector.store.schema import TABLE_ORDER\ndef f(cur):\n"
+        "    for table, order in TABLE_ORDER.items():\n        cur.execute(f'SELECT * FROM {table} ORDER BY {order}')\n"
     ),
     "a message, not SQL": "def f(x):\n    raise ValueError(f'cannot select {x} from the list')\n",
 }

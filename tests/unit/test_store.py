@@ -8,6 +8,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -53,23 +54,19 @@ def db(tmp_path: Path) -> Iterator[DuckProjection]:
         projection.close()
 
 
-def rows(projection: DuckProjection, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
-    """Rows of a query on a fresh cursor (tests only)."""
-    cur = projection._con.cursor()
-    try:
-        return cur.execute(sql, list(params)).fetchall()
-    finally:
-        cur.close()
+def rows(projection: DuckProjection, table: str, *columns: str) -> list[tuple[object, ...]]:
+    """The given columns of every row of ``table``, in the table's total order (``table_rows``)."""
+    return [tuple(r[c] for c in columns) for r in projection.table_rows(table)]
 
 
 def assert_matches_book(projection: DuckProjection, book: ChainBook, applied: dict[int, int]) -> None:
     """The projection holds exactly what the reference fold holds."""
     live = {s: ts for s, ts in book.live.items() if ts}
-    stored = rows(projection, "SELECT source_sha256, seq, turn_id, content_digest, chain_digest, log_partition, log_offset FROM turns")
+    stored = rows(projection, "turns", "source_sha256", "seq", "turn_id", "content_digest", "chain_digest", "log_partition", "log_offset")
     assert sorted(stored) == sorted(
         (s, t.seq, t.turn_id, t.content_digest, t.chain_digest, t.partition, t.offset) for s, ts in live.items() for t in ts
     )
-    superseded = rows(projection, "SELECT source_sha256, seq, turn_id, log_offset FROM superseded_turns")
+    superseded = rows(projection, "superseded_turns", "source_sha256", "seq", "turn_id", "log_offset")
     assert sorted(superseded) == sorted((t.record.source_sha256, t.seq, t.turn_id, t.offset) for t in book.superseded)
     with projection.view() as v:
         for source, turns in book.live.items():
@@ -93,8 +90,8 @@ def assert_matches_book(projection: DuckProjection, book: ChainBook, applied: di
             )
         for p, o in applied.items():
             assert v.applied_offset(p) == o
-    assert rows(projection, "SELECT count(*) FROM project_heads") == [(len(book.heads),)]
-    q = rows(projection, "SELECT log_partition, log_offset, reason FROM quarantine ORDER BY log_partition, log_offset")
+    assert len(projection.table_rows("project_heads")) == len(book.heads)
+    q = rows(projection, "quarantine", "log_partition", "log_offset", "reason")
     assert q == sorted(book.quarantined)
 
 
@@ -190,7 +187,7 @@ def test_a_crash_before_commit_leaves_nothing(db: DuckProjection, monkeypatch: p
     assert db.table_digests() == before
     assert db.applied_offsets() == {0: 2}
     db.apply_batch(TOPIC, 0, log[2:])
-    assert rows(db, "SELECT count(*) FROM turns") == [(4,)]
+    assert len(db.table_rows("turns")) == 4
 
 
 def test_reopening_continues_where_it_stopped(tmp_path: Path) -> None:
@@ -228,7 +225,10 @@ def test_poison_records_are_quarantined_and_the_rest_applied(db: DuckProjection)
     ]
     summary = db.apply_batch(TOPIC, 0, records)
     assert summary == BatchSummary(records=8, appended=3, quarantined=5)
-    q = rows(db, "SELECT log_offset, code, reason, record_key, record_value, source_sha256 FROM quarantine ORDER BY log_offset")
+    q = sorted(
+        rows(db, "quarantine", "log_offset", "code", "reason", "record_key", "record_value", "source_sha256"),
+        key=lambda r: r[0],  # type: ignore[arg-type,return-value]
+    )
     assert [(r[0], r[1]) for r in q] == [
         (1, Q_UNDECODABLE),
         (2, Q_UNKNOWN_SCHEMA),
@@ -255,7 +255,7 @@ def test_records_on_the_wrong_partition_are_quarantined_once_the_partition_count
     home = partition_for(t.project_sha256, 4)
     wrong = (home + 1) % 4
     assert db.apply_batch(TOPIC, wrong, [LogRecord(wrong, 0, t.project_sha256, encode_turn(t))]).quarantined == 1
-    assert rows(db, "SELECT code FROM quarantine") == [(Q_MISPLACED,)]
+    assert rows(db, "quarantine", "code") == [(Q_MISPLACED,)]
     assert db.apply_batch(TOPIC, home, [LogRecord(home, 0, t.project_sha256, encode_turn(t))]).appended == 1
 
 
@@ -264,7 +264,7 @@ def test_a_first_rejected_id_then_appended_in_the_same_batch(db: DuckProjection)
     early = turn(turn_id="x", seq=3, body="early")  # a gap: rejected
     later = turn(turn_id="x", body="later")  # same id, other content: appended
     db.apply_batch(TOPIC, 0, to_log(place([a, early, later])))
-    assert rows(db, "SELECT content_digest FROM turn_ids ORDER BY content_digest") == sorted(
+    assert sorted(rows(db, "turn_ids", "content_digest")) == sorted(  # type: ignore[type-var]
         [(a.content_digest,), (later.content_digest,)]
     )
     # The id is now bound to the appended content: a retry of it is a duplicate, the early one a conflict.
@@ -295,8 +295,8 @@ def test_long_rewinds_move_every_superseded_turn(db: DuckProjection) -> None:
     db.apply_batch(TOPIC, 0, log[2300:2301])
     db.apply_batch(TOPIC, 0, log[2301:])
     assert_matches_book(db, book_of(placed), {0: 2303})
-    superseded = rows(db, "SELECT superseded_offset, count(*) FROM superseded_turns GROUP BY ALL")
-    assert superseded == [(2300, 2299)]
+    superseded = Counter(offset for (offset,) in rows(db, "superseded_turns", "superseded_offset"))
+    assert superseded == {2300: 2299}
 
 
 def test_rewinds_inside_and_across_batches(db: DuckProjection) -> None:
@@ -495,18 +495,27 @@ def test_a_memory_limit_too_small_for_a_batch_is_raised_and_the_batch_redone(tmp
     records = [turn(project=f"/p/{i % 50}", turn_id=f"t{i}", body=f"{i}" * 2000) for i in range(4000)]
     placed = place(records)
     with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC, memory_headroom=8 * 1024 * 1024) as small:
-        before = small._memory_limit
+        before = small.memory_limit
         summary = small.apply_batch(TOPIC, 0, to_log(placed))
         assert summary.appended == 4000
-        assert small._memory_limit > before
+        assert small.memory_limit > before
         assert_matches_book(small, book_of(placed), {0: 4000})
 
 
 def test_limit_threads_caps_duckdb_and_never_goes_below_one(tmp_path: Path) -> None:
     with DuckProjection.open(tmp_path / "threads.duckdb", topic=TOPIC) as db:
         before = db.limit_threads(2)
+        # Each call returns the setting the previous one left.
         for asked, expected in ((1, 1), (0, 1), (3, 3)):
             db.limit_threads(asked)
-            row = db._con.execute("SELECT current_setting('threads')").fetchone()
-            assert row is not None and int(row[0]) == expected
+            assert db.limit_threads(asked) == expected
         assert db.limit_threads(before) == 3
+
+
+def test_table_rows_reads_one_table_of_the_projection_in_its_total_order(db: DuckProjection) -> None:
+    db.apply_batch(TOPIC, 0, to_log(place([turn(turn_id=f"t{i}") for i in range(3)])))
+    assert [(r["seq"], r["turn_id"]) for r in db.table_rows("turns")] == [(1, "t0"), (2, "t1"), (3, "t2")]
+    assert [r["next_offset"] for r in db.table_rows("applied_offsets")] == [3]
+    with pytest.raises(ValueError, match="no table"):
+        db.table_rows("turns; DROP TABLE turns")
+    assert len(db.table_rows("turns")) == 3

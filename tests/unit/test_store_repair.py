@@ -37,22 +37,21 @@ KEY = bytes(range(32))
 
 def assert_repairs_match(projection: DuckProjection, book: ChainBook) -> None:
     """Quarantine marks, repairs, broken marks and chains as the book holds them."""
-    marks = rows(projection, "SELECT log_partition, log_offset, repaired_partition, repaired_offset FROM quarantine")
+    marks = rows(projection, "quarantine", "log_partition", "log_offset", "repaired_partition", "repaired_offset")
     assert {(p, o): (rp, ro) for p, o, rp, ro in marks if ro is not None} == book.repaired
     assert sorted((p, o) for p, o, _, _ in marks) == sorted((p, o) for p, o, _ in book.quarantined)
     stored = rows(
-        projection,
-        "SELECT log_partition, log_offset, project_sha256, source_sha256, reason, outcome, cleared, marked, length, "
-        "chain_digest FROM repairs ORDER BY log_partition, log_offset",
+        projection, "repairs", "log_partition", "log_offset", "project_sha256", "source_sha256", "reason", "outcome",
+        "cleared", "marked", "length", "chain_digest",
     )
     assert stored == sorted(
         (r.partition, r.offset, r.project_sha256, r.source_sha256, r.reason, r.outcome.status, r.outcome.cleared,
          r.outcome.marked, r.length, r.chain_digest)
         for r in book.repairs
     )
-    broken = rows(projection, "SELECT source_sha256 FROM sources WHERE broken_reason IS NOT NULL")
-    assert {bytes(r[0]) for r in broken} == book.broken  # type: ignore[arg-type]
-    turns = rows(projection, "SELECT source_sha256, seq, chain_digest FROM turns")
+    broken = {r["source_sha256"] for r in projection.table_rows("sources") if r["broken_reason"] is not None}
+    assert broken == book.broken
+    turns = rows(projection, "turns", "source_sha256", "seq", "chain_digest")
     assert sorted(turns) == sorted((s, t.seq, t.chain_digest) for s, ts in book.live.items() for t in ts)
     with projection.view() as v:  # through the read index
         for source in book.live:
