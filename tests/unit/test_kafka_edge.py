@@ -35,7 +35,7 @@ def test_the_scan_sees_the_production_sources() -> None:
     paths = _sources()
     assert len(paths) > 40
     assert ROOT / "throughline" / "log" / "clients.py" in paths
-    assert ROOT / "projector" / "feed.py" in paths
+    assert ROOT / "projector" / "feed" / "poller.py" in paths
 
 
 @pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
