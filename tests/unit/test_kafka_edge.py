@@ -69,6 +69,23 @@ def test_kafka_error_classes_are_read_only_by_the_translation() -> None:
     assert set(readers) == {"translate.py"}, readers
 
 
+#: Who imports ``kafka.errors``: the translation, and the record reader, which raises the errors
+#: kafka-python's own parser raises (from inside kafka-python's fetcher, which handles them as its own).
+ERRORS_IMPORTERS = {"translate.py", "fetch.py"}
+
+
+def test_kafka_errors_are_imported_only_by_the_translation_and_the_record_reader() -> None:
+    importers = set()
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "kafka.errors" or n.startswith("kafka.errors.") for n in names):
+                importers.add(str(path.relative_to(ROOT)))
+    assert importers == {f"throughline/log/{name}" for name in ERRORS_IMPORTERS}, importers
+
+
 #: What builds Kafka clients outside ``throughline/log``; each call must say which settings it connects with.
 CONNECTING = {"TurnProducer", "KafkaLog", "Projector", "replay", "ensure_topic", "describe_topic", "PartitionConsumer", "GroupConsumer"}
 
