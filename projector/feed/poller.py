@@ -8,7 +8,7 @@ the ``Feed`` contract. ``FeedSpec`` is everything a fetcher needs; it crosses to
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -44,23 +44,53 @@ class ProjectorOptions:
     # Fetch, decode and check in a child process (``WorkerFeed``) while this one folds and writes.
     fetch_worker: bool = True
 
+    def fetching(self) -> dict[str, Any]:
+        """The settings of a fetching consumer (``PartitionConsumer``, ``GroupConsumer``) these options ask for."""
+        return {
+            "client_id": self.client_id,
+            "timeout": self.timeout,
+            "max_poll_records": self.max_poll_records,
+            "fetch_max_bytes": self.fetch_max_bytes,
+            "max_partition_fetch_bytes": self.max_partition_fetch_bytes,
+            "fetch_max_wait_ms": self.fetch_max_wait_ms,
+        }
+
 
 def open_consumer(spec: FeedSpec) -> PartitionConsumer:
     """The projector's consumer of ``spec``'s topic: no group, no auto-commit, no offset reset,
     committed records only, its polls returning ``FetchedRecord``s (partition, offset, key, value)."""
-    o = spec.options
     return PartitionConsumer(
-        spec.servers,
-        spec.topic,
-        spec.partitions,
-        client_id=o.client_id,
-        timeout=o.timeout,
-        max_poll_records=o.max_poll_records,
-        fetch_max_bytes=o.fetch_max_bytes,
-        max_partition_fetch_bytes=o.max_partition_fetch_bytes,
-        fetch_max_wait_ms=o.fetch_max_wait_ms,
-        kafka_config=spec.kafka_config,
+        spec.servers, spec.topic, spec.partitions, kafka_config=spec.kafka_config, **spec.options.fetching()
     )
+
+
+def prepare_poll(
+    polled: Mapping[int, list[Any]],
+    partitions: Iterable[int],
+    *,
+    topic_partitions: int,
+    position: Callable[[int], int | None],
+    next_offset: Callable[[int], int],
+) -> list[PreparedBatch]:
+    """One poll's records prepared, a batch a partition of ``partitions``, each ending at the consumer's
+    ``position`` on its partition when that is past its last record (``next_offset(p)`` when it returned
+    none): an offset-only batch when a partition returned no record but its position moved.
+
+    Transaction markers and aborted records take offsets the consumer never returns; without this
+    the applied offset would stay below the end offset, every first page of the partition's
+    projects would wait for it, and ``--until-caught-up`` would never end. On every partition, not only
+    in a poll that returned nothing: while other partitions are busy, a partition whose last offsets
+    are markers would otherwise never reach its end.
+    """
+    batches = []
+    for p in partitions:
+        records = polled.get(p) or []
+        end = records[-1].offset + 1 if records else next_offset(p)
+        at = position(p)
+        skipped = at if at is not None and at > end else None
+        if records or skipped is not None:
+            batches.append(prepare_batch(p, records, partitions=topic_partitions, next_offset=skipped))
+    return batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +149,8 @@ class Fetcher:
             self._consumer.seek(p, offset)
 
     def fetch(self, timeout: float) -> list[PreparedBatch]:
-        """One poll, prepared; a batch's next offset is the consumer's position, past offsets that hold
-        no record (an offset-only batch when the partition returned no record).
-
-        Transaction markers and aborted records take offsets the consumer never returns; without this
-        the applied offset would stay below the end offset, every first page of the partition's
-        projects would wait for it, and ``--until-caught-up`` would never end.
-        """
+        """One poll, prepared (``prepare_poll``: a batch's next offset is the consumer's position, past
+        offsets that hold no record)."""
         o = self._spec.options
         polled: dict[int, list[Any]] = {}
         got = self._poll_into(polled, timeout, o.max_poll_records)
@@ -139,18 +164,10 @@ class Fetcher:
             if left <= 0:
                 break
             got += self._poll_into(polled, left, o.max_poll_records - got)
-        batches = []
-        for p in range(self._spec.partitions):
-            # The position is past every record the polls returned and past the offsets behind them
-            # that hold no record (markers, aborted records): those count as applied with the batch.
-            # On every partition, not only in a poll that returned nothing: while other partitions
-            # are busy, a partition whose last offsets are markers would otherwise never reach its end.
-            records = polled.get(p)
-            position = self._consumer.position(p)
-            end = records[-1].offset + 1 if records else self._next[p]
-            skipped = position if position is not None and position > end else None
-            if records or skipped is not None:
-                batches.append(prepare_batch(p, records or [], partitions=self._spec.partitions, next_offset=skipped))
+        n = self._spec.partitions
+        batches = prepare_poll(
+            polled, range(n), topic_partitions=n, position=self._consumer.position, next_offset=self._next.__getitem__
+        )
         for b in batches:
             self._next[b.partition] = b.next_offset
         return batches
