@@ -27,7 +27,7 @@ from kafka.record.memory_records import MemoryRecords
 from kafka.structs import TopicPartition
 
 import throughline.core.turn as turn_mod
-import throughline.projector.feed as feed
+import throughline.projector.feed.frames as frames
 import throughline.projector.prepare as prepare
 import throughline.projector.store as store
 import throughline.projector.store.transaction as transaction
@@ -174,8 +174,8 @@ def _main(argv: list[str] | None) -> int:
     rows.append(("decode_turn_datum (header check, current-schema reader, no TurnRecord)", best(lambda: [decode_turn_datum(r.value) for r in recs], n)))  # type: ignore[arg-type]
     rows.append(("prepare_batch (decode, checks, partition check, SoundRecord)", best(lambda: prepare.prepare_batch(0, recs, partitions=1), n)))
     batch = prepare.prepare_batch(0, recs, partitions=1)
-    frame = feed._dumps(batch)
-    rows.append(("pickling a prepared batch in the fetch worker", best(lambda: feed._dumps(batch), n)))
+    frame = frames.dumps(batch)
+    rows.append(("pickling a prepared batch in the fetch worker", best(lambda: frames.dumps(batch), n)))
     rows.append(("unpickling it in the main process", best(lambda: pickle.loads(frame), n)))
     # The producer's per-turn work besides kafka-python's send.
     from throughline.producers.producer import checked_turn

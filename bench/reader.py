@@ -39,8 +39,8 @@ from bench.profile import recording
 from throughline.core.chain import CHAIN_ORIGIN, content_digest, next_chain_digest
 from throughline.core.cursor import Cursor
 from throughline.core.identity import project_sha256, source_sha256
+from throughline.core.memory import FixedLog
 from throughline.core.partitioning import partition_for
-from throughline.core.ports import FixedLog
 from throughline.core.turn import build_turn
 from throughline.projector.store import TURN_COLUMNS, DuckProjection, LogRecord, page_key
 from throughline.reader import read_observer_turn_page

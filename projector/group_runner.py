@@ -28,11 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from throughline.log import LogError, PositionOutOfRangeError
+from throughline.log import KafkaLog, LogError
 from throughline.log.group import GroupConsumer, GroupView
-from throughline.projector.exceptions import LogTruncatedError
-from throughline.projector.prepare import PreparedBatch, prepare_batch
-from throughline.projector.runner import Progress, Projector, RunSummary, _Tally
+from throughline.projector.feed.poller import prepare_poll
+from throughline.projector.prepare import PreparedBatch
+from throughline.projector.runner import Progress, Projector, RunSummary, Tally
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,8 @@ class GroupSpec:
 
 class GroupProjector(Projector):
     """Projects the partitions a consumer group assigns this member into its own ``DuckProjection``."""
+
+    _role = "member"
 
     def run_group(
         self,
@@ -68,16 +70,12 @@ class GroupProjector(Projector):
         """
         started = time.monotonic()
         o = self._options
-        info = self._describe()
-        self._check_identity(info)
-        if info.lossy_reasons:
-            log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
-        log_view = self._log_view()
+        info = self._describe()  # a topic that is not there ends the run before it began
+        log_view: KafkaLog | None = None
         consumer: GroupConsumer | None = None
-        tally = _Tally(self._projection, progress, None, self._projection.applied_offsets(), started)
+        tally = Tally(self._projection, progress, None, self._projection.applied_offsets(), started)
         try:
-            self._check_offsets(log_view)
-            self._projection.bind_log(self._topic, info.topic_id, info.partitions)
+            info, log_view, _ = self._open_checked(info)
             extra: dict[str, Any] = {}
             if spec.session_timeout_ms is not None:
                 extra["session_timeout_ms"] = spec.session_timeout_ms
@@ -92,13 +90,8 @@ class GroupProjector(Projector):
                 start_offset=lambda p: self._projection.applied_offsets().get(p, 0),
                 on_change=on_change,
                 on_lost=on_leave,
-                client_id=o.client_id,
-                timeout=o.timeout,
-                max_poll_records=o.max_poll_records,
-                fetch_max_bytes=o.fetch_max_bytes,
-                max_partition_fetch_bytes=o.max_partition_fetch_bytes,
-                fetch_max_wait_ms=o.fetch_max_wait_ms,
                 kafka_config=self._kafka_config,
+                **o.fetching(),
                 **extra,
             )
             log.info("member %s of group %s on topic %s (%d partitions)", spec.url, spec.group, self._topic, info.partitions)
@@ -111,16 +104,7 @@ class GroupProjector(Projector):
                         next_check = time.monotonic() + o.check_interval
                     batches = self._fetch(consumer, partitions)
                 except LogError as exc:
-                    self._check_running(log_view)
-                    if isinstance(exc, PositionOutOfRangeError):
-                        raise LogTruncatedError(
-                            f"the log refused the member's position on topic {self._topic!r} ({exc}); applied "
-                            f"offsets {self._projection.applied_offsets()}"
-                        ) from exc
-                    if not exc.retriable:
-                        raise
-                    log.warning("retrying after a Kafka error: %s: %s", exc.code, exc.message)
-                    stop.wait(min(1.0, o.poll_timeout))
+                    self._explain(log_view, exc, stop)
                     continue
                 if batches:
                     tally.add(self._projection.apply_prepared(self._topic, batches))
@@ -129,40 +113,29 @@ class GroupProjector(Projector):
                 on_leave()  # before leaving: from now on this member's file may fall behind on everything
             if consumer is not None:
                 consumer.close()
-            log_view.close()
-        return RunSummary(
-            tally.total,
-            self._projection.applied_offsets(),
-            None,
-            False,
-            time.monotonic() - started,
-            info.topic_id,
-            info.partitions,
-        )
+            if log_view is not None:
+                log_view.close()
+        return self._summary(tally, None, False, started, info)
 
     def _stored(self) -> list[int]:
         """The partitions this member's file has applied anything of (the assignor prefers them)."""
         return [p for p, offset in self._projection.applied_offsets().items() if offset > 0]
 
     def _fetch(self, consumer: GroupConsumer, partitions: int) -> list[PreparedBatch]:
-        """One poll, prepared; a held partition's batch ends at the consumer's position (as ``Fetcher``).
+        """One poll, prepared; a held partition's batch ends at the consumer's position (``prepare_poll``,
+        as ``Fetcher``).
 
-        Markers and aborted records take offsets no poll returns: the position is past them, and they
-        count as applied with the batch (an offset-only batch when the partition returned no record),
-        or a caught-up member would look behind forever. Everything polled is applied, held or not: a
-        position always starts at the file's applied offset (a gained partition is sought there), so
-        the records run on from what the file has.
+        Everything polled is applied, held or not: a position always starts at the file's applied
+        offset (a gained partition is sought there), so the records run on from what the file has.
         """
         o = self._options
         polled = consumer.poll(o.poll_timeout, o.max_poll_records)
         held = consumer.assigned
         applied = self._projection.applied_offsets()
-        batches = []
-        for p in sorted(set(polled) | held):
-            records = polled.get(p) or []
-            end = records[-1].offset + 1 if records else applied.get(p, 0)
-            position = consumer.position(p) if p in held else None
-            skipped = position if position is not None and position > end else None
-            if records or skipped is not None:
-                batches.append(prepare_batch(p, records, partitions=partitions, next_offset=skipped))
-        return batches
+        return prepare_poll(
+            polled,
+            sorted(set(polled) | held),
+            topic_partitions=partitions,
+            position=lambda p: consumer.position(p) if p in held else None,
+            next_offset=lambda p: applied.get(p, 0),
+        )

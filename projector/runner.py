@@ -108,7 +108,7 @@ class RunSummary:
 Progress = Callable[[ProgressUpdate], None]
 
 
-class _Tally:
+class Tally:
     """Running totals of a run, reported to the progress callback after each applied batch."""
 
     def __init__(
@@ -227,6 +227,36 @@ class Projector:
         o = self._options
         return KafkaLog(self._servers, self._topic, timeout=o.timeout, client_id=o.client_id, kafka_config=self._kafka_config)
 
+    def _open_checked(self, info: TopicInfo | None = None) -> tuple[TopicInfo, KafkaLog, dict[int, int]]:
+        """Check that the topic (``info``: as described already) is the projection's log (identity,
+        offsets) and bind the projection to it: the topic, the run's log view (open; the caller closes
+        it) and the end offsets."""
+        info = self._describe() if info is None else info
+        self._check_identity(info)
+        if info.lossy_reasons:
+            log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
+        log_view = self._log_view()
+        try:
+            ends = self._check_offsets(log_view)
+            self._projection.bind_log(self._topic, info.topic_id, info.partitions)
+        except BaseException:
+            log_view.close()
+            raise
+        return info, log_view, ends
+
+    def _summary(
+        self, tally: Tally, targets: Mapping[int, int] | None, caught_up: bool, started: float, info: TopicInfo
+    ) -> RunSummary:
+        return RunSummary(
+            tally.total,
+            self._projection.applied_offsets(),
+            targets,
+            caught_up,
+            time.monotonic() - started,
+            info.topic_id,
+            info.partitions,
+        )
+
     def run(
         self,
         *,
@@ -249,13 +279,7 @@ class Projector:
         feed: Feed | None = None
         threads: int | None = None
         try:
-            info = self._describe()
-            self._check_identity(info)
-            if info.lossy_reasons:
-                log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
-            log_view = self._log_view()
-            ends = self._check_offsets(log_view)
-            self._projection.bind_log(self._topic, info.topic_id, info.partitions)
+            info, log_view, ends = self._open_checked()
             applied = self._projection.applied_offsets()
             start_offsets = {p: applied.get(p, 0) for p in range(info.partitions)}
             spec = FeedSpec(
@@ -266,7 +290,7 @@ class Projector:
             if self._options.fetch_worker:  # one core is the worker's while this run lasts
                 threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
             targets = dict(ends) if until_caught_up else None
-            tally = _Tally(self._projection, progress, targets, start_offsets, started)
+            tally = Tally(self._projection, progress, targets, start_offsets, started)
             log.info(
                 "projecting topic %s (id %s, %d partitions) from %s",
                 self._topic,
@@ -287,15 +311,7 @@ class Projector:
                     self._projection.limit_threads(threads)
             if log_view is not None:
                 log_view.close()
-        return RunSummary(
-            tally.total,
-            self._projection.applied_offsets(),
-            targets,
-            caught_up,
-            time.monotonic() - started,
-            info.topic_id,
-            info.partitions,
-        )
+        return self._summary(tally, targets, caught_up, started, info)
 
     def _caught_up(self, targets: Mapping[int, int] | None) -> bool:
         if targets is None:
@@ -322,7 +338,7 @@ class Projector:
                     next_check = time.monotonic() + o.check_interval
                 batches = feed.next(o.poll_timeout)
             except LogError as exc:
-                self._explain(log_view, exc)
+                self._explain(log_view, exc, stop)
                 self._restart(feed)
                 continue
             except FetchWorkerError as exc:
@@ -349,8 +365,12 @@ class Projector:
         self._projection.fetching_from({p: applied.get(p, 0) for p in range(partitions)})
         feed.restart(applied)
 
-    def _explain(self, log_view: KafkaLog, exc: LogError) -> None:
-        """Turn a Kafka error of the consume loop into the projector's verdict (or retry when it is transient).
+    #: Who holds the position in the errors ``_explain`` raises.
+    _role = "projector"
+
+    def _explain(self, log_view: KafkaLog, exc: LogError, stop: threading.Event) -> None:
+        """Turn a Kafka error of the consume loop into the projector's verdict (or wait a moment and
+        return, for a retry, when it is transient).
 
         The log is checked first: a deleted or recreated topic, or one that now ends below the applied
         offsets, is ``LogRewoundError`` whatever the consumer reported (an out-of-range position, a
@@ -359,11 +379,11 @@ class Projector:
         self._check_running(log_view)
         if isinstance(exc, PositionOutOfRangeError):
             raise LogTruncatedError(
-                f"the log refused the projector's position on topic {self._topic!r} ({exc}); applied offsets "
+                f"the log refused the {self._role}'s position on topic {self._topic!r} ({exc}); applied offsets "
                 f"{self._projection.applied_offsets()}"
             ) from exc
         if exc.retriable:
             log.warning("retrying after a Kafka error: %s: %s", exc.code, exc.message)
-            time.sleep(min(1.0, self._options.poll_timeout))
+            stop.wait(min(1.0, self._options.poll_timeout))
             return
         raise exc

@@ -166,9 +166,10 @@ class TestWorkerFeed(FeedContract):
         topic, turns = filled_topic
         feed = WorkerFeed(self.spec(kafka_bootstrap, topic))
         try:
-            assert feed._worker is not None
-            feed._worker.proc.kill()
-            feed._worker.proc.wait(timeout=10)
+            worker = feed.worker
+            assert worker is not None
+            worker.proc.kill()
+            worker.proc.wait(timeout=10)
             with pytest.raises(FetchWorkerError) as caught:
                 for _ in range(200):  # frames already in the pipe come first
                     feed.next(0.5)
@@ -224,7 +225,7 @@ def test_the_worker_dies_with_its_parent(kafka_bootstrap: str, filled_topic: tup
                 from pathlib import Path
                 from throughline.projector.feed import FeedSpec, ProjectorOptions, WorkerFeed
                 feed = WorkerFeed(FeedSpec(({kafka_bootstrap!r},), {topic!r}, {PARTITIONS}, (), ProjectorOptions()).at({{}}))
-                Path({str(pid_file)!r}).write_text(str(feed._worker.proc.pid))
+                Path({str(pid_file)!r}).write_text(str(feed.worker.proc.pid))
                 time.sleep(120)
                 """
             ),

@@ -24,14 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from throughline.core.ports import (
-    BookProjection,
-    FixedLog,
-    Projection,
-    ProjectionView,
-    StoredTurn,
-    read_turn_ranges,
-)
+from throughline.core.memory import BookProjection, FixedLog
+from throughline.core.ports import Projection, ProjectionView, StoredTurn, read_turn_ranges
 from throughline.core.repair import build_repair
 from throughline.core.turn import build_turn
 from throughline.errors import ThroughlineError

@@ -15,7 +15,8 @@ from pathlib import Path
 from throughline.core.cursor import Cursor
 from throughline.core.fold import BookTurn
 from throughline.core.identity import project_sha256
-from throughline.core.ports import BookProjection, FixedLog, cursor_of
+from throughline.core.memory import BookProjection, FixedLog
+from throughline.core.ports import cursor_of
 from throughline.core.turn import TurnRecord, build_turn
 from throughline.projector.store import DuckProjection, LogRecord
 from throughline.reader import read_observer_turn_page

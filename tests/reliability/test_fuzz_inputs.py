@@ -46,8 +46,8 @@ from throughline.core.encoding import b64url_decode, b64url_encode
 from throughline.core.exceptions import InvalidCursorError, PageTokenError
 from throughline.core.fold import ChainBook
 from throughline.core.identity import project_sha256
+from throughline.core.memory import FixedLog
 from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
-from throughline.core.ports import FixedLog
 from throughline.core.turn import MAX_BODY_BYTES, TurnRecord, build_turn, parse_rfc3339
 from throughline.errors import InputError, ThroughlineError
 from throughline.producers.ingest import parse_turn_line

@@ -43,8 +43,8 @@ from rel_world import (
 from throughline.core.cursor import decode_cursor
 from throughline.core.encoding import b64url_decode
 from throughline.core.identity import project_sha256
+from throughline.core.memory import FixedLog
 from throughline.core.page_token import SeriesBinding, issue_page_token
-from throughline.core.ports import FixedLog
 from throughline.core.turn import build_turn
 from throughline.errors import ThroughlineError
 from throughline.projector.store import DuckProjection, LogRecord

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from throughline.core.identity import project_sha256
-from throughline.core.ports import BookProjection, FixedLog, ProjectionView, StoredTurn
+from throughline.core.memory import BookProjection, FixedLog
+from throughline.core.ports import ProjectionView, StoredTurn
 from throughline.core.turn import TurnRecord, build_turn
 from throughline.reader import ObserverRead, read_observer_turn_page
 

@@ -9,20 +9,21 @@ import pickle
 import threading
 import time
 
-from throughline.projector.feed import _FRAME, FRAMES_AHEAD, _FrameWriter
+from throughline.projector.feed.frames import FRAME_HEADER, FRAMES_AHEAD, FrameWriter
 
 
 def _frames(fd: int) -> list[tuple[str, object]]:
     out = []
     with os.fdopen(fd, "rb") as f:
-        while header := f.read(_FRAME.size):
-            out.append(pickle.loads(f.read(_FRAME.unpack(header)[0])))
+        while header := f.read(FRAME_HEADER.size):
+            out.append(pickle.loads(f.read(FRAME_HEADER.unpack(header)[0])))
     return out
 
 
 def test_frames_arrive_in_order_and_close_flushes_the_last():
     r, w = os.pipe()
-    writer = _FrameWriter(os.fdopen(w, "wb"))
+    out = os.fdopen(w, "wb")
+    writer = FrameWriter(out)
     got: list = []
     reader = threading.Thread(target=lambda: got.extend(_frames(r)))
     reader.start()
@@ -30,7 +31,7 @@ def test_frames_arrive_in_order_and_close_flushes_the_last():
         writer.send("batches", [i] * 10_000)  # frames larger than the pipe
     writer.send("error", ValueError("last words"))
     writer.close()
-    writer._out.close()
+    out.close()
     reader.join(timeout=30)
     assert [kind for kind, _ in got] == ["batches"] * 50 + ["error"]
     assert [p[0] for k, p in got if k == "batches"] == list(range(50))
@@ -39,7 +40,8 @@ def test_frames_arrive_in_order_and_close_flushes_the_last():
 
 def test_the_writer_runs_ahead_of_a_slow_reader_by_a_bounded_number_of_frames():
     r, w = os.pipe()
-    writer = _FrameWriter(os.fdopen(w, "wb"))
+    out = os.fdopen(w, "wb")
+    writer = FrameWriter(out)
     sent = 0
     blocked = threading.Event()
 
@@ -61,7 +63,7 @@ def test_the_writer_runs_ahead_of_a_slow_reader_by_a_bounded_number_of_frames():
     producer.join(timeout=30)
     assert blocked.is_set()
     writer.close()
-    writer._out.close()
+    out.close()
     reader.join(timeout=30)
     assert len(got) == FRAMES_AHEAD + 5
 
@@ -69,7 +71,7 @@ def test_the_writer_runs_ahead_of_a_slow_reader_by_a_bounded_number_of_frames():
 def test_a_reader_that_went_away_stops_the_writer_without_hanging():
     r, w = os.pipe()
     os.close(r)
-    writer = _FrameWriter(os.fdopen(w, "wb"))
+    writer = FrameWriter(os.fdopen(w, "wb"))
     start = time.monotonic()
     for _ in range(10):
         writer.send("batches", b"x" * 100_000)
@@ -98,7 +100,7 @@ def test_a_frame_the_parent_cannot_load_is_the_retriable_fetch_worker_failed():
     finally:
         del main.GhostWorkerError  # type: ignore[attr-defined]
     r, w = os.pipe()
-    os.write(w, _FRAME.pack(len(data)) + data)
+    os.write(w, FRAME_HEADER.pack(len(data)) + data)
     os.close(w)
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read()"], stdin=subprocess.PIPE)
     spec = FeedSpec(("127.0.0.1:9",), "t", 1, ((0, 0),), ProjectorOptions())

@@ -1,49 +1,20 @@
-"""One Kafka edge: only ``throughline/log`` (and the test harness) imports kafka-python, and every
-kafka-python client is built in ``throughline/log/clients.py``."""
+"""One Kafka edge: every kafka-python client is built in ``throughline/log/clients.py``, only the
+translation reads Kafka's error classes, and every connecting call passes the connection's settings.
+(Who may import kafka-python at all: tests/unit/test_import_rules.py.)"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 #: The production packages (the design card's top-level folders installed under ``throughline``).
 PRODUCTION = ("throughline", "producers", "projector", "reader", "schemas")
-ALLOWED = (ROOT / "throughline" / "log", ROOT / "throughline" / "testing")
 CLIENT_CLASSES = {"KafkaConsumer", "KafkaProducer", "KafkaAdminClient"}
 
 
 def _sources() -> list[Path]:
     return sorted(p for package in PRODUCTION for p in (ROOT / package).rglob("*.py"))
-
-
-def _kafka_imports(tree: ast.AST) -> list[str]:
-    found = []
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-        found += [f"line {node.lineno}: {n}" for n in names if n == "kafka" or n.startswith("kafka.")]
-    return found
-
-
-def test_the_scan_sees_the_production_sources() -> None:
-    paths = _sources()
-    assert len(paths) > 40
-    assert ROOT / "throughline" / "log" / "clients.py" in paths
-    assert ROOT / "projector" / "feed.py" in paths
-
-
-@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_only_the_kafka_edge_imports_kafka(path: Path) -> None:
-    if any(path.is_relative_to(allowed) for allowed in ALLOWED):
-        return
-    imports = _kafka_imports(ast.parse(path.read_text("utf-8")))
-    assert not imports, f"{path.relative_to(ROOT)} imports kafka-python ({imports}); go through throughline.log"
 
 
 def test_every_kafka_client_is_built_in_the_clients_module() -> None:
@@ -67,6 +38,23 @@ def test_kafka_error_classes_are_read_only_by_the_translation() -> None:
             if name in text:
                 readers.append(path.name)
     assert set(readers) == {"translate.py"}, readers
+
+
+#: Who imports ``kafka.errors``: the translation, and the record reader, which raises the errors
+#: kafka-python's own parser raises (from inside kafka-python's fetcher, which handles them as its own).
+ERRORS_IMPORTERS = {"translate.py", "fetch.py"}
+
+
+def test_kafka_errors_are_imported_only_by_the_translation_and_the_record_reader() -> None:
+    importers = set()
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "kafka.errors" or n.startswith("kafka.errors.") for n in names):
+                importers.add(str(path.relative_to(ROOT)))
+    assert importers == {f"throughline/log/{name}" for name in ERRORS_IMPORTERS}, importers
 
 
 #: What builds Kafka clients outside ``throughline/log``; each call must say which settings it connects with.

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from throughline.core.fold import record_problem
 from throughline.core.turn import build_turn
-from throughline.projector.feed import _dumps
+from throughline.projector.feed.frames import dumps
 from throughline.projector.prepare import (
     Q_INVALID,
     Q_MISPLACED,
@@ -44,7 +44,7 @@ _values = st.one_of(
 def test_a_prepared_batch_survives_the_frame_unchanged(values: list[bytes | None], extra: int) -> None:
     records = [LogRecord(0, i * 2, None, v) for i, v in enumerate(values)]
     batch = prepare_batch(0, records, partitions=1, next_offset=len(values) * 2 + extra)
-    again = pickle.loads(_dumps(batch))
+    again = pickle.loads(dumps(batch))
     assert again == batch
     assert [type(it) for it in again.items] == [type(it) for it in batch.items]
 
@@ -89,7 +89,7 @@ def test_a_record_on_another_partition_than_its_project_is_misplaced() -> None:
 
 def test_an_offset_only_batch_frames_too() -> None:
     batch = prepare_batch(2, [], next_offset=40)
-    assert pickle.loads(_dumps(batch)) == PreparedBatch(2, (), 40)
+    assert pickle.loads(dumps(batch)) == PreparedBatch(2, (), 40)
 
 
 def test_fewer_gc_passes_raises_the_threshold_and_restores_it() -> None:
@@ -112,7 +112,7 @@ def test_throughline_errors_cross_the_worker_boundary_unchanged() -> None:
         LossyTopicError("t", ["retention.ms=1"]),
         FetchWorkerError("gone", retriable=False),
     ):
-        again = pickle.loads(_dumps(error))
+        again = pickle.loads(dumps(error))
         assert type(again) is type(error)
         assert (again.code, again.message, again.retriable, str(again)) == (
             error.code,
@@ -120,4 +120,4 @@ def test_throughline_errors_cross_the_worker_boundary_unchanged() -> None:
             error.retriable,
             str(error),
         )
-    assert pickle.loads(_dumps(BrokerUnavailableError(["a:1"], "x"))).servers == ("a:1",)
+    assert pickle.loads(dumps(BrokerUnavailableError(["a:1"], "x"))).servers == ("a:1",)

@@ -4,7 +4,7 @@
 its views against the reference fold (``ChainBook``): heads, sources, live turns, applied offsets,
 broken marks, superseded turns never served, one snapshot per view, ``wait_applied``, and the
 per-project change count a long-poll waits on (``project_changes``, ``wait_project_changed``).
-Implementations: ``BookProjection`` (in memory, ``throughline.core.ports``) and ``DuckProjection`` (a real
+Implementations: ``BookProjection`` (in memory, ``throughline.core.memory``) and ``DuckProjection`` (a real
 DuckDB file).
 """
 
@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from projector_histories import PROJECTS, Placed, book_of, by_partition, histories, place, to_log, turn
 
-from throughline.core.ports import BookProjection, Projection, cursor_of, read_turn_ranges
+from throughline.core.memory import BookProjection
+from throughline.core.ports import Projection, cursor_of, read_turn_ranges
 from throughline.core.turn import TurnRecord
 from throughline.projector.store import DuckProjection
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from test_serve_app import parse_metrics
 
-from throughline.core.ports import FixedLog
+from throughline.core.memory import FixedLog
 from throughline.core.turn import build_turn
 from throughline.projector.store import (
     BrokenSource,

@@ -13,8 +13,8 @@ from reader_world import KEY, OTHER_PROJECT, PROJECT, DoctoredProjection, World,
 from throughline.core.chain import content_digest
 from throughline.core.cursor import Cursor, decode_cursor
 from throughline.core.identity import project_sha256, source_sha256
+from throughline.core.memory import BookProjection, FixedLog
 from throughline.core.page_token import SeriesBinding, issue_page_token
-from throughline.core.ports import BookProjection, FixedLog
 from throughline.errors import InputError
 from throughline.reader import (
     DEFAULT_BODY_LIMIT,

@@ -96,9 +96,9 @@ def assert_matches_book(projection: DuckProjection, book: ChainBook, applied: di
 
 
 def _stored(t: object) -> object:
-    from throughline.core.ports import _stored as stored
+    from throughline.core.ports import stored_turn
 
-    return stored(t)  # type: ignore[arg-type]
+    return stored_turn(t)  # type: ignore[arg-type]
 
 
 def _ends(placed: Sequence[Placed]) -> dict[int, int]:

@@ -21,8 +21,8 @@ from test_fold_repair import fold
 from test_store import rows
 
 from throughline.core.fold import ChainBook
+from throughline.core.memory import FixedLog
 from throughline.core.partitioning import partition_for
-from throughline.core.ports import FixedLog
 from throughline.core.repair import NOT_BROKEN, REPAIRED, RepairRecord
 from throughline.projector.exceptions import ProjectionIncompatibleError
 from throughline.projector.prepare import Q_INVALID, Q_MISPLACED, RefusedRecord, RepairItem, prepare_batch

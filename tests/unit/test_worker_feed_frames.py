@@ -19,15 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from throughline.projector.feed import (
-    _FRAME,
-    FeedSpec,
-    FetchWorkerError,
-    ProjectorOptions,
-    WorkerFeed,
-    WorkerProcess,
-    _dumps,
-)
+from throughline.projector.feed import FeedSpec, FetchWorkerError, ProjectorOptions, WorkerFeed, WorkerProcess
+from throughline.projector.feed.frames import frame_bytes
 from throughline.projector.prepare import InvalidBatchError, PreparedBatch, RefusedRecord, merge_polls
 
 
@@ -55,8 +48,7 @@ def fake() -> Iterator[tuple[WorkerFeed, BinaryIO]]:
 
 
 def _send(out: BinaryIO, kind: str, payload: object) -> None:
-    data = _dumps((kind, payload))
-    out.write(_FRAME.pack(len(data)) + data)
+    out.write(frame_bytes(kind, payload))
     out.flush()
 
 

@@ -23,14 +23,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import kafka.errors as kafka_errors
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient
 
 from throughline.errors import ConfigurationError
 from throughline.log.config import KafkaClientConfig, resolve_kafka_config
 from throughline.log.probe import check_listener
-from throughline.log.translate import translate_kafka_error
+from throughline.log.translate import KafkaErrors
 
 #: Longest wait between two reconnection attempts of our Kafka clients. kafka-python's backoff grows
 #: towards 30 s while a broker is away, so clients noticed a restarted broker up to ~40 s late.
@@ -182,10 +181,8 @@ def _build(
         "bootstrap_servers": servers,
         "bootstrap_timeout_ms": max(1000, int((deadline - time.monotonic()) * 1000)),
     }
-    try:
+    with KafkaErrors(servers, config):
         return factory(**options)
-    except kafka_errors.KafkaError as exc:
-        raise translate_kafka_error(exc, servers, config) from exc
 
 
 def producer(

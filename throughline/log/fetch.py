@@ -51,19 +51,23 @@ TESTED_KAFKA_PYTHON = ((3, 0, 12), (3, 1, 0))
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
+    """(major, minor, micro) of a version string, missing parts as 0 ("3.1" is 3.1.0, not below it)."""
     parts: list[int] = []
     for piece in text.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
         if not digits:
             break
         parts.append(int(digits))
-    return tuple(parts)
+    if not parts:
+        return ()
+    return tuple(parts) + (0,) * (3 - len(parts))
 
 
-def tested_kafka_python(version: str = KAFKA_PYTHON_VERSION) -> bool:
-    """Whether ``version`` of kafka-python is one the record reader hook is tested with."""
+def tested_kafka_python(version: str | None = None) -> bool:
+    """Whether ``version`` of kafka-python (the installed one by default) is one the record reader hook
+    is tested with."""
     low, high = TESTED_KAFKA_PYTHON
-    return low <= _version_tuple(version) < high
+    return low <= _version_tuple(KAFKA_PYTHON_VERSION if version is None else version) < high
 
 
 _BasePartitionRecords: Any = getattr(Fetcher, "PartitionRecords", None)
@@ -168,16 +172,18 @@ if _BasePartitionRecords is not None:
     RecordReader = _RecordReader
 
 
-def use_record_reader(consumer: Any) -> bool:
+def use_record_reader(consumer: Any, *, version: str | None = None) -> bool:
     """Make ``consumer``'s polls return ``FetchedRecord``s; ``False`` when it cannot be done safely.
 
     Call it before the first poll. The consumer must have no key or value deserializer (its records
-    stay raw bytes either way).
+    stay raw bytes either way). ``version``: the kafka-python version to judge (the installed one by
+    default); on an untested one the consumer keeps kafka-python's own parser, whose ``ConsumerRecord``s
+    carry the same partition, offset, key and value.
     """
     fetcher = getattr(consumer, "_fetcher", None)
     config = getattr(fetcher, "config", None)
     compatible = (
-        tested_kafka_python()
+        tested_kafka_python(version)
         and RecordReader is not None
         and _READ_COMMITTED is not None
         and calc_crc32c is not None
@@ -190,7 +196,7 @@ def use_record_reader(consumer: Any) -> bool:
     if not compatible:
         log.warning(
             "kafka-python %s's fetcher is not the one throughline's record reader plugs into; using its own",
-            KAFKA_PYTHON_VERSION,
+            KAFKA_PYTHON_VERSION if version is None else version,
         )
         return False
     fetcher.PartitionRecords = RecordReader  # type: ignore[union-attr]

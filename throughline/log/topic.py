@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-import kafka.errors as kafka_errors
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES
@@ -29,7 +28,7 @@ from throughline.errors import ConfigurationError
 from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
 from throughline.log.exceptions import LogError, LossyTopicError, TopicMissingError
-from throughline.log.translate import KafkaErrors
+from throughline.log.translate import TOPIC_EXISTS_CODE, UNKNOWN_TOPIC_CODE, KafkaErrors, response_error
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,6 @@ log = logging.getLogger(__name__)
 CHECKED_CONFIGS = ("retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes")
 DEFAULT_PARTITIONS = 3
 DEFAULT_ADMIN_TIMEOUT = 15.0
-_UNKNOWN_TOPIC = kafka_errors.UnknownTopicOrPartitionError.errno
-_TOPIC_EXISTS = kafka_errors.TopicAlreadyExistsError.errno
 
 
 def bootstrap_list(bootstrap_servers: Sequence[str] | str) -> list[str]:
@@ -142,10 +139,10 @@ def _topic_metadata(admin: KafkaAdminClient, topic: str) -> dict[str, Any] | Non
         if entry.get("name") != topic:
             continue
         code = entry.get("error_code", 0)
-        if code == _UNKNOWN_TOPIC:
+        if code == UNKNOWN_TOPIC_CODE:
             return None
         if code:
-            raise kafka_errors.for_code(code)(f"describing topic {topic!r}")
+            raise response_error(code, f"describing topic {topic!r}")
         return dict(entry)
     return None
 
@@ -231,10 +228,9 @@ def _create(admin: KafkaAdminClient, topic: str, settings: TopicSettings, timeou
         if code == 0:
             log.info("created topic %r with %d partitions", topic, settings.partitions)
             return True
-        if code == _TOPIC_EXISTS:  # another process won the race; describe what it created
+        if code == TOPIC_EXISTS_CODE:  # another process won the race; describe what it created
             return False
-        error = kafka_errors.for_code(code)(result.get("error_message") or f"creating topic {topic!r}")
-        raise error
+        raise response_error(code, result.get("error_message") or f"creating topic {topic!r}")
     raise LogError(f"the broker did not answer the creation of topic {topic!r}", code="kafka_error", retriable=True)
 
 

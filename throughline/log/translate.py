@@ -28,6 +28,17 @@ from throughline.log.exceptions import (
 
 #: kafka-python's errors for "nobody answered in time" (the caller may retry later).
 UNAVAILABLE = (kafka_errors.KafkaTimeoutError, kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError)
+#: Error codes of admin responses that are answers rather than failures (the topic is not there; it
+#: already is).
+UNKNOWN_TOPIC_CODE: int = kafka_errors.UnknownTopicOrPartitionError.errno
+TOPIC_EXISTS_CODE: int = kafka_errors.TopicAlreadyExistsError.errno
+
+
+def response_error(code: int, message: str) -> Exception:
+    """kafka-python's error for the error ``code`` of a response, to raise inside ``KafkaErrors`` (which
+    translates it like any error kafka-python raises itself)."""
+    error: Exception = kafka_errors.for_code(code)(message)
+    return error
 
 
 def scrub(text: str, kafka_config: KafkaClientConfig | None) -> str:

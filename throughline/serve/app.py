@@ -784,7 +784,7 @@ def create_app(
 
 def openapi_document() -> dict[str, Any]:
     """The API's OpenAPI document (what ``GET /openapi.json`` serves and ``docs/openapi.json`` commits)."""
-    from throughline.core.ports import BookProjection, FixedLog
+    from throughline.core.memory import BookProjection, FixedLog
 
     return create_app(projection=BookProjection(), log=FixedLog(), token_key=bytes(32)).openapi()
 
