@@ -40,8 +40,8 @@ from throughline.producers.ingest import (
     POLL_INTERVAL,
     Ingest,
     LineReader,
-    default_state_path,
-    load_state,
+    default_ingest_state_path,
+    load_ingest_state,
     stop_on_signals,
 )
 from throughline.producers.ingest.sessions import (
@@ -144,7 +144,7 @@ def _state_path(args: argparse.Namespace) -> str | None:
         return None
     if args.state:
         return str(args.state)
-    return default_state_path(args.file) if args.follow else None
+    return default_ingest_state_path(args.file) if args.follow else None
 
 
 def default_sessions_state_path(format: str, roots: list[str]) -> str:
@@ -166,7 +166,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     settings.require_bootstrap()  # no broker named: fail before any input is opened
     state_path = _state_path(args)
-    start = load_state(state_path) if state_path else None
+    start = load_ingest_state(state_path) if state_path else None
 
     def notice(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -307,8 +307,8 @@ def _cmd_quarantine(args: argparse.Namespace) -> int:
     from throughline.projector.quarantine import collect_quarantine, render_quarantine
 
     settings = settings_from(args)
-    project = None if args.project is None else project_sha256(args.project)
-    doc = collect_quarantine(settings.db, settings.topic, project)
+    project_hash = None if args.project is None else project_sha256(args.project)
+    doc = collect_quarantine(settings.db, settings.topic, project_hash)
     print(json.dumps(doc, indent=2) if args.json else render_quarantine(doc))
     return 0
 

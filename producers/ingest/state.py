@@ -1,7 +1,8 @@
 """The resume state of an ingest run: which line of which file the broker has acknowledged up to.
 
-The state file records the file identity (device, inode), the byte offset after, the number of, and
-the byte range and SHA-256 of, the last line covered by the state. It is written atomically and durably
+The ingest state file (not the Observer state file of ``reader/observer``) records the file identity
+(device, inode), the byte offset after, the number of, and the byte range and SHA-256 of, the last line
+covered by the state. It is written atomically and durably
 (temp file, fsync, rename, fsync of the folder) only after the broker acknowledged every turn it covers.
 """
 
@@ -18,8 +19,8 @@ from throughline.durable import replace_file
 from throughline.producers.exceptions import IngestStateError
 from throughline.producers.ingest.lines import field_errors
 
-STATE_SCHEMA = "throughline.ingest_state.v1"
-STATE_SUFFIX = ".ingest-state"
+INGEST_STATE_SCHEMA = "throughline.ingest_state.v1"
+INGEST_STATE_SUFFIX = ".ingest-state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +64,13 @@ class _StateDoc(BaseModel):
     line_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$", alias="lineSha256")
 
 
-def default_state_path(path: str) -> str:
-    """The state file of a followed file when ``--state`` is not given."""
-    return path + STATE_SUFFIX
+def default_ingest_state_path(path: str) -> str:
+    """The ingest state file of a followed file when ``--state`` is not given."""
+    return path + INGEST_STATE_SUFFIX
 
 
-def load_state(state_path: str) -> IngestState | None:
-    """Read a state file; ``None`` when it does not exist. A damaged file raises ``IngestStateError``
+def load_ingest_state(state_path: str) -> IngestState | None:
+    """Read an ingest state file; ``None`` when it does not exist. A damaged file raises ``IngestStateError``
     (never silently ignored: starting over would send the whole file again)."""
     try:
         with open(state_path, "rb") as f:
@@ -82,16 +83,16 @@ def load_state(state_path: str) -> IngestState | None:
         doc = _StateDoc.model_validate_json(text)
     except ValidationError as exc:
         raise IngestStateError(f"{state_path} is not an ingest state file ({field_errors(exc)})") from None
-    if doc.schema_ != STATE_SCHEMA:
-        raise IngestStateError(f"{state_path} has schema {doc.schema_!r}; expected {STATE_SCHEMA!r}")
+    if doc.schema_ != INGEST_STATE_SCHEMA:
+        raise IngestStateError(f"{state_path} has schema {doc.schema_!r}; expected {INGEST_STATE_SCHEMA!r}")
     digest = bytes.fromhex(doc.line_sha256) if doc.line_sha256 else None
     return IngestState(FileId(doc.device, doc.inode), doc.offset, doc.line, doc.line_start, digest)
 
 
-def save_state(state_path: str, state: IngestState, *, source_path: str | None = None) -> None:
+def save_ingest_state(state_path: str, state: IngestState, *, source_path: str | None = None) -> None:
     """Write the state atomically and durably: temp file, fsync, rename over, fsync of the folder."""
     doc = {
-        "schema": STATE_SCHEMA,
+        "schema": INGEST_STATE_SCHEMA,
         "path": os.path.abspath(source_path) if source_path else None,
         "device": state.file.device,
         "inode": state.file.inode,

@@ -14,7 +14,7 @@ import pytest
 from reader_env import Env, clean_env
 
 from throughline.core.cursor import Cursor, decode_cursor
-from throughline.reader import load_state
+from throughline.reader import load_observer_state
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_observer_killed_mid_series_resumes_without_gap_or_duplicate(env: Env) -
     assert [json.loads(line)["seq"] for line in out.splitlines()] == [3, 4, 5, 6]  # the snapshot
     assert "series: snapshot" in err and "history truncated" in err and "new cursor saved" in err
     saved = state.read_bytes()
-    assert _length(load_state(state)) == 6
+    assert _length(load_observer_state(state)) == 6
 
     env.ingest_n(20)
     env.project_log()
@@ -112,7 +112,7 @@ def test_observer_killed_mid_series_resumes_without_gap_or_duplicate(env: Env) -
     assert [seq for seq, _ in resumed] == list(range(7, 27))  # right after the last audited series
     assert killed == resumed[: len(killed)]  # the killed run audited a prefix of the same series
     assert "series: delta" in err and "turns audited: 20" in err and "new cursor saved" in err
-    assert _length(load_state(state)) == 26
+    assert _length(load_observer_state(state)) == 26
 
     code, out, err = env.cli(*_observe_argv(env, state, "--exec", f"cat >> {fast_log}; echo >> {fast_log}"))
     assert code == 0 and "turns audited: 0" in err and "cursor unchanged" in err
@@ -164,7 +164,7 @@ def test_resync_policies(env: Env) -> None:
     assert code == 0
     assert "discarding the saved after cursor" in err and "series: snapshot" in err
     assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 2]
-    assert _length(load_state(state)) == 2
+    assert _length(load_observer_state(state)) == 2
 
 
 def test_follow_runs_series_until_sigterm(env: Env) -> None:
@@ -197,4 +197,4 @@ def test_follow_runs_series_until_sigterm(env: Env) -> None:
     assert proc.returncode == 0, err
     assert [json.loads(line)["seq"] for line in out.decode().splitlines()] == [1, 2, 3]
     assert b"stopped after" in err and b"series: snapshot" in err
-    assert _length(load_state(state)) == 3
+    assert _length(load_observer_state(state)) == 3

@@ -48,7 +48,7 @@ from throughline.log import ensure_topic
 from throughline.producers.producer import TurnProducer
 from throughline.projector.exceptions import ProjectionMissingError
 from throughline.projector.store import DuckProjection
-from throughline.reader import ObserverRead, load_state
+from throughline.reader import ObserverRead, load_observer_state
 from throughline.serve.client import HttpReader
 from throughline.serve.exceptions import ServerUnavailableError
 from throughline.testing.kafka import free_port
@@ -176,7 +176,7 @@ def _audit_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
 
 
 def _saved_length(state: Path) -> int | None:
-    cursor = load_state(state)  # must load after any kill: the save is atomic
+    cursor = load_observer_state(state)  # must load after any kill: the save is atomic
     if cursor is None:
         return None
     decoded = decode_cursor(cursor)
