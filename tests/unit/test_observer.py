@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from reader_world import KEY, PROJECT, World
+from support.cursor import cursor_length
 
-from throughline.core.cursor import Cursor, decode_cursor
 from throughline.errors import ThroughlineError
 from throughline.reader import (
     OBSERVER_STATE_SCHEMA,
@@ -79,12 +79,6 @@ def _observer(world: World, state: Path, audit: Any, time: FakeTime | None = Non
     )
 
 
-def _length(cursor: str | None) -> int:
-    decoded = decode_cursor(cursor)
-    assert isinstance(decoded, Cursor)
-    return decoded.length
-
-
 @pytest.fixture
 def world() -> World:
     return World()
@@ -104,7 +98,7 @@ def test_first_series_is_a_snapshot_and_saves_its_through(world: World, state: P
     assert [t.seq for t in audit.turns] == [11, 12, 13, 14, 15]
     doc = json.loads(state.read_text())
     assert doc == {"schema": OBSERVER_STATE_SCHEMA, "afterCursor": summary.through_cursor}
-    assert _length(load_observer_state(state)) == 15
+    assert cursor_length(load_observer_state(state)) == 15
     assert "history truncated" in summary.describe() and "new cursor saved" in summary.describe()
 
 
@@ -117,7 +111,7 @@ def test_delta_series_audits_every_page_then_saves(world: World, state: Path) ->
     summary = observer.run_series()
     assert summary.kind is SeriesOutcome.DELTA and summary.pages == 4 and summary.turns_audited == 13
     assert [t.seq for t in audit.turns] == list(range(1, 17))
-    assert _length(observer.after_cursor) == 16
+    assert cursor_length(observer.after_cursor) == 16
 
 
 def test_switch_series_reads_the_new_thread_from_zero(world: World, state: Path) -> None:
@@ -158,7 +152,7 @@ def test_turns_completed_mid_series_wait_for_the_next_series(world: World, state
 
     observer.audit = audit_and_append
     first = observer.run_series()
-    assert first.turns_audited == 9 and _length(first.through_cursor) == 10
+    assert first.turns_audited == 9 and cursor_length(first.through_cursor) == 10
     observer.audit = audit
     second = observer.run_series()
     assert second.turns_audited == 9
@@ -289,7 +283,7 @@ def test_resync_snapshot_policy_discards_the_after_cursor_and_says_so(world: Wor
     assert [t.seq for t in audit.turns] == [4, 5, 6] and summary.history_truncated
     assert any("discarding the saved after cursor" in m for m in messages)
     assert "resync" in summary.describe()
-    assert _length(load_observer_state(state)) == 6
+    assert cursor_length(load_observer_state(state)) == 6
 
 
 def test_resync_fail_policy_keeps_the_old_cursor(world: World, state: Path) -> None:
@@ -321,7 +315,7 @@ def test_resync_mid_series_restarts_from_the_same_after_cursor(world: World, sta
     summary = observer.run_series()
     assert any("restarting the series from the same after cursor" in m for m in messages)
     assert not summary.resynced and summary.kind is SeriesOutcome.DELTA
-    assert _length(load_observer_state(state)) == 9
+    assert cursor_length(load_observer_state(state)) == 9
     # The abandoned attempt audited 3..5 (uncommitted); the restart audits the whole new range once.
     assert [t.seq for t in audit.turns] == [3, 4, 5] + list(range(3, 10))
 
@@ -347,7 +341,7 @@ def test_run_forever_runs_series_until_stopped(world: World, state: Path) -> Non
     summaries = observer.run_forever(interval=0.5, max_series=4)
     assert len(summaries) == 4
     assert [t.seq for t in audit.turns] == list(range(1, len(audit.turns) + 1))
-    assert _length(load_observer_state(state)) == len(audit.turns)
+    assert cursor_length(load_observer_state(state)) == len(audit.turns)
 
 
 def test_run_forever_stops_when_asked(world: World, state: Path) -> None:
