@@ -266,7 +266,7 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 def _stopped_by_error(ingest: Ingest | None, sent: Callable[[IngestStats], str]) -> None:
-    # What was sent before the error is said, so the operator knows the error lost nothing it sent.
+    # Say what was sent before the error: the operator sees how far the run got.
     if ingest is not None:
         _notice(f"{sent(ingest.stats)} (stopped by an error)")
 

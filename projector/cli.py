@@ -71,7 +71,7 @@ def register(subparsers: Any) -> None:
         help="applied vs end offsets, lag, counts and quarantine",
         description="Report the projection's applied offsets against the log's end offsets, counts and quarantine.",
     )
-    status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    _add_json_flag(status)
     status.add_argument("--quarantine", type=int, default=10, metavar="N", help="latest quarantined records to show")
     add_http_options(status, status=True)
 
@@ -83,7 +83,7 @@ def register(subparsers: Any) -> None:
         description="List the projection's quarantined records (position, reason code and text, source and "
         "project hashes, when), its broken sources with counts, and the repairs applied. Reads --db.",
     )
-    quarantine.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    _add_json_flag(quarantine)
     quarantine.add_argument("--project", default=None, metavar="P", help="only this project (its name; it is hashed)")
 
     repair = _command(
@@ -113,6 +113,10 @@ def _command(
     add_connection_options(parser)
     parser.set_defaults(func=func)
     return parser
+
+
+def _add_json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
 
 
 def _add_tuning(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from reader_env import Env
 from support.cursor import cursor_length
+from support.wire import READ_FIELDS
 
 from throughline.core.identity import project_sha256
 from throughline.core.page_token import SeriesBinding, issue_page_token
@@ -90,16 +91,7 @@ def test_ingest_without_projecting_is_pending_then_ok(env: Env) -> None:
     read, text = env.read()
     assert read.status == "projection_pending"
     assert read.turns == () and read.throughCursor is None and read.page.nextToken is None
-    assert set(json.loads(text)) == {
-        "schema",
-        "status",
-        "thread",
-        "afterCursor",
-        "throughCursor",
-        "turns",
-        "historyTruncated",
-        "page",
-    }
+    assert set(json.loads(text)) == READ_FIELDS
     env.project_log()
     ok = env.read()[0]
     assert ok.status == "ok" and _seqs([ok]) == [1, 2, 3, 4, 5]

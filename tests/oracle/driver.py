@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from support.projection import PassThroughWaits
+from support.projection import PassThroughView, PassThroughWaits
 
 from throughline.core.ports import (
     BookProjection,
@@ -162,19 +162,9 @@ class DuckTarget:
 
 
 @dataclass
-class _DamagedView:
-    inner: ProjectionView
+class _DamagedView(PassThroughView):
     hidden: set[tuple[bytes, int]]
     altered: set[tuple[bytes, int]]
-
-    def applied_offset(self, partition: int) -> int:
-        return self.inner.applied_offset(partition)
-
-    def head(self, project_sha256: bytes) -> Any:
-        return self.inner.head(project_sha256)
-
-    def source(self, source_sha256: bytes) -> Any:
-        return self.inner.source(source_sha256)
 
     def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
         return self._damaged(source_sha256, self.inner.turns(source_sha256, first_seq, last_seq))

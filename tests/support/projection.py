@@ -1,10 +1,11 @@
-"""A base for test doubles that wrap a projection and change only what its views show."""
+"""Bases for test doubles that wrap a projection and change only the turn rows its views show."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from throughline.core.ports import Projection
+from throughline.core.ports import Projection, ProjectionView
 
 
 @dataclass
@@ -28,3 +29,22 @@ class PassThroughWaits:
     def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
         """As the inner projection."""
         return self.inner.wait_project_changed(project_sha256, seen, timeout)
+
+
+@dataclass
+class PassThroughView:
+    """A view's offsets, heads and sources, passed through unchanged (a subclass adds ``turns``)."""
+
+    inner: ProjectionView
+
+    def applied_offset(self, partition: int) -> int:
+        """As the inner view."""
+        return self.inner.applied_offset(partition)
+
+    def head(self, project_sha256: bytes) -> Any:
+        """As the inner view."""
+        return self.inner.head(project_sha256)
+
+    def source(self, source_sha256: bytes) -> Any:
+        """As the inner view."""
+        return self.inner.source(source_sha256)

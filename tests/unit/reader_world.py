@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from support.projection import PassThroughWaits
+from support.projection import PassThroughView, PassThroughWaits
 from support.world import append_to_log, numbered_turn
 
 from throughline.core.identity import project_sha256
@@ -132,18 +132,8 @@ class DoctoredProjection(PassThroughWaits):
 
 
 @dataclass
-class _DoctoredView:
-    inner: ProjectionView
+class _DoctoredView(PassThroughView):
     doctor: Callable[[StoredTurn], StoredTurn | None]
-
-    def applied_offset(self, partition: int) -> int:
-        return self.inner.applied_offset(partition)
-
-    def head(self, project_sha256: bytes) -> Any:
-        return self.inner.head(project_sha256)
-
-    def source(self, source_sha256: bytes) -> Any:
-        return self.inner.source(source_sha256)
 
     def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
         out = []

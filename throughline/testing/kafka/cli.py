@@ -134,11 +134,9 @@ def _cli_stop(args: argparse.Namespace) -> int:
 
 def _cli_status(args: argparse.Namespace) -> int:
     state_dir, state = _recorded(args)
-    if state is None:
-        print(f"not running (no state in {state_dir})")
-        return 3
-    if not _state_process_alive(state):
-        print(f"not running (stale state: pid {state.pid} is gone; `stop` clears it)")
+    if state is None or not _state_process_alive(state):
+        why = f"no state in {state_dir}" if state is None else f"stale state: pid {state.pid} is gone; `stop` clears it"
+        print(f"not running ({why})")
         return 3
     print(
         f"running pid={state.pid} bootstrap={state.bootstrap_servers} "
