@@ -29,7 +29,7 @@ from kafka import KafkaConsumer, TopicPartition
 from bench import peers
 from bench.ceiling import CONSUMER_SETTINGS
 from bench.common import end_offsets
-from throughline.schemas.codec import CURRENT_VERSION, HEADER_BYTES, SCHEMAS
+from throughline.schemas.codec import CURRENT_VERSION, HEADER_BYTES, SCHEMAS, without_logical_types
 
 _TABLE = """CREATE TABLE IF NOT EXISTS turns (
     project_sha256 BLOB, host VARCHAR, thread VARCHAR, turn_id VARCHAR, seq BIGINT,
@@ -136,7 +136,7 @@ def quix_app(bootstrap: str, topic: str, db: Path, state_dir: Path, *, timeout_s
         "state_dir": str(state_dir),
         "total": total,
         "timeout_s": timeout_s,
-        "schema": SCHEMAS[CURRENT_VERSION].source,
+        "schema": without_logical_types(SCHEMAS[CURRENT_VERSION].source),
         "header_bytes": HEADER_BYTES,
         "table_sql": _TABLE,
         "columns": list(_COLUMNS),

@@ -3,10 +3,10 @@
 Run as ``PEER_PYTHON -I bench/quix_peer.py`` with a JSON job on stdin; prints one JSON line
 ``{"records": N, "seconds": S}`` on stdout. It imports nothing from throughline or the bench (neither is
 installed in that environment): the job carries the topic, the DuckDB table, the columns and the writer
-schema. The application: a custom ``Deserializer`` (fastavro, after the single-object header) and a
-``BatchingSink`` subclass (Quix ships no DuckDB sink; this is the documented way to write one) that
-writes each checkpoint's batch (``commit_interval``, default 5 s) as one Arrow insert. The clock runs
-from ``Application.run()`` to its return after the last record's checkpoint.
+schema (without its logical types). The application: a custom ``Deserializer`` (fastavro, after the
+single-object header) and a ``BatchingSink`` subclass (Quix ships no DuckDB sink; this is the documented
+way to write one) that writes each checkpoint's batch (``commit_interval``, default 5 s) as one Arrow
+insert. The clock runs from ``Application.run()`` to its return after the last record's checkpoint.
 """
 
 from __future__ import annotations
@@ -27,20 +27,13 @@ from quixstreams.models.serializers import Deserializer
 from quixstreams.sinks import BatchingSink, SinkBatch
 
 
-def _without_logical_types(node: Any) -> Any:
-    # The projector and the bench's ceiling read timestamps as integer microseconds (throughline's codec
-    # strips the logical types the same way); datetimes here would make the peer do more work.
-    if isinstance(node, dict):
-        return {k: _without_logical_types(v) for k, v in node.items() if k != "logicalType"}
-    if isinstance(node, list):
-        return [_without_logical_types(v) for v in node]
-    return node
-
-
 def main() -> int:
     """Run the job read from stdin."""
     job = json.loads(sys.stdin.read())
-    schema = fastavro.parse_schema(_without_logical_types(job["schema"]))
+    # The job's schema comes without its logical types (``codec.without_logical_types``): timestamps stay
+    # integer microseconds, as the projector and the bench's ceiling read them; datetimes would make the
+    # peer do more work.
+    schema = fastavro.parse_schema(job["schema"])
     header = int(job["header_bytes"])
     columns: list[str] = list(job["columns"])
 

@@ -96,8 +96,8 @@ class Layout:
 
 
 def _source_rows(layout: Layout, s: int, rank: int, n_on_partition: int) -> dict[str, list[Any]]:
-    project = project_sha256(layout.project(s))
-    source = source_sha256(project, HOST, THREAD)
+    project_hash = project_sha256(layout.project(s))
+    source = source_sha256(project_hash, HOST, THREAD)
     part = layout.partition_of(s)
     # The builder writes the projector's own ``turns`` layout: take its column names from the store.
     cols: dict[str, list[Any]] = {k: [] for k in ("page_key", *TURN_COLUMNS)}
@@ -113,7 +113,7 @@ def _source_rows(layout: Layout, s: int, rank: int, n_on_partition: int) -> dict
         cols["page_key"].append(page_key(source, seq))
         cols["source_sha256"].append(source)
         cols["seq"].append(seq)
-        cols["project_sha256"].append(project)
+        cols["project_sha256"].append(project_hash)
         cols["turn_id"].append(turn_id)
         cols["completed_at_us"].append(at)
         cols["body"].append(body)
@@ -176,12 +176,12 @@ def build_projection(path: Path, layout: Layout, scratch: Path, *, workers: int 
         con.execute(f"INSERT INTO turns SELECT * FROM read_parquet('{glob}')")  # noqa: S608 (our path)
         con.execute(_INDEX_DDL)
         for s, digest, part, offset, source in heads:
-            project = project_sha256(layout.project(s))
+            project_hash = project_sha256(layout.project(s))
             con.execute(
                 "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
-                [source, project, layout.length, digest, part, offset],
+                [source, project_hash, layout.length, digest, part, offset],
             )
-            con.execute("INSERT INTO project_heads VALUES (?, ?)", [project, source])
+            con.execute("INSERT INTO project_heads VALUES (?, ?)", [project_hash, source])
         for p, end in layout.ends().items():
             if end:
                 con.execute(
@@ -263,15 +263,15 @@ def _delta_cursors(path: Path, layout: Layout, count: int, limit: int, rng: rand
         for _ in range(count):
             s = rng.randrange(layout.sources)
             k = rng.randint(1, max(1, layout.length - limit - 1))
-            project = project_sha256(layout.project(s))
-            source = source_sha256(project, HOST, THREAD)
+            project_hash = project_sha256(layout.project(s))
+            source = source_sha256(project_hash, HOST, THREAD)
             row = con.execute(
                 "SELECT chain_digest, log_partition, log_offset FROM turns WHERE page_key = ? "
                 "AND source_sha256 = ? AND seq = ?",
                 [page_key(source, k), source, k],
             ).fetchone()
             assert row is not None
-            cursor = Cursor(project, source, k, bytes(row[0]), int(row[1]), int(row[2]))
+            cursor = Cursor(project_hash, source, k, bytes(row[0]), int(row[1]), int(row[2]))
             out.append((layout.project(s), cursor.encode()))
     finally:
         con.close()

@@ -85,6 +85,11 @@ def _verdict(passed: bool | None) -> str:
     return {True: "PASS", False: "MISS", None: "not measured"}[passed]
 
 
+def _blocks(blocks: list[str]) -> list[str]:
+    """Markdown blocks (tables, profiles), each followed by a blank line."""
+    return [line for block in blocks for line in (block, "")]
+
+
 def _num(value: float | None, fmt: str = "{:.2f}") -> str:
     if value is None or value != value:
         return "n/a"
@@ -182,9 +187,7 @@ def render(
             for f in s.figures:
                 out.append(f"| {f.name} | {f.text()} | {f.unit} |")
             out.append("")
-        for table in s.tables:
-            out.append(table)
-            out.append("")
+        out.extend(_blocks(s.tables))
         if s.targets:
             for t in s.targets:
                 op = ">=" if t.higher_is_better else "<="
@@ -193,9 +196,7 @@ def render(
         for n in s.notes:
             out.append(f"- {n}")
         out.append("")
-        for block in s.profiles:
-            out.append(block)
-            out.append("")
+        out.extend(_blocks(s.profiles))
     analysis = REPO / "bench" / "ANALYSIS.md"
     if analysis.exists():
         out.append("## Analysis (written by hand from the profiles and breakdowns behind this run)")

@@ -28,6 +28,7 @@ import hashlib
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from throughline.cli import emit_error
@@ -39,9 +40,10 @@ from throughline.producers.hosts.files import FORMATS, default_roots
 from throughline.producers.ingest import (
     POLL_INTERVAL,
     Ingest,
+    IngestStats,
     LineReader,
-    default_state_path,
-    load_state,
+    default_ingest_state_path,
+    load_ingest_state,
     stop_on_signals,
 )
 from throughline.producers.ingest.sessions import (
@@ -144,7 +146,7 @@ def _state_path(args: argparse.Namespace) -> str | None:
         return None
     if args.state:
         return str(args.state)
-    return default_state_path(args.file) if args.follow else None
+    return default_ingest_state_path(args.file) if args.follow else None
 
 
 def default_sessions_state_path(format: str, roots: list[str]) -> str:
@@ -166,10 +168,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     settings.require_bootstrap()  # no broker named: fail before any input is opened
     state_path = _state_path(args)
-    start = load_state(state_path) if state_path else None
-
-    def notice(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+    start = load_ingest_state(state_path) if state_path else None
 
     # Open the input before connecting: a missing file is the caller's mistake, not the broker's.
     reader = LineReader(
@@ -177,11 +176,14 @@ def run_ingest(args: argparse.Namespace) -> int:
         follow=args.follow,
         start=start,
         poll_interval=max(0.01, args.poll_interval),
-        notice=notice,
+        notice=_notice,
     )
-    progress = args.progress if args.progress is not None else sys.stderr.isatty()
     stop = threading.Event()
     label = "stdin" if args.file == "-" else args.file
+
+    def sent(s: IngestStats) -> str:
+        return f"ingested {s.turns_sent} turns from {label}, {s.rejected} lines rejected"
+
     ingest: Ingest | None = None
     try:
         with _ingest_producer(args, settings) as producer, stop_on_signals(stop, reader) as signals:
@@ -191,28 +193,19 @@ def run_ingest(args: argparse.Namespace) -> int:
                 state_path=state_path,
                 stop=stop,
                 max_idle=args.max_idle,
-                progress=progress,
+                progress=_progress(args),
                 producer_name=INGEST_PRODUCER_NAME,
                 producer_version=PRODUCER_VERSION,
             )
             stats = ingest.run()
     except ThroughlineError:
-        if ingest is not None:
-            s = ingest.stats
-            notice(f"ingested {s.turns_sent} turns from {label}, {s.rejected} lines rejected (stopped by an error)")
+        _stopped_by_error(ingest, sent)
         raise
     finally:
         reader.close()
-    notice(f"ingested {stats.turns_sent} turns from {label}, {stats.rejected} lines rejected")
-    if signals.signals and not args.follow:
-        emit_error(ThroughlineError("interrupted before the end of the input", code="interrupted"))
-        return 130
-    if stats.rejected:
-        emit_error(
-            LinesRejectedError(f"{stats.rejected} of {stats.lines_read} lines rejected (see the lines above)")
-        )
-        return LinesRejectedError.exit_code
-    return 0
+    _notice(sent(stats))
+    why = f"{stats.rejected} of {stats.lines_read} lines rejected (see the lines above)"
+    return _exit_code(args, bool(signals.signals), stats, why)
 
 
 def run_sessions_ingest(args: argparse.Namespace) -> int:
@@ -223,15 +216,11 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
     state_path = args.state or (default_sessions_state_path(args.format, roots) if args.follow else None)
     saved = load_session_states(state_path, format=args.format) if state_path else {}
 
-    def notice(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
     if state_path and not args.state:
-        notice(f"resume state: {state_path}")
+        _notice(f"resume state: {state_path}")
     poll = SESSION_POLL_INTERVAL if args.poll_interval is None else args.poll_interval
-    files = SessionFiles(args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=notice)
-    decoder = SessionDecoder(files, warn=notice, producer_name=INGEST_PRODUCER_NAME, producer_version=PRODUCER_VERSION)
-    progress = args.progress if args.progress is not None else sys.stderr.isatty()
+    files = SessionFiles(args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=_notice)
+    decoder = SessionDecoder(files, warn=_notice, producer_name=INGEST_PRODUCER_NAME, producer_version=PRODUCER_VERSION)
     stop = threading.Event()
     label = " ".join(roots)
     ingest: Ingest | None = None
@@ -244,7 +233,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
                 state=SessionsState(state_path, files, saved) if state_path else None,
                 stop=stop,
                 max_idle=args.max_idle,
-                progress=progress,
+                progress=_progress(args),
                 decoder=decoder,
             )
             covered = ingest.covered
@@ -256,20 +245,39 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
             files.covered_end = covered_end
             stats = ingest.run()
     except ThroughlineError:
-        if ingest is not None:
-            s = ingest.stats
-            notice(f"ingested {s.turns_sent} turns from {label} (stopped by an error)")
+        _stopped_by_error(ingest, lambda s: f"ingested {s.turns_sent} turns from {label}")
         raise
     finally:
         files.close()
-    notice(
+    _notice(
         f"ingested {stats.turns_sent} turns from {len(files.tracked)} {args.format} session files under {label}, "
         f"{decoder.skipped} lines skipped"
     )
-    if signals.signals and not args.follow:
+    return _exit_code(args, bool(signals.signals), stats, f"{stats.rejected} turns refused by the broker (see the lines above)")
+
+
+def _notice(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """``--progress``/``--no-progress``, else a progress line only on a terminal."""
+    return bool(args.progress) if args.progress is not None else sys.stderr.isatty()
+
+
+def _stopped_by_error(ingest: Ingest | None, sent: Callable[[IngestStats], str]) -> None:
+    # Say what was sent before the error: the operator sees how far the run got.
+    if ingest is not None:
+        _notice(f"{sent(ingest.stats)} (stopped by an error)")
+
+
+def _exit_code(args: argparse.Namespace, interrupted: bool, stats: IngestStats, rejected: str) -> int:
+    """0 for a complete run, 130 for a signal before the end of a finite input, else ``lines_rejected``'s
+    exit code when something was rejected (``rejected`` says what)."""
+    if interrupted and not args.follow:
         emit_error(ThroughlineError("interrupted before the end of the input", code="interrupted"))
         return 130
     if stats.rejected:
-        emit_error(LinesRejectedError(f"{stats.rejected} turns refused by the broker (see the lines above)"))
+        emit_error(LinesRejectedError(rejected))
         return LinesRejectedError.exit_code
     return 0

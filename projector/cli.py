@@ -39,61 +39,62 @@ T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
-    """Add ``project``, ``replay`` and ``status`` to the ``throughline`` parser."""
-    project = subparsers.add_parser(
+    """Add ``project``, ``replay``, ``status``, ``quarantine`` and ``repair`` to the ``throughline`` parser."""
+    project = _command(
+        subparsers,
         "project",
+        _cmd_project,
         help="run the projector (Kafka -> DuckDB, exactly once)",
         description="Consume the topic of completed turns into the DuckDB projection, exactly once.",
     )
-    add_connection_options(project)
     project.add_argument(
         "--until-caught-up",
         action="store_true",
         help="exit once the end offsets seen at start are applied",
     )
     _add_tuning(project)
-    project.set_defaults(func=_cmd_project)
 
-    replay = subparsers.add_parser(
+    replay = _command(
+        subparsers,
         "replay",
+        _cmd_replay,
         help="rebuild a projection from offset 0 into a new file",
         description="Replay the topic from offset 0 into a NEW DuckDB file (refuses an existing, non-empty file).",
     )
-    add_connection_options(replay)
     replay.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_tuning(replay)
-    replay.set_defaults(func=_cmd_replay)
 
-    status = subparsers.add_parser(
+    status = _command(
+        subparsers,
         "status",
+        _cmd_status,
         help="applied vs end offsets, lag, counts and quarantine",
         description="Report the projection's applied offsets against the log's end offsets, counts and quarantine.",
     )
-    add_connection_options(status)
-    status.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    _add_json_flag(status)
     status.add_argument("--quarantine", type=int, default=10, metavar="N", help="latest quarantined records to show")
     add_http_options(status, status=True)
-    status.set_defaults(func=_cmd_status)
 
-    quarantine = subparsers.add_parser(
+    quarantine = _command(
+        subparsers,
         "quarantine",
+        _cmd_quarantine,
         help="quarantined records, broken sources and repairs (hashes only)",
         description="List the projection's quarantined records (position, reason code and text, source and "
         "project hashes, when), its broken sources with counts, and the repairs applied. Reads --db.",
     )
-    add_connection_options(quarantine)
-    quarantine.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    _add_json_flag(quarantine)
     quarantine.add_argument("--project", default=None, metavar="P", help="only this project (its name; it is hashed)")
-    quarantine.set_defaults(func=_cmd_quarantine)
 
-    repair = subparsers.add_parser(
+    repair = _command(
+        subparsers,
         "repair",
+        _cmd_repair,
         help="append a repair record that un-breaks a source (see docs/operations.md)",
         description="Append a source repair record to the project's partition: when the projector applies "
         "it, the source's chain as applied is accepted and served again, and its quarantined records are "
         "marked repaired. --dry-run reads --db and prints what would change, appending nothing.",
     )
-    add_connection_options(repair)
     repair.add_argument("--project", required=True, metavar="P", help="the project (its name; it is hashed)")
     repair.add_argument("--host", default=None, metavar="H", help="the source's host (with --thread; hashed)")
     repair.add_argument("--thread", default=None, metavar="T", help="the source's thread (with --host; hashed)")
@@ -102,7 +103,20 @@ def register(subparsers: Any) -> None:
     )
     repair.add_argument("--reason", required=True, metavar="TEXT", help="why the chain as applied is accepted")
     repair.add_argument("--dry-run", action="store_true", help="print what the repair would change; append nothing")
-    repair.set_defaults(func=_cmd_repair)
+
+
+def _command(
+    subparsers: Any, name: str, func: Callable[[argparse.Namespace], int], *, help: str, description: str
+) -> argparse.ArgumentParser:
+    """A subcommand run by ``func`` that reads the connection options (every command here does)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
+    add_connection_options(parser)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _add_json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
 
 
 def _add_tuning(parser: argparse.ArgumentParser) -> None:
@@ -307,8 +321,8 @@ def _cmd_quarantine(args: argparse.Namespace) -> int:
     from throughline.projector.quarantine import collect_quarantine, render_quarantine
 
     settings = settings_from(args)
-    project = None if args.project is None else project_sha256(args.project)
-    doc = collect_quarantine(settings.db, settings.topic, project)
+    project_hash = None if args.project is None else project_sha256(args.project)
+    doc = collect_quarantine(settings.db, settings.topic, project_hash)
     print(json.dumps(doc, indent=2) if args.json else render_quarantine(doc))
     return 0
 

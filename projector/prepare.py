@@ -94,7 +94,7 @@ class RefusedRecord(NamedTuple):
     value: bytes | None
     code: str
     reason: str
-    project: bytes | None = None
+    project_sha256: bytes | None = None
     source: bytes | None = None
 
 
@@ -141,7 +141,7 @@ class PreparedBatch:
 def record_projects(batch: PreparedBatch) -> list[tuple[int, bytes | None]]:
     """(offset, project hash) of each record of ``batch``; ``None`` where the record names no project
     for sure (it did not decode)."""
-    return [(it.offset, it.project if isinstance(it, RefusedRecord) else it.project_sha256) for it in batch.items]
+    return [(it.offset, it.project_sha256) for it in batch.items]
 
 
 def merge_polls(polls: Sequence[Sequence[PreparedBatch]]) -> list[PreparedBatch]:
@@ -181,14 +181,14 @@ def _rebuild_batch(
 
 
 def _refuse_decoded(offset: int, key: bytes | None, value: bytes, datum: dict[str, Any], reason: str, code: str) -> RefusedRecord:
-    project = datum.get("projectSha256")
-    if not (isinstance(project, bytes) and len(project) == 32):
+    project_hash = datum.get("projectSha256")
+    if not (isinstance(project_hash, bytes) and len(project_hash) == 32):
         return RefusedRecord(offset, key, value, code, reason)
     try:
-        source: bytes | None = source_sha256(project, datum["host"], datum["thread"])
+        source: bytes | None = source_sha256(project_hash, datum["host"], datum["thread"])
     except Exception:  # unencodable host/thread: the record stays quarantined without a source hash
         source = None
-    return RefusedRecord(offset, key, value, code, reason, project, source)
+    return RefusedRecord(offset, key, value, code, reason, project_hash, source)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -242,17 +242,17 @@ def _prepare_repair(
     """A decoded repair record checked like a turn: unsound (``record_invalid``), on another project's
     partition (``record_misplaced``), or sound. A refused one keeps its project and source, so a later
     sound repair of that source marks it too (``ChainBook.apply_repair``)."""
-    project, source = record.project_sha256, record.source_sha256
+    project_hash, source = record.project_sha256, record.source_sha256
     problem = repair_problem(record, key)
     code = Q_INVALID
     if problem is None and partitions is not None:
-        home = partition_for(project, partitions)
+        home = partition_for(project_hash, partitions)
         if home != partition:
             problem = f"record is on partition {partition} but its project belongs on partition {home}"
             code = Q_MISPLACED
     if problem is not None:
-        return RefusedRecord(offset, key, value, code, problem, project, source)
-    return RepairItem(offset, project, source, record.reason, record.produced_at_micros)
+        return RefusedRecord(offset, key, value, code, problem, project_hash, source)
+    return RepairItem(offset, project_hash, source, record.reason, record.produced_at_micros)
 
 
 def prepare_batch(

@@ -114,6 +114,21 @@ def _short(hex_text: str | None) -> str:
     return "-" if hex_text is None else hex_text[:16]
 
 
+def log_position(doc: dict[str, Any] | None) -> str:
+    """``p{partition}@{offset}`` of a document's log position (``-`` for none)."""
+    return "-" if doc is None else f"p{doc['partition']}@{doc['offset']}"
+
+
+def repaired_mark(record: dict[str, Any]) -> str:
+    """``  repaired by pP@O`` for a quarantined record a repair marked, else nothing."""
+    by = record["repairedBy"]
+    return f"  repaired by {log_position(by)}" if by else ""
+
+
+def _section(title: str, rows: list[str]) -> list[str]:
+    return [title, *rows] if rows else []
+
+
 def render_quarantine(doc: dict[str, Any]) -> str:
     """The quarantine as text for a terminal (sources in full: ``repair --source`` takes them)."""
     c = doc["counts"]
@@ -125,28 +140,29 @@ def render_quarantine(doc: dict[str, Any]) -> str:
     ]
     if c["byCode"]:
         lines.append("by code: " + ", ".join(f"{code} {n}" for code, n in c["byCode"].items()))
-    if doc["brokenSources"]:
-        lines.append("broken sources (repair with: throughline repair --project P --source SOURCE --reason TEXT):")
-        for b in doc["brokenSources"]:
-            at = b["brokenAt"]
-            where = f"p{at['partition']}@{at['offset']}" if at else "-"
-            lines.append(
-                f"  source {b['sourceSha256']}  project {_short(b['projectSha256'])}  length {b['length']}  "
-                f"broken at {where} ({b['code'] or '-'}: {b['reason']})  {b['unrepaired']} unrepaired"
-            )
-    if doc["records"]:
-        lines.append("quarantined records:")
-        for q in doc["records"]:
-            mark = f"  repaired by p{q['repairedBy']['partition']}@{q['repairedBy']['offset']}" if q["repairedBy"] else ""
-            lines.append(
-                f"  p{q['partition']}@{q['offset']}  {q['when'] or '-'}  {q['code']}: {q['reason']}  "
-                f"source {_short(q['sourceSha256'])} project {_short(q['projectSha256'])}  {q['valueBytes']} bytes{mark}"
-            )
-    if doc["repairs"]:
-        lines.append("repairs:")
-        for r in doc["repairs"]:
-            lines.append(
-                f"  p{r['partition']}@{r['offset']}  {r['when'] or '-'}  {r['outcome']}  source {_short(r['sourceSha256'])}  "
-                f"accepted length {r['length']}, marked {r['marked']}: {r['reason']}"
-            )
+    lines += _section(
+        "broken sources (repair with: throughline repair --project P --source SOURCE --reason TEXT):",
+        [
+            f"  source {b['sourceSha256']}  project {_short(b['projectSha256'])}  length {b['length']}  "
+            f"broken at {log_position(b['brokenAt'])} ({b['code'] or '-'}: {b['reason']})  {b['unrepaired']} unrepaired"
+            for b in doc["brokenSources"]
+        ],
+    )
+    lines += _section(
+        "quarantined records:",
+        [
+            f"  {log_position(q)}  {q['when'] or '-'}  {q['code']}: {q['reason']}  "
+            f"source {_short(q['sourceSha256'])} project {_short(q['projectSha256'])}  {q['valueBytes']} bytes"
+            f"{repaired_mark(q)}"
+            for q in doc["records"]
+        ],
+    )
+    lines += _section(
+        "repairs:",
+        [
+            f"  {log_position(r)}  {r['when'] or '-'}  {r['outcome']}  source {_short(r['sourceSha256'])}  "
+            f"accepted length {r['length']}, marked {r['marked']}: {r['reason']}"
+            for r in doc["repairs"]
+        ],
+    )
     return "\n".join(lines)

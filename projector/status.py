@@ -14,6 +14,7 @@ from typing import Any
 
 from throughline.errors import ThroughlineError
 from throughline.log import PLAINTEXT, KafkaClientConfig, KafkaLog
+from throughline.projector.quarantine import log_position, repaired_mark
 from throughline.projector.store import DuckProjection, ProjectionStats
 
 DEFAULT_STATUS_TIMEOUT = 10.0
@@ -163,7 +164,5 @@ def render_status(doc: dict[str, Any]) -> str:
         lines.append("latest quarantined records:")
         for q in doc["quarantine"]:
             source = f" source {q['sourceSha256'][:16]}" if q["sourceSha256"] else ""
-            by = q["repairedBy"]
-            mark = f"  repaired by p{by['partition']}@{by['offset']}" if by else ""
-            lines.append(f"  p{q['partition']}@{q['offset']} {q['code']}: {q['reason']}{source} ({q['valueBytes']} bytes){mark}")
+            lines.append(f"  {log_position(q)} {q['code']}: {q['reason']}{source} ({q['valueBytes']} bytes){repaired_mark(q)}")
     return "\n".join(lines)

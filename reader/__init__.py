@@ -23,13 +23,13 @@ from throughline.reader.exceptions import (
     TokenKeyError,
 )
 from throughline.reader.observer import (
-    STATE_SCHEMA,
+    OBSERVER_STATE_SCHEMA,
     Observer,
     PageReader,
-    SeriesKind,
+    SeriesOutcome,
     SeriesSummary,
-    load_state,
-    save_state,
+    load_observer_state,
+    save_observer_state,
 )
 from throughline.reader.page import (
     DEFAULT_BODY_LIMIT,
@@ -65,7 +65,7 @@ __all__ = [
     "ENV_TOKEN_KEY_FILE",
     "KEY_FILE_NAME",
     "SCHEMA",
-    "STATE_SCHEMA",
+    "OBSERVER_STATE_SCHEMA",
     "STATUS_OK",
     "STATUS_PENDING",
     "STATUS_RESYNC",
@@ -83,7 +83,7 @@ __all__ = [
     "PageWire",
     "ProjectionPendingError",
     "ResyncRequiredError",
-    "SeriesKind",
+    "SeriesOutcome",
     "SeriesSummary",
     "SourceQuarantinedError",
     "ThreadIdentity",
@@ -93,9 +93,9 @@ __all__ = [
     "default_key_path",
     "json_schema",
     "load_or_create_key",
-    "load_state",
+    "load_observer_state",
     "parse_token_key",
     "read_observer_turn_page",
     "resolve_token_key",
-    "save_state",
+    "save_observer_state",
 ]

@@ -1,13 +1,14 @@
 """The reference Observer (ADR 0005 decision 10, CONTRACT section 4).
 
-An Observer keeps one after cursor in a state file. ``run_series`` reads one series page by page,
-hands every turn to an audit step, and saves the series' through cursor as the new after cursor only
-when every page was read and every turn audited. A crash, a cancel, a failed audit, a hard failure,
+An Observer keeps one after cursor in its Observer state file (not the ingest state file of
+``producers/ingest``). ``run_series`` reads one series page by page, hands every turn to an audit step,
+and saves the series' through cursor as the new after cursor only when every page was read and every
+turn audited. A crash, a cancel, a failed audit, a hard failure,
 ``projection_pending`` (after the bounded wait) and ``resync_required`` (under the ``fail`` policy) all
 leave the old cursor in place, so killing the process at any instant leaves the state at the last fully
 audited series.
 
-State file (``throughline.observer_state.v1``)::
+Observer state file (``throughline.observer_state.v1``)::
 
     {"schema": "throughline.observer_state.v1", "afterCursor": "tlc1...." | null}
 
@@ -56,7 +57,7 @@ from throughline.reader.exceptions import (
 )
 from throughline.reader.wire import STATUS_OK, STATUS_PENDING, ObserverRead, TurnRecordWire
 
-STATE_SCHEMA = "throughline.observer_state.v1"
+OBSERVER_STATE_SCHEMA = "throughline.observer_state.v1"
 _MAX_STATE_BYTES = 64 * 1024
 #: Bound on the pages of one series: a series of limit 1 over a chain of this many turns is refused as
 #: a protocol error rather than looping (chains are far shorter in practice).
@@ -81,8 +82,8 @@ class PageReader(Protocol):
     ) -> ObserverRead: ...
 
 
-class SeriesKind(StrEnum):
-    """What a completed series was."""
+class SeriesOutcome(StrEnum):
+    """What a completed ``run_series`` read: nothing (no turns yet), a snapshot, a delta or a switch."""
 
     EMPTY = "empty"  # the project has no turns yet
     SNAPSHOT = "snapshot"
@@ -94,7 +95,7 @@ class SeriesKind(StrEnum):
 class SeriesSummary:
     """What one ``run_series`` did."""
 
-    kind: SeriesKind
+    kind: SeriesOutcome
     turns_audited: int
     pages: int
     history_truncated: bool
@@ -120,7 +121,7 @@ class SeriesSummary:
 # ------------------------------------------------------------------------------------------------ state
 
 
-def load_state(path: str | os.PathLike[str]) -> str | None:
+def load_observer_state(path: str | os.PathLike[str]) -> str | None:
     """The saved after cursor (``None`` when the file does not exist or holds null)."""
     try:
         with open(path, "rb") as handle:
@@ -139,9 +140,9 @@ def load_state(path: str | os.PathLike[str]) -> str | None:
         len(raw) > _MAX_STATE_BYTES
         or not isinstance(doc, dict)
         or set(doc) != {"schema", "afterCursor"}
-        or doc["schema"] != STATE_SCHEMA
+        or doc["schema"] != OBSERVER_STATE_SCHEMA
     ):
-        raise ObserverStateError(f"the observer state file {path} is not a {STATE_SCHEMA} document")
+        raise ObserverStateError(f"the observer state file {path} is not a {OBSERVER_STATE_SCHEMA} document")
     cursor = doc["afterCursor"]
     if cursor is not None:
         try:
@@ -151,10 +152,10 @@ def load_state(path: str | os.PathLike[str]) -> str | None:
     return cursor
 
 
-def save_state(path: str | os.PathLike[str], after_cursor: str | None) -> None:
+def save_observer_state(path: str | os.PathLike[str], after_cursor: str | None) -> None:
     """Replace the state file atomically and durably (temp file, fsync, rename, fsync directory)."""
     target = Path(path)
-    data = json.dumps({"schema": STATE_SCHEMA, "afterCursor": after_cursor}, sort_keys=True).encode() + b"\n"
+    data = json.dumps({"schema": OBSERVER_STATE_SCHEMA, "afterCursor": after_cursor}, sort_keys=True).encode() + b"\n"
     try:
         replace_file(target, data)
     except OSError as exc:
@@ -210,11 +211,11 @@ class Observer:
     @property
     def after_cursor(self) -> str | None:
         """The cursor in the state file now."""
-        return load_state(self.state_path)
+        return load_observer_state(self.state_path)
 
     def run_series(self) -> SeriesSummary:
         """Read and audit one whole series; save its through cursor only when all of it was audited."""
-        previous = load_state(self.state_path)
+        previous = load_observer_state(self.state_path)
         after = previous
         resynced = False
         retries = 0
@@ -224,7 +225,7 @@ class Observer:
             if isinstance(outcome, _Finished):
                 saved = False
                 if outcome.through is not None and outcome.through != previous:
-                    save_state(self.state_path, outcome.through)
+                    save_observer_state(self.state_path, outcome.through)
                     saved = True
                 return SeriesSummary(
                     kind=_kind(after, outcome.through),
@@ -367,12 +368,12 @@ class _Resync:
     pending_retries: int
 
 
-def _kind(after: str | None, through: str | None) -> SeriesKind:
+def _kind(after: str | None, through: str | None) -> SeriesOutcome:
     if through is None:
-        return SeriesKind.EMPTY
+        return SeriesOutcome.EMPTY
     if after is None:
-        return SeriesKind.SNAPSHOT
+        return SeriesOutcome.SNAPSHOT
     a, t = decode_cursor(after), decode_cursor(through)
     if isinstance(a, Cursor) and isinstance(t, Cursor) and a.source_sha256 == t.source_sha256:
-        return SeriesKind.DELTA
-    return SeriesKind.SWITCH
+        return SeriesOutcome.DELTA
+    return SeriesOutcome.SWITCH

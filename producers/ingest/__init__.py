@@ -1,7 +1,7 @@
 """Streaming ingestion of completed turns (``throughline ingest``), one concern per module.
 
 - ``lines``: one JSON Lines line as a turn (``parse_turn_line``);
-- ``state``: the resume state file (``IngestState``, ``load_state``, ``save_state``);
+- ``state``: the ingest state file, where a run resumes (``IngestState``, ``load_ingest_state``, ``save_ingest_state``);
 - ``tail``: complete lines of a file, followed like ``tail -F`` (``LineReader``);
 - ``run``: the ingest loop (``Ingest``): send, collect acknowledgements, save the state, report.
 """
@@ -11,21 +11,21 @@ from __future__ import annotations
 from throughline.producers.ingest.lines import MAX_LINE_BYTES, TurnLine, parse_turn_line
 from throughline.producers.ingest.run import Ingest, IngestStats, Sender, stop_on_signals
 from throughline.producers.ingest.state import (
-    STATE_SCHEMA,
-    STATE_SUFFIX,
+    INGEST_STATE_SCHEMA,
+    INGEST_STATE_SUFFIX,
     FileId,
     IngestState,
-    default_state_path,
-    load_state,
-    save_state,
+    default_ingest_state_path,
+    load_ingest_state,
+    save_ingest_state,
 )
 from throughline.producers.ingest.tail import POLL_INTERVAL, Line, LineReader
 
 __all__ = [
     "MAX_LINE_BYTES",
     "POLL_INTERVAL",
-    "STATE_SCHEMA",
-    "STATE_SUFFIX",
+    "INGEST_STATE_SCHEMA",
+    "INGEST_STATE_SUFFIX",
     "FileId",
     "Ingest",
     "IngestState",
@@ -35,8 +35,8 @@ __all__ = [
     "Sender",
     "stop_on_signals",
     "TurnLine",
-    "default_state_path",
-    "load_state",
+    "default_ingest_state_path",
+    "load_ingest_state",
     "parse_turn_line",
-    "save_state",
+    "save_ingest_state",
 ]

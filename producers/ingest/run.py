@@ -28,7 +28,7 @@ from throughline.core.turn import TurnRecord
 from throughline.errors import InputError, ThroughlineError
 from throughline.producers.exceptions import InvalidLineError, ProducerError, SendFailedError
 from throughline.producers.ingest.lines import MAX_LINE_BYTES, parse_turn_line
-from throughline.producers.ingest.state import FileId, IngestState, save_state
+from throughline.producers.ingest.state import FileId, IngestState, save_ingest_state
 from throughline.producers.ingest.tail import Line, LineReader, Stopped
 from throughline.runtime import StopOnSignals
 
@@ -154,7 +154,7 @@ class JsonLinesDecoder:
 
 
 class SingleFileState:
-    """The state file of one ingested file (``throughline.ingest_state.v1``)."""
+    """The ingest state file of one ingested file (``throughline.ingest_state.v1``)."""
 
     def __init__(self, state_path: str, source_path: str) -> None:
         self.state_path = state_path
@@ -165,7 +165,7 @@ class SingleFileState:
         mark = covered.get(self.source_path)
         state = mark.state() if mark is not None else None
         if state is not None:
-            save_state(self.state_path, state, source_path=self.source_path)
+            save_ingest_state(self.state_path, state, source_path=self.source_path)
 
 
 @dataclass(slots=True)

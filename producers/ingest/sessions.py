@@ -275,7 +275,7 @@ class SessionDecoder:
 
 
 class SessionsState:
-    """The state file of a host-format ingest: per file, the last acknowledged line."""
+    """The ingest state file of a host-format ingest: per file, the last acknowledged line."""
 
     def __init__(self, state_path: str, files: SessionFiles, saved: Mapping[str, IngestState]) -> None:
         self.state_path = state_path

@@ -1,7 +1,8 @@
 """The resume state of an ingest run: which line of which file the broker has acknowledged up to.
 
-The state file records the file identity (device, inode), the byte offset after, the number of, and
-the byte range and SHA-256 of, the last line covered by the state. It is written atomically and durably
+The ingest state file (not the Observer state file of ``reader/observer``) records the file identity
+(device, inode), the byte offset after, the number of, and the byte range and SHA-256 of, the last line
+covered by the state. It is written atomically and durably
 (temp file, fsync, rename, fsync of the folder) only after the broker acknowledged every turn it covers.
 """
 
@@ -11,6 +12,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,8 +20,8 @@ from throughline.durable import replace_file
 from throughline.producers.exceptions import IngestStateError
 from throughline.producers.ingest.lines import field_errors
 
-STATE_SCHEMA = "throughline.ingest_state.v1"
-STATE_SUFFIX = ".ingest-state"
+INGEST_STATE_SCHEMA = "throughline.ingest_state.v1"
+INGEST_STATE_SUFFIX = ".ingest-state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +53,11 @@ class IngestState:
     line_sha256: bytes | None = None
 
 
-class _StateDoc(BaseModel):
+class _FileDoc(BaseModel):
+    """One file's place: the fields an ``IngestState`` is made of, as both state documents write them."""
+
     model_config = ConfigDict(frozen=True, extra="ignore", strict=True, populate_by_name=True)
 
-    schema_: str = Field(alias="schema")
     device: int = Field(ge=0)
     inode: int = Field(ge=0)
     offset: int = Field(ge=0)
@@ -62,62 +65,83 @@ class _StateDoc(BaseModel):
     line_start: int | None = Field(default=None, ge=0, alias="lineStart")
     line_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$", alias="lineSha256")
 
-
-def default_state_path(path: str) -> str:
-    """The state file of a followed file when ``--state`` is not given."""
-    return path + STATE_SUFFIX
-
-
-def load_state(state_path: str) -> IngestState | None:
-    """Read a state file; ``None`` when it does not exist. A damaged file raises ``IngestStateError``
-    (never silently ignored: starting over would send the whole file again)."""
-    try:
-        with open(state_path, "rb") as f:
-            text = f.read(64 * 1024)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise IngestStateError(f"cannot read ingest state {state_path}: {exc.strerror}") from None
-    try:
-        doc = _StateDoc.model_validate_json(text)
-    except ValidationError as exc:
-        raise IngestStateError(f"{state_path} is not an ingest state file ({field_errors(exc)})") from None
-    if doc.schema_ != STATE_SCHEMA:
-        raise IngestStateError(f"{state_path} has schema {doc.schema_!r}; expected {STATE_SCHEMA!r}")
-    digest = bytes.fromhex(doc.line_sha256) if doc.line_sha256 else None
-    return IngestState(FileId(doc.device, doc.inode), doc.offset, doc.line, doc.line_start, digest)
+    def state(self) -> IngestState:
+        """The ``IngestState`` this document holds."""
+        digest = bytes.fromhex(self.line_sha256) if self.line_sha256 else None
+        return IngestState(FileId(self.device, self.inode), self.offset, self.line, self.line_start, digest)
 
 
-def save_state(state_path: str, state: IngestState, *, source_path: str | None = None) -> None:
-    """Write the state atomically and durably: temp file, fsync, rename over, fsync of the folder."""
-    doc = {
-        "schema": STATE_SCHEMA,
-        "path": os.path.abspath(source_path) if source_path else None,
+def _file_doc(state: IngestState) -> dict[str, object]:
+    """The JSON fields of ``state`` (the inverse of ``_FileDoc.state``)."""
+    return {
         "device": state.file.device,
         "inode": state.file.inode,
         "offset": state.offset,
         "line": state.line,
         "lineStart": state.line_start,
         "lineSha256": state.line_sha256.hex() if state.line_sha256 else None,
-        "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+class _StateDoc(_FileDoc):
+    schema_: str = Field(alias="schema")
+
+
+_Doc = TypeVar("_Doc", bound=BaseModel)
+
+
+def _read_doc(state_path: str, model: type[_Doc], what: str, *, limit: int = -1) -> _Doc | None:
+    """The document of ``model`` in ``state_path``; ``None`` when the file does not exist. A damaged
+    file raises ``IngestStateError`` (never silently ignored: starting over would send everything again)."""
+    try:
+        with open(state_path, "rb") as f:
+            text = f.read(limit)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise IngestStateError(f"cannot read ingest state {state_path}: {exc.strerror}") from None
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        raise IngestStateError(f"{state_path} is not {what} ({field_errors(exc)})") from None
+
+
+def _check_schema(state_path: str, schema: str, expected: str) -> None:
+    if schema != expected:
+        raise IngestStateError(f"{state_path} has schema {schema!r}; expected {expected!r}")
+
+
+def _write_doc(state_path: str, doc: dict[str, object]) -> None:
+    """Write ``doc`` (stamped with ``savedAt``) atomically and durably: temp file, fsync, rename over,
+    fsync of the folder."""
+    doc = {**doc, "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     replace_file(state_path, (json.dumps(doc, sort_keys=True) + "\n").encode())
+
+
+def default_ingest_state_path(path: str) -> str:
+    """The ingest state file of a followed file when ``--state`` is not given."""
+    return path + INGEST_STATE_SUFFIX
+
+
+def load_ingest_state(state_path: str) -> IngestState | None:
+    """Read an ingest state file; ``None`` when it does not exist. A damaged file raises ``IngestStateError``
+    (never silently ignored: starting over would send the whole file again)."""
+    doc = _read_doc(state_path, _StateDoc, "an ingest state file", limit=64 * 1024)
+    if doc is None:
+        return None
+    _check_schema(state_path, doc.schema_, INGEST_STATE_SCHEMA)
+    return doc.state()
+
+
+def save_ingest_state(state_path: str, state: IngestState, *, source_path: str | None = None) -> None:
+    """Write the state atomically and durably: temp file, fsync, rename over, fsync of the folder."""
+    path = os.path.abspath(source_path) if source_path else None
+    _write_doc(state_path, {"schema": INGEST_STATE_SCHEMA, "path": path, **_file_doc(state)})
 
 
 # ------------------------------------------------------------------------------------------------ many files
 
 SESSIONS_STATE_SCHEMA = "throughline.ingest_sessions_state.v1"
-
-
-class _FileDoc(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", strict=True, populate_by_name=True)
-
-    device: int = Field(ge=0)
-    inode: int = Field(ge=0)
-    offset: int = Field(ge=0)
-    line: int = Field(ge=0)
-    line_start: int | None = Field(default=None, ge=0, alias="lineStart")
-    line_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$", alias="lineSha256")
 
 
 class _SessionsDoc(BaseModel):
@@ -133,50 +157,16 @@ def load_session_states(state_path: str, *, format: str) -> dict[str, IngestStat
 
     A damaged file, or one written for another format, raises ``IngestStateError``.
     """
-    try:
-        with open(state_path, "rb") as f:
-            text = f.read()
-    except FileNotFoundError:
+    doc = _read_doc(state_path, _SessionsDoc, "a session ingest state file")
+    if doc is None:
         return {}
-    except OSError as exc:
-        raise IngestStateError(f"cannot read ingest state {state_path}: {exc.strerror}") from None
-    try:
-        doc = _SessionsDoc.model_validate_json(text)
-    except ValidationError as exc:
-        raise IngestStateError(f"{state_path} is not a session ingest state file ({field_errors(exc)})") from None
-    if doc.schema_ != SESSIONS_STATE_SCHEMA:
-        raise IngestStateError(f"{state_path} has schema {doc.schema_!r}; expected {SESSIONS_STATE_SCHEMA!r}")
+    _check_schema(state_path, doc.schema_, SESSIONS_STATE_SCHEMA)
     if doc.format != format:
         raise IngestStateError(f"{state_path} is the state of --format {doc.format}, not {format}")
-    return {
-        path: IngestState(
-            FileId(f.device, f.inode),
-            f.offset,
-            f.line,
-            f.line_start,
-            bytes.fromhex(f.line_sha256) if f.line_sha256 else None,
-        )
-        for path, f in doc.files.items()
-    }
+    return {path: f.state() for path, f in doc.files.items()}
 
 
 def save_session_states(state_path: str, states: dict[str, IngestState], *, format: str) -> None:
     """Write the per-file states of a host-format ingest atomically and durably."""
-    files = {
-        path: {
-            "device": st.file.device,
-            "inode": st.file.inode,
-            "offset": st.offset,
-            "line": st.line,
-            "lineStart": st.line_start,
-            "lineSha256": st.line_sha256.hex() if st.line_sha256 else None,
-        }
-        for path, st in sorted(states.items())
-    }
-    doc = {
-        "schema": SESSIONS_STATE_SCHEMA,
-        "format": format,
-        "files": files,
-        "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    replace_file(state_path, (json.dumps(doc, sort_keys=True) + "\n").encode())
+    files = {path: _file_doc(st) for path, st in sorted(states.items())}
+    _write_doc(state_path, {"schema": SESSIONS_STATE_SCHEMA, "format": format, "files": files})

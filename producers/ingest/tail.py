@@ -241,14 +241,7 @@ class LineReader:
             return
         if self._fh is None:
             return
-        while True:
-            chunk = self._read_chunk()
-            if not chunk:
-                break
-            # the bytes of an unfinished line stay in _partial; _pos is their start
-            line = self._take(chunk)
-            if line is not None:
-                yield line
+        yield from self._complete_lines()
         if not self.follow or self._stdin:
             # the end of input: a last line without a newline is still a line (unless told otherwise)
             if self._partial or self._too_long:
@@ -287,7 +280,9 @@ class LineReader:
             self._notice(f"{self.path}: truncated; reading it again from its start")
             self._restart()
 
-    def _drain_old(self) -> Iterator[Line]:
+    def _complete_lines(self) -> Iterator[Line]:
+        """The complete lines readable now; the bytes of an unfinished line stay in ``_partial`` (``_pos``
+        is their start)."""
         while True:
             chunk = self._read_chunk()
             if not chunk:
@@ -295,5 +290,8 @@ class LineReader:
             line = self._take(chunk)
             if line is not None:
                 yield line
+
+    def _drain_old(self) -> Iterator[Line]:
+        yield from self._complete_lines()
         if self._partial or self._too_long:
             yield self._emit(newline=False)

@@ -233,7 +233,7 @@ class ApplyTransaction:
                 records += 1
                 if isinstance(it, RefusedRecord):
                     quarantined += 1
-                    quarantine.append((part, it.offset, it.code, it.reason, it.project, it.source, it.key, it.value))
+                    quarantine.append((part, it.offset, it.code, it.reason, it.project_sha256, it.source, it.key, it.value))
                     continue
                 if isinstance(it, RepairItem):
                     repair_rows.append(self._repair(part, it, works, loaded, quarantine, marks))

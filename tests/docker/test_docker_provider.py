@@ -8,6 +8,7 @@ the broker's log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -35,11 +36,8 @@ MISSING_IMAGE = "throughline-test/no-such-kafka:0"
 
 @pytest.fixture
 def engine() -> Iterator[Any]:
-    client = docker_client()
-    try:
+    with contextlib.closing(docker_client()) as client:
         yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture

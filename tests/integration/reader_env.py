@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from throughline.cli import main
 from throughline.reader import ObserverRead
 
@@ -36,6 +38,13 @@ class Env:
     def __post_init__(self) -> None:
         (self.tmp / "proj").mkdir(exist_ok=True)
         self.db = self.tmp / "proj" / "throughline.duckdb"
+
+    @classmethod
+    def isolated(cls, bootstrap: str, topic: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+        """An Env that sees none of the developer's token key or broker settings."""
+        for name in ("THROUGHLINE_TOKEN_KEY", "THROUGHLINE_TOKEN_KEY_FILE", "THROUGHLINE_BOOTSTRAP_SERVERS"):
+            monkeypatch.delenv(name, raising=False)
+        return cls(bootstrap, topic, tmp)
 
     @property
     def connection(self) -> list[str]:

@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from support.topic import closed_port, read_topic, turn_ids
@@ -51,6 +52,18 @@ def start_ingest(bootstrap: str, topic: str, *args: str) -> subprocess.Popen[str
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@contextmanager
+def running_ingest(bootstrap: str, topic: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``start_ingest``, killed on the way out if the test left it running."""
+    proc = start_ingest(bootstrap, topic, *args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def turn_line(n: int, project: str = "/p/follow", **extra: object) -> str:
@@ -182,17 +195,12 @@ def test_follow_stopped_by_sigterm_then_restarted_neither_loses_nor_duplicates(
     path = tmp_path / "live.jsonl"
     state = Path(str(path) + ".ingest-state")
     path.write_text("")
-    proc = start_ingest(kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--poll-interval", "0.05")
-    try:
+    with running_ingest(kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--poll-interval", "0.05") as proc:
         append(path, [turn_line(n) for n in range(1, 51)])
         wait_for(lambda: state_line(state) == 50, "the state to cover the first 50 lines")
         append(path, [turn_line(n) for n in range(51, 101)])  # SIGTERM lands while these are read
         proc.send_signal(signal.SIGTERM)
         code, err = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     assert code == 0, err
     covered = state_line(state)
     assert 50 <= covered <= 100
@@ -211,17 +219,12 @@ def test_follow_killed_then_restarted_resends_nothing_it_recorded(
     state = tmp_path / "custom.state"
     total = 6000
     path.write_text("".join(turn_line(n, project=f"/p/{n % 5}") for n in range(1, total + 1)))
-    proc = start_ingest(
+    with running_ingest(
         kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--state", str(state), "--poll-interval", "0.05"
-    )
-    try:
+    ) as proc:
         wait_for(lambda: state_line(state) > 0, "a first state write")
         proc.send_signal(signal.SIGKILL)  # no chance to flush or save
         proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     recorded = state_line(state)  # the last state written before the kill
     assert recorded > 0
     result = ingest(
@@ -244,15 +247,10 @@ def test_follow_killed_while_idle_then_restarted_is_exactly_once(
     path = tmp_path / "live.jsonl"
     state = Path(str(path) + ".ingest-state")
     path.write_text("".join(turn_line(n) for n in range(1, 21)))
-    proc = start_ingest(kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--poll-interval", "0.05")
-    try:
+    with running_ingest(kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--poll-interval", "0.05") as proc:
         wait_for(lambda: state_line(state) == 20, "the state to cover every line")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     append(path, [turn_line(n) for n in range(21, 31)])
     result = ingest(kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--max-idle", "1", "--poll-interval", "0.05")
     assert result.returncode == 0, result.stderr
@@ -266,10 +264,9 @@ def test_follow_survives_rotation_and_truncation(kafka_bootstrap: str, kafka_top
     path = tmp_path / "rotating.jsonl"
     state = Path(str(path) + ".ingest-state")
     path.write_text("".join(turn_line(n) for n in range(1, 6)))
-    proc = start_ingest(
+    with running_ingest(
         kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--poll-interval", "0.05", "--max-idle", "3"
-    )
-    try:
+    ) as proc:
         wait_for(lambda: state_line(state) == 5, "the first file")
         append(path, [turn_line(6)])  # written just before the writer rotates: maybe not read yet
         path.rename(tmp_path / "rotating.jsonl.1")
@@ -280,10 +277,6 @@ def test_follow_survives_rotation_and_truncation(kafka_bootstrap: str, kafka_top
         path.write_text("")
         append(path, [turn_line(n) for n in range(10, 12)])
         code, err = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     assert code == 0, err
     assert "rotated" in err and "truncated" in err
     assert Counter(turn_ids(read_topic(kafka_bootstrap, kafka_topic_name))) == Counter(
@@ -298,15 +291,10 @@ def test_a_one_shot_ingest_interrupted_saves_its_state(
     path = tmp_path / "in.jsonl"
     path.write_text("".join(turn_line(n, project=f"/p/{n % 3}") for n in range(1, total + 1)))
     state = tmp_path / "state"
-    proc = start_ingest(kafka_bootstrap, kafka_topic_name, str(path), "--state", str(state))
-    try:
+    with running_ingest(kafka_bootstrap, kafka_topic_name, str(path), "--state", str(state)) as proc:
         wait_for(lambda: state_line(state) > 0 or proc.poll() is not None, "a first state write")
         proc.send_signal(signal.SIGINT)
         code, err = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
     covered = state_line(state)
     if code == 130:  # interrupted before the end
         assert json.loads(err.strip().splitlines()[-1])["error"]["code"] == "interrupted"

@@ -12,22 +12,14 @@ from pathlib import Path
 
 import pytest
 from reader_env import Env, clean_env
+from support.cursor import cursor_length
 
-from throughline.core.cursor import Cursor, decode_cursor
-from throughline.reader import load_state
+from throughline.reader import load_observer_state
 
 
 @pytest.fixture
 def env(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
-    for name in ("THROUGHLINE_TOKEN_KEY", "THROUGHLINE_TOKEN_KEY_FILE", "THROUGHLINE_BOOTSTRAP_SERVERS"):
-        monkeypatch.delenv(name, raising=False)
-    return Env(kafka_bootstrap, kafka_topic_name, tmp_path)
-
-
-def _length(cursor: str | None) -> int:
-    decoded = decode_cursor(cursor)
-    assert isinstance(decoded, Cursor)
-    return decoded.length
+    return Env.isolated(kafka_bootstrap, kafka_topic_name, tmp_path, monkeypatch)
 
 
 def _audited(path: Path) -> list[tuple[int, str]]:
@@ -62,6 +54,15 @@ def _observe_argv(env: Env, state: Path, *extra: str) -> list[str]:
     ]
 
 
+def _observed(env: Env, turns: int) -> tuple[Path, bytes]:
+    """``turns`` turns ingested, projected and observed once: the Observer state file and what it holds."""
+    state = env.tmp / "s.json"
+    env.ingest_n(turns)
+    env.project_log()
+    assert env.cli(*_observe_argv(env, state))[0] == 0
+    return state, state.read_bytes()
+
+
 def test_observer_killed_mid_series_resumes_without_gap_or_duplicate(env: Env) -> None:
     state = env.tmp / "observer-state.json"
     env.ingest_n(6)
@@ -71,7 +72,7 @@ def test_observer_killed_mid_series_resumes_without_gap_or_duplicate(env: Env) -
     assert [json.loads(line)["seq"] for line in out.splitlines()] == [3, 4, 5, 6]  # the snapshot
     assert "series: snapshot" in err and "history truncated" in err and "new cursor saved" in err
     saved = state.read_bytes()
-    assert _length(load_state(state)) == 6
+    assert cursor_length(load_observer_state(state)) == 6
 
     env.ingest_n(20)
     env.project_log()
@@ -112,7 +113,7 @@ def test_observer_killed_mid_series_resumes_without_gap_or_duplicate(env: Env) -
     assert [seq for seq, _ in resumed] == list(range(7, 27))  # right after the last audited series
     assert killed == resumed[: len(killed)]  # the killed run audited a prefix of the same series
     assert "series: delta" in err and "turns audited: 20" in err and "new cursor saved" in err
-    assert _length(load_state(state)) == 26
+    assert cursor_length(load_observer_state(state)) == 26
 
     code, out, err = env.cli(*_observe_argv(env, state, "--exec", f"cat >> {fast_log}; echo >> {fast_log}"))
     assert code == 0 and "turns audited: 0" in err and "cursor unchanged" in err
@@ -120,11 +121,7 @@ def test_observer_killed_mid_series_resumes_without_gap_or_duplicate(env: Env) -
 
 
 def test_a_failing_audit_exits_1_and_keeps_the_cursor(env: Env) -> None:
-    state = env.tmp / "s.json"
-    env.ingest_n(3)
-    env.project_log()
-    assert env.cli(*_observe_argv(env, state))[0] == 0
-    saved = state.read_bytes()
+    state, saved = _observed(env, 3)
     env.ingest_n(5)
     env.project_log()
     code, out, err = env.cli(*_observe_argv(env, state, "--exec", "exit 3"))
@@ -134,11 +131,7 @@ def test_a_failing_audit_exits_1_and_keeps_the_cursor(env: Env) -> None:
 
 
 def test_pending_gives_up_with_exit_1_then_succeeds(env: Env) -> None:
-    state = env.tmp / "s.json"
-    env.ingest_n(3)
-    env.project_log()
-    assert env.cli(*_observe_argv(env, state))[0] == 0
-    saved = state.read_bytes()
+    state, saved = _observed(env, 3)
     env.ingest_n(2)
     code, out, err = env.cli(*_observe_argv(env, state, "--max-pending-wait", "0.5"))
     assert code == 1 and out == ""
@@ -150,11 +143,7 @@ def test_pending_gives_up_with_exit_1_then_succeeds(env: Env) -> None:
 
 
 def test_resync_policies(env: Env) -> None:
-    state = env.tmp / "s.json"
-    env.ingest_n(6)
-    env.project_log()
-    assert env.cli(*_observe_argv(env, state))[0] == 0
-    saved = state.read_bytes()
+    state, saved = _observed(env, 6)
     env.ingest([env.turn(seq=2)])
     env.project_log()
     code, out, err = env.cli(*_observe_argv(env, state, "--on-resync", "fail"))
@@ -164,7 +153,7 @@ def test_resync_policies(env: Env) -> None:
     assert code == 0
     assert "discarding the saved after cursor" in err and "series: snapshot" in err
     assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 2]
-    assert _length(load_state(state)) == 2
+    assert cursor_length(load_observer_state(state)) == 2
 
 
 def test_follow_runs_series_until_sigterm(env: Env) -> None:
@@ -197,4 +186,4 @@ def test_follow_runs_series_until_sigterm(env: Env) -> None:
     assert proc.returncode == 0, err
     assert [json.loads(line)["seq"] for line in out.decode().splitlines()] == [1, 2, 3]
     assert b"stopped after" in err and b"series: snapshot" in err
-    assert _length(load_state(state)) == 3
+    assert cursor_length(load_observer_state(state)) == 3

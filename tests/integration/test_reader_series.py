@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from reader_env import Env
+from support.cursor import cursor_length
+from support.wire import READ_FIELDS
 
-from throughline.core.cursor import Cursor, decode_cursor
 from throughline.core.identity import project_sha256
 from throughline.core.page_token import SeriesBinding, issue_page_token
 from throughline.reader import KEY_FILE_NAME, ObserverRead
@@ -18,15 +19,7 @@ from throughline.reader.token_key import read_key_file
 
 @pytest.fixture
 def env(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
-    for name in ("THROUGHLINE_TOKEN_KEY", "THROUGHLINE_TOKEN_KEY_FILE", "THROUGHLINE_BOOTSTRAP_SERVERS"):
-        monkeypatch.delenv(name, raising=False)
-    return Env(kafka_bootstrap, kafka_topic_name, tmp_path)
-
-
-def _length(cursor: str | None) -> int:
-    decoded = decode_cursor(cursor)
-    assert isinstance(decoded, Cursor)
-    return decoded.length
+    return Env.isolated(kafka_bootstrap, kafka_topic_name, tmp_path, monkeypatch)
 
 
 def _seqs(pages: list[ObserverRead]) -> list[int]:
@@ -38,13 +31,13 @@ def test_a_series_never_shows_turns_completed_during_it(env: Env) -> None:
     env.project_log()
     first, _ = env.read()
     after = first.throughCursor
-    assert _length(after) == 2
+    assert cursor_length(after) == 2
     lines = env.ingest_n(10)
     env.project_log()
 
     pages = [env.read(after=after, limit=3)[0]]
     through = pages[0].throughCursor
-    assert _length(through) == 12
+    assert cursor_length(through) == 12
     while not pages[-1].page.complete:
         env.ingest_n(4)  # completes mid-series, and the projector applies it
         env.project_log()
@@ -71,7 +64,7 @@ def test_rollback_under_the_after_cursor_is_resync_required(env: Env) -> None:
     assert read.afterCursor == after
     # A fresh snapshot is fine, and names the rewound chain.
     fresh = env.read()[0]
-    assert fresh.status == "ok" and _length(fresh.throughCursor) == 4
+    assert fresh.status == "ok" and cursor_length(fresh.throughCursor) == 4
 
 
 def test_a_thread_switch_reads_the_new_thread_from_zero(env: Env) -> None:
@@ -98,16 +91,7 @@ def test_ingest_without_projecting_is_pending_then_ok(env: Env) -> None:
     read, text = env.read()
     assert read.status == "projection_pending"
     assert read.turns == () and read.throughCursor is None and read.page.nextToken is None
-    assert set(json.loads(text)) == {
-        "schema",
-        "status",
-        "thread",
-        "afterCursor",
-        "throughCursor",
-        "turns",
-        "historyTruncated",
-        "page",
-    }
+    assert set(json.loads(text)) == READ_FIELDS
     env.project_log()
     ok = env.read()[0]
     assert ok.status == "ok" and _seqs([ok]) == [1, 2, 3, 4, 5]

@@ -31,7 +31,7 @@ from throughline.core.page_token import SeriesBinding, issue_page_token
 from throughline.producers.producer import TurnProducer
 from throughline.projector.runner import Projector
 from throughline.projector.store import DuckProjection
-from throughline.reader import Observer, load_state
+from throughline.reader import Observer, load_observer_state
 from throughline.serve.client import HttpReader
 
 KEY_HEX = "5f" * 32
@@ -346,7 +346,7 @@ def test_the_observer_audits_over_http(world: dict[str, Any], tmp_path: Path) ->
     observer = Observer(HttpReader(serve.url), project=OTHER, state_path=state, audit=lambda t: audited.append(t.seq))
     summary = observer.run_series()
     assert summary.saved and audited == [1]
-    assert load_state(state) == summary.through_cursor
+    assert load_observer_state(state) == summary.through_cursor
 
 
 def test_health_readiness_and_metrics(world: dict[str, Any]) -> None:
@@ -393,7 +393,7 @@ def test_read_and_observe_talk_to_serve_with_url(world: dict[str, Any], tmp_path
     state = tmp_path / "observer.json"
     observed = cli("observe", "--url", serve.url, "--project", OTHER, "--state", str(state), env=outside)
     assert observed.returncode == 0, observed.stderr
-    assert load_state(state) == document["throughCursor"]
+    assert load_observer_state(state) == document["throughCursor"]
     away = cli("read", "--url", "http://127.0.0.1:9", "--project", OTHER, env=outside)
     assert away.returncode == 1
     assert json.loads(away.stderr.splitlines()[-1])["error"]["code"] == "server_unavailable"

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from support.projection import PassThroughView, PassThroughWaits
+
 from throughline.core.memory import BookProjection, FixedLog
 from throughline.core.ports import Projection, ProjectionView, StoredTurn, read_turn_ranges
 from throughline.core.repair import build_repair
@@ -154,19 +156,9 @@ class DuckTarget:
 
 
 @dataclass
-class _DamagedView:
-    inner: ProjectionView
+class _DamagedView(PassThroughView):
     hidden: set[tuple[bytes, int]]
     altered: set[tuple[bytes, int]]
-
-    def applied_offset(self, partition: int) -> int:
-        return self.inner.applied_offset(partition)
-
-    def head(self, project_sha256: bytes) -> Any:
-        return self.inner.head(project_sha256)
-
-    def source(self, source_sha256: bytes) -> Any:
-        return self.inner.source(source_sha256)
 
     def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
         return self._damaged(source_sha256, self.inner.turns(source_sha256, first_seq, last_seq))
@@ -188,10 +180,9 @@ class _DamagedView:
 
 
 @dataclass
-class DamagedProjection:
+class DamagedProjection(PassThroughWaits):
     """A pass-through ``Projection`` that hides or garbles the turn rows named in ``hidden``/``altered``."""
 
-    inner: Projection
     hidden: set[tuple[bytes, int]] = field(default_factory=set)
     altered: set[tuple[bytes, int]] = field(default_factory=set)
 
@@ -199,19 +190,6 @@ class DamagedProjection:
     def view(self) -> Iterator[ProjectionView]:
         with self.inner.view() as inner:
             yield _DamagedView(inner, self.hidden, self.altered)
-
-    def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
-        return self.inner.wait_applied(partition, offset, timeout)
-
-    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
-        # The production scoped wait (the projection knows the projects of what it fetched).
-        return self.inner.wait_settled(partition, project_sha256, offset, timeout)
-
-    def project_changes(self, project_sha256: bytes) -> int:
-        return self.inner.project_changes(project_sha256)
-
-    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
-        return self.inner.wait_project_changed(project_sha256, seen, timeout)
 
 
 # ------------------------------------------------------------------------------------------- series

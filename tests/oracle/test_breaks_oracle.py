@@ -20,8 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from support.projection import PassThroughView, PassThroughWaits
 
-from throughline.core.ports import Projection, ProjectionView
+from throughline.core.ports import ProjectionView
 
 from .conftest import ENV_BLOB
 from .driver import BookTarget, Driver, duck_target_factory, production_reader, run_history
@@ -120,17 +121,10 @@ def test_without_the_repair_the_source_stays_refused() -> None:
 
 
 @dataclass
-class _Forgetful:
+class _Forgetful(PassThroughView):
     """A projection view that forgets (``forget=True``) or invents (``forget=False``) broken marks."""
 
-    inner: ProjectionView
     forget: bool
-
-    def applied_offset(self, partition: int) -> int:
-        return self.inner.applied_offset(partition)
-
-    def head(self, project_sha256: bytes) -> Any:
-        return self.inner.head(project_sha256)
 
     def source(self, source_sha256: bytes) -> Any:
         info = self.inner.source(source_sha256)
@@ -143,21 +137,13 @@ class _Forgetful:
 
 
 @dataclass
-class _ForgetfulProjection:
-    inner: Projection
+class _ForgetfulProjection(PassThroughWaits):
     forget: bool
 
     @contextmanager
     def view(self) -> Iterator[ProjectionView]:
         with self.inner.view() as inner:
             yield _Forgetful(inner, self.forget)
-
-    def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
-        return self.inner.wait_applied(partition, offset, timeout)
-
-    def __getattr__(self, name: str) -> Any:
-        # The port's other members (the scoped waits the reader may use) are the inner projection's.
-        return getattr(self.inner, name)
 
 
 def _reader_over(forget: bool) -> Callable[..., Any]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from support.topic import Stored
+from support.topic import Stored, read_topic_and_ends
 
 from throughline.core.fold import ChainBook
 from throughline.core.identity import project_sha256
@@ -197,6 +197,32 @@ def fold_log(stored: Iterable[Stored], partitions: int) -> Fold:
     return Fold(book, undecodable, records, where)
 
 
+def check_applied_prefix(
+    bootstrap: str, topic: str, db: Path, partitions: int, *, missing_ok: bool = False
+) -> dict[int, int]:
+    """Assert that the projection file (its writer maybe just killed) equals the fold of exactly the log
+    prefix its applied offsets name, partition by partition; return those offsets.
+
+    ``missing_ok``: a file whose schema was never committed (a writer killed that early) applied
+    nothing, and there is nothing to check (``{}``).
+    """
+    from throughline.projector.exceptions import ProjectionMissingError
+    from throughline.projector.store import DuckProjection
+
+    try:
+        projection = DuckProjection.open(db, read_only=True, topic=topic)
+    except ProjectionMissingError:
+        if not missing_ok:
+            raise
+        return {}
+    with projection:
+        applied = projection.applied_offsets()
+    stored, _ = read_topic_and_ends(bootstrap, topic)
+    prefix = [s for s in stored if s.offset < applied.get(s.partition, 0)]
+    check_projection(db, fold_log(prefix, partitions), {p: applied.get(p, 0) for p in range(partitions)}, topic=topic)
+    return applied
+
+
 def check_projection(db: Path | str, fold: Fold, ends: dict[int, int], *, topic: str) -> dict[str, int]:
     """Assert that the projection file equals the fold of the log; return what was compared.
 
@@ -293,38 +319,38 @@ class Child:
         if not self.alive():
             self._reap()
             return False
+        self._kill_group()
+        self.kills += 1
+        return True
+
+    def _kill_group(self) -> None:
         assert self.proc is not None
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self.proc.wait(timeout=30)
-        self.kills += 1
-        return True
 
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM and wait (bounded); the exit code."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-            raise AssertionError(f"{self.name} did not stop on SIGTERM; stderr:\n{self.stderr()}") from None
-        self.exits.append(code)
-        return code
+        return self._exit_code(timeout, "did not stop on SIGTERM")
 
     def wait(self, timeout: float) -> int:
         """Wait (bounded) for the run to end on its own; the exit code."""
+        return self._exit_code(timeout, f"did not finish in {timeout}s")
+
+    def _exit_code(self, timeout: float, failure: str) -> int:
+        # A run that outlives the bound is killed (nothing is left running) and fails the test.
         assert self.proc is not None
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
-            raise AssertionError(f"{self.name} did not finish in {timeout}s; stderr:\n{self.stderr()}") from None
+            raise AssertionError(f"{self.name} {failure}; stderr:\n{self.stderr()}") from None
         self.exits.append(code)
         return code
 
@@ -347,12 +373,7 @@ class Child:
     def stop_quietly(self) -> None:
         """Kill without counting (cleanup)."""
         if self.alive():
-            assert self.proc is not None
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=30)
+            self._kill_group()
 
 
 def last_error(text: str) -> dict[str, str] | None:
@@ -377,6 +398,15 @@ def status_json(folder: Path, env: dict[str, str], db: Path | str) -> tuple[int,
         return done.returncode, dict(json.loads(done.stdout))
     except ValueError:
         return done.returncode, None
+
+
+def readyz_lag(url: str, *, timeout: float = 30.0) -> int | None:
+    """The ``lag`` ``serve``'s ``/readyz`` at ``url`` reports (``None`` when it does not answer or says none)."""
+    try:
+        _, doc = http_json(url + "/readyz", timeout=timeout)
+    except OSError:
+        return None
+    return doc.get("lag") if isinstance(doc, dict) else None
 
 
 def http_json(url: str, *, timeout: float = 30.0, data: bytes | None = None) -> tuple[int, Any]:

@@ -8,16 +8,20 @@ with a quarantined record (a gap), another project, multi-byte text and a body a
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from support.world import append_to_log, numbered_turn
 
 from throughline.core.cursor import Cursor
 from throughline.core.fold import BookTurn
 from throughline.core.identity import project_sha256
 from throughline.core.memory import BookProjection, FixedLog
 from throughline.core.ports import cursor_of
-from throughline.core.turn import TurnRecord, build_turn
+from throughline.core.turn import TurnRecord
 from throughline.projector.store import DuckProjection, LogRecord
 from throughline.reader import read_observer_turn_page
 from throughline.schemas.codec import encode_turn
@@ -30,7 +34,6 @@ HOSTS = ("SECRETHOST-alpha", "SECRETHOST-beta")
 THREADS = ("SECRETTHREAD-main", "SECRETTHREAD-side")
 #: Substrings of raw identities that must never leave the system.
 SECRET_MARKERS = ("SECRETUSER", "SECRETPATH", "SECRETHOST", "SECRETTHREAD", "SECRETTURN")
-BASE_MICROS = 1_780_000_000_000_000
 PARTITIONS = 3
 
 
@@ -46,18 +49,9 @@ class FixedWorld:
     def add(self, project: str, host: str, thread: str, *, seq: int | None = None, body: str | None = None) -> None:
         self.counter += 1
         n = self.counter
-        record = build_turn(
-            project=project,
-            host=host,
-            thread=thread,
-            turn_id=f"SECRETTURN-{n}",
-            completed_at_micros=BASE_MICROS + n * 1_000,
-            body=body if body is not None else f"turn {n}: naïve ✓ 中文 {'é' * (n % 5)}",
-            seq=seq,
-        )
-        partition = self.log.partition_of(record.project_sha256)
-        offset = self.log.ends.get(partition, 0)
-        self.log.ends[partition] = offset + 1
+        body = body if body is not None else f"turn {n}: naïve ✓ 中文 {'é' * (n % 5)}"
+        record = numbered_turn(n, project, host, thread, body=body, id_prefix="SECRETTURN-", seq=seq)
+        partition, offset = append_to_log(self.log, record)
         self.records.append((record, partition, offset))
         self.projection.apply(record, partition, offset)
 
@@ -126,6 +120,16 @@ class FixedWorld:
         for partition, batch in self.log_records():
             projection.apply_batch(TOPIC, partition, batch)
         return projection
+
+    @contextmanager
+    def temporary_duck(self, name: str) -> Iterator[DuckProjection]:
+        """``duck`` in a temporary folder, closed and removed afterwards."""
+        with tempfile.TemporaryDirectory(prefix=f"tl-{name}-") as folder:
+            projection = self.duck(Path(folder) / f"{name}.duckdb")
+            try:
+                yield projection
+            finally:
+                projection.close()
 
 
 def _decoded(text: str) -> Cursor:

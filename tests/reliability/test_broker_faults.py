@@ -238,7 +238,7 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
         assert ingest.terminate() == 0, ingest.stderr()
         mark("ingest stopped")
         stored, ends = read_topic_and_ends(bootstrap, topic)
-        wait_until(lambda: _lag(url) == 0, timeout=CATCH_UP_TIMEOUT, what="serve to catch up after the outages")
+        wait_until(lambda: rel_support.readyz_lag(url) == 0, timeout=CATCH_UP_TIMEOUT, what="serve to catch up after the outages")
         mark("serve caught up")
         wait_until(lambda: _status(url, "/readyz") == 200, timeout=CATCH_UP_TIMEOUT, what="serve to be ready at the end")
         assert _status(url, "/healthz") == 200
@@ -317,14 +317,6 @@ def _status(url: str, path: str) -> int:
     except OSError:
         return -1
     return status
-
-
-def _lag(url: str) -> int | None:
-    try:
-        status, doc = rel_support.http_json(url + "/readyz", timeout=30)
-    except OSError:
-        return None
-    return doc.get("lag") if isinstance(doc, dict) else None
 
 
 def _ingested(bootstrap: str, topic: str, turn_ids: list[str]) -> bool:

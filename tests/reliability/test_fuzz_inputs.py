@@ -27,10 +27,8 @@ import asyncio
 import json
 import math
 import random
-import tempfile
 import unicodedata
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,12 +146,8 @@ KNOWN_SOURCES = list(WORLD.sources())
 
 @pytest.fixture(scope="module")
 def duck() -> Iterator[DuckProjection]:
-    with tempfile.TemporaryDirectory(prefix="tl-fuzz-") as folder:
-        projection = WORLD.duck(Path(folder) / "fuzz.duckdb")
-        try:
-            yield projection
-        finally:
-            projection.close()
+    with WORLD.temporary_duck("fuzz") as projection:
+        yield projection
 
 
 # ------------------------------------------------------------------------------------------ helpers

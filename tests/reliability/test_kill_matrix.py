@@ -39,16 +39,15 @@ from typing import Any
 
 import pytest
 import rel_support
-from rel_support import Child, Workload, check_projection, fold_log, wait_until
-from support.topic import read_topic_and_ends
+from rel_support import Child, Workload, check_applied_prefix, check_projection, fold_log, wait_until
+from support.topic import Stored, read_topic_and_ends
 
 from throughline.core.cursor import Cursor, decode_cursor
 from throughline.core.identity import project_sha256
 from throughline.log import ensure_topic
 from throughline.producers.producer import TurnProducer
-from throughline.projector.exceptions import ProjectionMissingError
 from throughline.projector.store import DuckProjection
-from throughline.reader import ObserverRead, load_state
+from throughline.reader import ObserverRead, load_observer_state
 from throughline.serve.client import HttpReader
 from throughline.serve.exceptions import ServerUnavailableError
 from throughline.testing.kafka import free_port
@@ -145,19 +144,7 @@ class Readers:
 
 def _applied_prefix_check(bootstrap: str, topic: str, db: Path) -> int:
     """The projection file (its writer just killed) equals the fold of exactly its applied log prefix."""
-    try:
-        projection = DuckProjection.open(db, read_only=True, topic=topic)
-    except ProjectionMissingError:
-        return 0  # killed before the projection's schema was committed: nothing applied, nothing to check
-    try:
-        applied = projection.applied_offsets()
-    finally:
-        projection.close()
-    stored, _ = read_topic_and_ends(bootstrap, topic)
-    prefix = [s for s in stored if s.offset < applied.get(s.partition, 0)]
-    ends = {p: applied.get(p, 0) for p in range(PARTITIONS)}
-    check_projection(db, fold_log(prefix, PARTITIONS), ends, topic=topic)
-    return sum(ends.values())
+    return sum(check_applied_prefix(bootstrap, topic, db, PARTITIONS, missing_ok=True).values())
 
 
 def _audit_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -176,7 +163,7 @@ def _audit_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
 
 
 def _saved_length(state: Path) -> int | None:
-    cursor = load_state(state)  # must load after any kill: the save is atomic
+    cursor = load_observer_state(state)  # must load after any kill: the save is atomic
     if cursor is None:
         return None
     decoded = decode_cursor(cursor)
@@ -257,13 +244,8 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
             child.start()
 
         # Stop producing; let everything catch up; stop gracefully.
-        ingest.stop.set()
-        threads[0].join(timeout=120)
-        assert ingest.error is None, ingest.error
-        stored, ends = read_topic_and_ends(kafka_bootstrap, topic)
-        fold = fold_log(stored, PARTITIONS)
-        head = len(fold.book.live[_source_of(fold, OBSERVED)])
-        wait_until(lambda: _lag(url) == 0, timeout=CATCH_UP_TIMEOUT, what="serve to apply the whole log")
+        stored, ends, fold, head = stop_and_fold(ingest, threads[0], kafka_bootstrap, topic, PARTITIONS)
+        wait_until(lambda: rel_support.readyz_lag(url, timeout=10) == 0, timeout=CATCH_UP_TIMEOUT, what="serve to apply the whole log")
         wait_until(lambda: _saved_length(state) == head, timeout=CATCH_UP_TIMEOUT, what="the Observer to reach the head")
         readers.stop.set()
         for t in threads[1:]:
@@ -310,6 +292,18 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
     assert not readers.failures, readers.failures[:5]
 
 
+def stop_and_fold(
+    ingest: Ingest, producing: threading.Thread, bootstrap: str, topic: str, partitions: int
+) -> tuple[list[Stored], dict[int, int], rel_support.Fold, int]:
+    """Stop the ingest and fold the log it left: (records, end offsets, fold, OBSERVED's chain length)."""
+    ingest.stop.set()
+    producing.join(timeout=120)
+    assert ingest.error is None, ingest.error
+    stored, ends = read_topic_and_ends(bootstrap, topic)
+    fold = fold_log(stored, partitions)
+    return stored, ends, fold, len(fold.book.live[_source_of(fold, OBSERVED)])
+
+
 def _source_of(fold: rel_support.Fold, project: str) -> bytes:
     return fold.book.heads[project_sha256(project)]
 
@@ -320,14 +314,6 @@ def _ready(url: str) -> bool:
     except OSError:
         return False
     return status in (200, 503)
-
-
-def _lag(url: str) -> int | None:
-    try:
-        status, doc = rel_support.http_json(url + "/readyz", timeout=10)
-    except OSError:
-        return None
-    return doc.get("lag") if isinstance(doc, dict) else None
 
 
 def _check_audit(

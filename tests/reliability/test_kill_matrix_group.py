@@ -27,14 +27,11 @@ from typing import Any
 import pytest
 import rel_support
 import test_kill_matrix as km
-from rel_support import Child, Workload, fold_log, wait_until
-from support.topic import read_topic_and_ends
+from rel_support import Child, Workload, wait_until
 
 from throughline.errors import ThroughlineError
 from throughline.log import ensure_topic
 from throughline.producers.producer import TurnProducer
-from throughline.projector.exceptions import ProjectionMissingError
-from throughline.projector.store import DuckProjection
 from throughline.testing.kafka import free_port
 
 pytestmark = pytest.mark.integration
@@ -59,18 +56,7 @@ class GroupReaders(km.Readers):
 
 def _prefix_check(bootstrap: str, topic: str, db: Path) -> dict[int, int]:
     """The member's file equals the fold of exactly its applied log prefix (partition by partition)."""
-    try:
-        projection = DuckProjection.open(db, read_only=True, topic=topic)
-    except ProjectionMissingError:
-        return {}  # killed before the projection's schema was committed: nothing applied
-    try:
-        applied = projection.applied_offsets()
-    finally:
-        projection.close()
-    stored, _ = read_topic_and_ends(bootstrap, topic)
-    prefix = [s for s in stored if s.offset < applied.get(s.partition, 0)]
-    rel_support.check_projection(db, fold_log(prefix, PARTITIONS), {p: applied.get(p, 0) for p in range(PARTITIONS)}, topic=topic)
-    return applied
+    return rel_support.check_applied_prefix(bootstrap, topic, db, PARTITIONS, missing_ok=True)
 
 
 def _group(url: str) -> dict[str, Any] | None:
@@ -156,12 +142,7 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
             prefix_checks += 1
             child.start()
 
-        ingest.stop.set()
-        threads[0].join(timeout=120)
-        assert ingest.error is None, ingest.error
-        stored, ends = read_topic_and_ends(kafka_bootstrap, topic)
-        fold = fold_log(stored, PARTITIONS)
-        head = len(fold.book.live[km._source_of(fold, km.OBSERVED)])
+        stored, ends, fold, head = km.stop_and_fold(ingest, threads[0], kafka_bootstrap, topic, PARTITIONS)
         wait_until(lambda: _settled(urls), timeout=CATCH_UP_TIMEOUT, what="the group to settle and catch up")
         wait_until(lambda: km._saved_length(state) == head, timeout=CATCH_UP_TIMEOUT, what="the Observer to reach the head")
         readers.stop.set()

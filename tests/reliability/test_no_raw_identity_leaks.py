@@ -20,7 +20,6 @@ of those strings (nor their UTF-8 bytes) may appear in:
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,12 +75,8 @@ def report() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def duck() -> Iterator[DuckProjection]:
-    with tempfile.TemporaryDirectory(prefix="tl-leaks-") as folder:
-        projection = WORLD.duck(Path(folder) / "leaks.duckdb")
-        try:
-            yield projection
-        finally:
-            projection.close()
+    with WORLD.temporary_duck("leaks") as projection:
+        yield projection
 
 
 def read(projection: Any, log: Any = None, **params: Any) -> ObserverRead | ThroughlineError:

@@ -30,12 +30,19 @@ from pathlib import Path
 
 import pytest
 import rel_support
-from rel_support import Child, Workload, check_projection, fold_log, last_error, wait_until
+from rel_support import (
+    Child,
+    Workload,
+    check_applied_prefix,
+    check_projection,
+    fold_log,
+    last_error,
+    wait_until,
+)
 from support.topic import read_topic_and_ends
 
 from throughline.log import ensure_topic
 from throughline.producers.producer import TurnProducer
-from throughline.projector.store import DuckProjection
 
 pytestmark = pytest.mark.integration
 
@@ -171,12 +178,7 @@ def _produce(bootstrap: str, topic: str, workload: Workload, n: int, body_bytes:
 
 def _prefix_check(bootstrap: str, topic: str, db: Path) -> int:
     """The file equals the fold of exactly the log prefix its applied offsets name; the applied total."""
-    with DuckProjection.open(db, read_only=True, topic=topic) as projection:
-        applied = projection.applied_offsets()
-    stored, _ = read_topic_and_ends(bootstrap, topic)
-    prefix = [s for s in stored if s.offset < applied.get(s.partition, 0)]
-    check_projection(db, fold_log(prefix, PARTITIONS), {p: applied.get(p, 0) for p in range(PARTITIONS)}, topic=topic)
-    return sum(applied.values())
+    return sum(check_applied_prefix(bootstrap, topic, db, PARTITIONS).values())
 
 
 def _full_check(bootstrap: str, topic: str, db: Path) -> int:
@@ -217,15 +219,29 @@ def _running(child: Child) -> Child:
     return child
 
 
+_CATCH_UP = ["project", "--until-caught-up", "--db"]
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, kafka_topic_name: str) -> dict[str, str]:
+    """The children's environment, naming the test's topic (created here)."""
+    ensure_topic(kafka_bootstrap, kafka_topic_name, partitions=PARTITIONS)
+    return rel_support.child_env(THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap, THROUGHLINE_TOPIC=kafka_topic_name)
+
+
+def _catch_up(name: str, db: Path, tmp_path: Path, env: dict[str, str], timeout: float) -> None:
+    """A ``project --until-caught-up`` run that must exit 0 within ``timeout`` seconds."""
+    child = Child(name, [*_CATCH_UP, str(db)], tmp_path, env).start()
+    assert child.wait(timeout) == 0, child.stderr()
+
+
 # ------------------------------------------------------------------------------------------ tests
 
 
 def test_disk_full_stops_the_projector_cleanly_and_it_resumes(
-    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+    kafka_bootstrap: str, kafka_topic_name: str, env: dict[str, str], tmp_path: Path
 ) -> None:
     topic = kafka_topic_name
-    ensure_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
-    env = rel_support.child_env(THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap, THROUGHLINE_TOPIC=topic)
     disk = tmp_path / "disk"
     # THROUGHLINE_DISK_FULL_MECHANISM=rlimit exercises the fallback on a machine that may mount.
     mounted = os.environ.get("THROUGHLINE_DISK_FULL_MECHANISM") != "rlimit" and _mount_tmpfs(disk, 48)
@@ -235,8 +251,7 @@ def test_disk_full_stops_the_projector_cleanly_and_it_resumes(
     filler: Path | None = None
     try:
         _produce(kafka_bootstrap, topic, workload, 300)
-        first = Child("first", ["project", "--db", str(db), "--until-caught-up"], tmp_path, env).start()
-        assert first.wait(120) == 0, first.stderr()
+        _catch_up("first", db, tmp_path, env, 120)
         argv = ["project", "-v", "--db", str(db)]
         if mounted:
             runner = _running(Child("projector", argv, tmp_path, env).start())
@@ -253,8 +268,7 @@ def test_disk_full_stops_the_projector_cleanly_and_it_resumes(
         if filler is not None:
             filler.unlink()  # space is back
             filler = None
-        resumed = Child("resumed", ["project", "--db", str(db), "--until-caught-up"], tmp_path, env).start()
-        assert resumed.wait(180) == 0, resumed.stderr()
+        _catch_up("resumed", db, tmp_path, env, 180)
         records = _full_check(kafka_bootstrap, topic, db)
         assert _status_says_behind(tmp_path, env, db, records, caught_up=True) == 0
     finally:
@@ -268,11 +282,9 @@ def test_disk_full_stops_the_projector_cleanly_and_it_resumes(
 
 
 def test_read_only_projection_stops_the_projector_cleanly_and_it_resumes(
-    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+    kafka_bootstrap: str, kafka_topic_name: str, env: dict[str, str], tmp_path: Path
 ) -> None:
     topic = kafka_topic_name
-    ensure_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
-    env = rel_support.child_env(THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap, THROUGHLINE_TOPIC=topic)
     folder = tmp_path / "store"
     folder.mkdir()
     db = folder / "p.duckdb"
@@ -281,8 +293,7 @@ def test_read_only_projection_stops_the_projector_cleanly_and_it_resumes(
     errors: list[dict[str, str]] = []
     try:
         _produce(kafka_bootstrap, topic, workload, 300)
-        first = Child("first", ["project", "--db", str(db), "--until-caught-up"], tmp_path, env).start()
-        assert first.wait(120) == 0, first.stderr()
+        _catch_up("first", db, tmp_path, env, 120)
 
         # 1. Read-only under a running projector (its next commit cannot be written).
         runner = _running(Child("projector", ["project", "-v", "--db", str(db)], tmp_path, env).start())
@@ -296,14 +307,13 @@ def test_read_only_projection_stops_the_projector_cleanly_and_it_resumes(
         # 2. Read-only at start: refused at once, and nothing changes.
         _produce(kafka_bootstrap, topic, workload, 100)
         read_only.on()
-        at_start = Child("at-start", ["project", "--db", str(db), "--until-caught-up"], tmp_path, env).start()
+        at_start = Child("at-start", [*_CATCH_UP, str(db)], tmp_path, env).start()
         errors.append(_stopped_clearly(at_start))
         read_only.off()
         assert _prefix_check(kafka_bootstrap, topic, db) == applied
 
         # 3. Writable again: a new run resumes and catches up.
-        resumed = Child("resumed", ["project", "--db", str(db), "--until-caught-up"], tmp_path, env).start()
-        assert resumed.wait(180) == 0, resumed.stderr()
+        _catch_up("resumed", db, tmp_path, env, 180)
         records = _full_check(kafka_bootstrap, topic, db)
         assert _status_says_behind(tmp_path, env, db, records, caught_up=True) == 0
     finally:

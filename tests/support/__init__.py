@@ -2,4 +2,10 @@
 
 - ``support.topic``: reading a whole topic back (``Stored``, ``read_topic``, ``read_topic_and_ends``),
   ``closed_port`` and ``turn_ids``.
+- ``support.projection``: ``PassThroughWaits`` and ``PassThroughView``, the bases of test doubles that
+  wrap a projection and change only the turn rows its views show.
+- ``support.world``: the turn builder (``numbered_turn``) and log placement (``append_to_log``) of the
+  in-memory worlds (``unit/reader_world.py``, ``reliability/rel_world.py``).
+- ``support.cursor``: ``cursor_length``.
+- ``support.wire``: the read wire's field sets from the ADR (``READ_FIELDS``).
 """

@@ -11,16 +11,18 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from support.projection import PassThroughView, PassThroughWaits
+from support.world import append_to_log, numbered_turn
+
 from throughline.core.identity import project_sha256
 from throughline.core.memory import BookProjection, FixedLog
 from throughline.core.ports import ProjectionView, StoredTurn
-from throughline.core.turn import TurnRecord, build_turn
+from throughline.core.turn import TurnRecord
 from throughline.reader import ObserverRead, read_observer_turn_page
 
 KEY = bytes(range(100, 132))
 PROJECT = "/home/alice/projects/ledger-secret"
 OTHER_PROJECT = "/home/bob/other-thing"
-BASE_MICROS = 1_780_000_000_000_000
 
 
 @dataclass
@@ -48,18 +50,9 @@ class World:
     ) -> TurnRecord:
         """Append one turn to the log (and project it unless ``apply=False``)."""
         self.counter += 1
-        record = build_turn(
-            project=project,
-            host=host,
-            thread=thread,
-            turn_id=f"turn-id-{self.counter}",
-            completed_at_micros=BASE_MICROS + self.counter * 1000,
-            body=body if body is not None else f"body text number {self.counter}",
-            seq=seq,
-        )
-        partition = self.log.partition_of(record.project_sha256)
-        offset = self.log.ends.get(partition, 0)
-        self.log.ends[partition] = offset + 1
+        body = body if body is not None else f"body text number {self.counter}"
+        record = numbered_turn(self.counter, project, host, thread, body=body, seq=seq)
+        partition, offset = append_to_log(self.log, record)
         self.unprojected.append((record, partition, offset))
         if apply:
             self.project()
@@ -124,10 +117,9 @@ def seqs(pages: list[ObserverRead]) -> list[int]:
 
 
 @dataclass
-class DoctoredProjection:
+class DoctoredProjection(PassThroughWaits):
     """A projection whose views pass every stored turn through ``doctor`` (``None`` drops the row)."""
 
-    inner: BookProjection
     doctor: Callable[[StoredTurn], StoredTurn | None]
 
     def view(self) -> AbstractContextManager[ProjectionView]:
@@ -139,36 +131,10 @@ class DoctoredProjection:
         with self.inner.view() as view:
             yield _DoctoredView(view, self.doctor)
 
-    def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
-        """As the inner projection."""
-        return self.inner.wait_applied(partition, offset, timeout)
-
-    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
-        """As the inner projection."""
-        return self.inner.wait_settled(partition, project_sha256, offset, timeout)
-
-    def project_changes(self, project_sha256: bytes) -> int:
-        """As the inner projection."""
-        return self.inner.project_changes(project_sha256)
-
-    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
-        """As the inner projection."""
-        return self.inner.wait_project_changed(project_sha256, seen, timeout)
-
 
 @dataclass
-class _DoctoredView:
-    inner: ProjectionView
+class _DoctoredView(PassThroughView):
     doctor: Callable[[StoredTurn], StoredTurn | None]
-
-    def applied_offset(self, partition: int) -> int:
-        return self.inner.applied_offset(partition)
-
-    def head(self, project_sha256: bytes) -> Any:
-        return self.inner.head(project_sha256)
-
-    def source(self, source_sha256: bytes) -> Any:
-        return self.inner.source(source_sha256)
 
     def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
         out = []

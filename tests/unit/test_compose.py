@@ -30,20 +30,38 @@ def compose() -> dict[str, Any]:
     return data
 
 
+def _service(compose: dict[str, Any], name: str) -> dict[str, Any]:
+    services = compose.get("services") or {}
+    assert name in services, f"no {name} service in {sorted(services)}"
+    service: dict[str, Any] = services[name]
+    return service
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str]:
+    raw = service["environment"]
+    if isinstance(raw, list):  # the "- KEY=value" form
+        raw = dict(item.split("=", 1) for item in raw)
+    return {str(k): str(v) for k, v in raw.items()}
+
+
 @pytest.fixture(scope="module")
 def kafka(compose: dict[str, Any]) -> dict[str, Any]:
-    services = compose.get("services") or {}
-    assert "kafka" in services, f"no kafka service in {sorted(services)}"
-    service: dict[str, Any] = services["kafka"]
-    return service
+    return _service(compose, "kafka")
+
+
+@pytest.fixture(scope="module")
+def serve(compose: dict[str, Any]) -> dict[str, Any]:
+    return _service(compose, "throughline")
 
 
 @pytest.fixture(scope="module")
 def env(kafka: dict[str, Any]) -> dict[str, str]:
-    raw = kafka["environment"]
-    if isinstance(raw, list):  # the "- KEY=value" form
-        raw = dict(item.split("=", 1) for item in raw)
-    return {str(k): str(v) for k, v in raw.items()}
+    return _environment(kafka)
+
+
+@pytest.fixture(scope="module")
+def serve_env(serve: dict[str, Any]) -> dict[str, str]:
+    return _environment(serve)
 
 
 def test_image_is_apache_kafka_4_unless_overridden(kafka: dict[str, Any]) -> None:
@@ -114,22 +132,6 @@ def test_data_volume_and_healthcheck(
 # ------------------------------------------------------------------------------------------ throughline serve
 
 DOCKERFILE = COMPOSE.parent / "Dockerfile"
-
-
-@pytest.fixture(scope="module")
-def serve(compose: dict[str, Any]) -> dict[str, Any]:
-    services = compose.get("services") or {}
-    assert "throughline" in services, f"no throughline service in {sorted(services)}"
-    service: dict[str, Any] = services["throughline"]
-    return service
-
-
-@pytest.fixture(scope="module")
-def serve_env(serve: dict[str, Any]) -> dict[str, str]:
-    raw = serve["environment"]
-    if isinstance(raw, list):
-        raw = dict(item.split("=", 1) for item in raw)
-    return {str(k): str(v) for k, v in raw.items()}
 
 
 def test_serve_builds_from_the_repo_dockerfile(serve: dict[str, Any]) -> None:

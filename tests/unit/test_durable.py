@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from throughline.durable import replace_file
-from throughline.producers.ingest.state import FileId, IngestState, save_session_states, save_state
-from throughline.reader.observer import save_state as save_observer_state
+from throughline.producers.ingest.state import FileId, IngestState, save_ingest_state, save_session_states
+from throughline.reader.observer import save_observer_state
 from throughline.reader.token_key import load_or_create_key
 
 Event = tuple[str, int]  # ("file" | "dir", inode) for an fsync, ("replace", inode of what was renamed)
@@ -50,7 +50,7 @@ STATE = IngestState(FileId(1, 2), offset=10, line=3, line_start=5, line_sha256=b
 
 SAVERS: dict[str, Callable[[Path], None]] = {
     "replace_file": lambda p: replace_file(p, b"new\n"),
-    "ingest state": lambda p: save_state(str(p), STATE, source_path="/x/in.jsonl"),
+    "ingest state": lambda p: save_ingest_state(str(p), STATE, source_path="/x/in.jsonl"),
     "sessions state": lambda p: save_session_states(str(p), {"/x/a.jsonl": STATE}, format="claude-code"),
     "observer state": lambda p: save_observer_state(p, None),
 }

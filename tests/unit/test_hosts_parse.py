@@ -26,10 +26,15 @@ def parse_file(fmt: str, path: Path | str, *, lines: list[bytes] | None = None) 
     """Every turn of a file read as one-shot ingest reads it (complete lines only)."""
     parser = new_parser(fmt, str(path))
     data = Path(path).read_bytes().split(b"\n")[:-1] if lines is None else lines
+    return feed_all(parser, data)
+
+
+def feed_all(parser: ClaudeCodeSession | CodexSession, lines: list[bytes]) -> list[HostTurn]:
+    """The turns ``lines`` (numbered from 1) complete, skipping the lines the parser refuses."""
     out: list[HostTurn] = []
-    for number, raw in enumerate(data, 1):
+    for n, raw in enumerate(lines, 1):
         try:
-            out.extend(parser.feed(number, raw))
+            out.extend(parser.feed(n, raw))
         except TranscriptLineError:
             pass
     return out
@@ -255,16 +260,6 @@ CODEX_ACTIONS = st.lists(
     st.tuples(st.sampled_from(["turn", "turn", "turn", "rollback", "noise"]), st.integers(min_value=0, max_value=50)),
     max_size=30,
 )
-
-
-def feed_all(parser: ClaudeCodeSession | CodexSession, lines: list[bytes]) -> list[HostTurn]:
-    out: list[HostTurn] = []
-    for n, raw in enumerate(lines, 1):
-        try:
-            out.extend(parser.feed(n, raw))
-        except TranscriptLineError:
-            pass
-    return out
 
 
 @given(actions=CLAUDE_ACTIONS, cut=st.integers(min_value=0, max_value=60))

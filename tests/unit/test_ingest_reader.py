@@ -19,15 +19,15 @@ from throughline.core.turn import TurnRecord
 from throughline.log import BrokerUnavailableError
 from throughline.producers.exceptions import IngestStateError, SendFailedError
 from throughline.producers.ingest import (
+    INGEST_STATE_SCHEMA,
     MAX_LINE_BYTES,
-    STATE_SCHEMA,
     FileId,
     Ingest,
     IngestState,
     LineReader,
-    default_state_path,
-    load_state,
-    save_state,
+    default_ingest_state_path,
+    load_ingest_state,
+    save_ingest_state,
 )
 
 
@@ -163,7 +163,7 @@ def test_the_saved_state_names_the_last_covered_line(tmp_path: Path) -> None:
     path.write_bytes(turn_line(1) + turn_line(2))
     state_path = str(tmp_path / "state")
     Ingest(LineReader(str(path)), FakeSender(), state_path=state_path, err=io.StringIO()).run()
-    state = load_state(state_path)
+    state = load_ingest_state(state_path)
     assert state is not None and state.line_start == len(turn_line(1))
     assert state.line_sha256 == hashlib.sha256(turn_line(2).rstrip(b"\n")).digest()
     assert [ln.number for ln in LineReader(str(path), start=state).lines()] == []
@@ -183,14 +183,14 @@ def test_a_state_of_another_file_or_beyond_the_end_starts_at_zero(tmp_path: Path
 
 def test_state_roundtrip_is_atomic(tmp_path: Path) -> None:
     target = str(tmp_path / "in.jsonl.ingest-state")
-    assert load_state(target) is None
+    assert load_ingest_state(target) is None
     state = IngestState(FileId(5, 7), offset=120, line=9)
-    save_state(target, state, source_path=str(tmp_path / "in.jsonl"))
-    assert load_state(target) == state
+    save_ingest_state(target, state, source_path=str(tmp_path / "in.jsonl"))
+    assert load_ingest_state(target) == state
     doc = json.loads(Path(target).read_text())
-    assert doc["schema"] == STATE_SCHEMA and doc["offset"] == 120 and doc["line"] == 9
+    assert doc["schema"] == INGEST_STATE_SCHEMA and doc["offset"] == 120 and doc["line"] == 9
     assert sorted(os.listdir(tmp_path)) == ["in.jsonl.ingest-state"]  # no temp file left behind
-    assert default_state_path("x.jsonl") == "x.jsonl.ingest-state"
+    assert default_ingest_state_path("x.jsonl") == "x.jsonl.ingest-state"
 
 
 @pytest.mark.parametrize(
@@ -199,15 +199,15 @@ def test_state_roundtrip_is_atomic(tmp_path: Path) -> None:
         "not json",
         "{}",
         json.dumps({"schema": "other", "device": 1, "inode": 1, "offset": 0, "line": 0}),
-        json.dumps({"schema": STATE_SCHEMA, "device": 1, "inode": 1, "offset": -1, "line": 0}),
-        json.dumps({"schema": STATE_SCHEMA, "device": 1, "inode": 1, "offset": "3", "line": 0}),
+        json.dumps({"schema": INGEST_STATE_SCHEMA, "device": 1, "inode": 1, "offset": -1, "line": 0}),
+        json.dumps({"schema": INGEST_STATE_SCHEMA, "device": 1, "inode": 1, "offset": "3", "line": 0}),
     ],
 )
 def test_a_damaged_state_is_refused_not_ignored(tmp_path: Path, content: str) -> None:
     target = tmp_path / "s"
     target.write_text(content)
     with pytest.raises(IngestStateError) as info:
-        load_state(str(target))
+        load_ingest_state(str(target))
     assert info.value.exit_code == 2
 
 
@@ -257,7 +257,7 @@ def test_ingest_reports_bad_lines_and_covers_everything(tmp_path: Path) -> None:
         "line 3: invalid_json: not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
         "line 4: invalid_turn: seq: Input should be a valid integer",
     ]
-    assert where(load_state(state_path)) == (file_id(path), path.stat().st_size, 5)
+    assert where(load_ingest_state(state_path)) == (file_id(path), path.stat().st_size, 5)
     assert dict(sender.sent[1].turn.attributes) == {"ingest.line": "5"}
 
 
@@ -270,7 +270,7 @@ def test_the_state_never_covers_a_line_the_broker_did_not_acknowledge(tmp_path: 
     with pytest.raises(BrokerUnavailableError):
         Ingest(LineReader(str(path)), sender, state_path=state_path, err=io.StringIO()).run()
     # Lines 1..3 are covered (acknowledged or rejected); line 4 failed, so neither it nor 5 and 6 are.
-    assert where(load_state(state_path)) == (file_id(path), sum(len(x) for x in lines[:3]), 3)
+    assert where(load_ingest_state(state_path)) == (file_id(path), sum(len(x) for x in lines[:3]), 3)
 
 
 def test_a_record_the_broker_refuses_for_good_is_a_rejected_line(tmp_path: Path) -> None:
@@ -281,7 +281,7 @@ def test_a_record_the_broker_refuses_for_good_is_a_rejected_line(tmp_path: Path)
     stats = Ingest(LineReader(str(path)), sender, state_path=str(tmp_path / "s"), err=err).run()
     assert (stats.turns_sent, stats.rejected) == (2, 1)
     assert err.getvalue() == "line 2: send_failed: the broker refused the record as too large\n"
-    assert load_state(str(tmp_path / "s")).line == 3  # type: ignore[union-attr]
+    assert load_ingest_state(str(tmp_path / "s")).line == 3  # type: ignore[union-attr]
 
 
 def test_follow_stops_after_max_idle_and_saves(tmp_path: Path) -> None:
@@ -291,4 +291,4 @@ def test_follow_stops_after_max_idle_and_saves(tmp_path: Path) -> None:
     reader = LineReader(str(path), follow=True, poll_interval=0.01)
     stats = Ingest(reader, FakeSender(), state_path=state_path, max_idle=0.05, err=io.StringIO()).run()
     assert stats.turns_sent == 2
-    assert where(load_state(state_path)) == (file_id(path), path.stat().st_size, 2)
+    assert where(load_ingest_state(state_path)) == (file_id(path), path.stat().st_size, 2)

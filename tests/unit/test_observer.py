@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from reader_world import KEY, PROJECT, World
+from support.cursor import cursor_length
 
-from throughline.core.cursor import Cursor, decode_cursor
 from throughline.errors import ThroughlineError
 from throughline.reader import (
-    STATE_SCHEMA,
+    OBSERVER_STATE_SCHEMA,
     Observer,
     ObserverInterrupted,
     ObserverProtocolError,
@@ -23,11 +23,11 @@ from throughline.reader import (
     ObserverStateWriteError,
     ProjectionPendingError,
     ResyncRequiredError,
-    SeriesKind,
+    SeriesOutcome,
     TurnRecordWire,
-    load_state,
+    load_observer_state,
     read_observer_turn_page,
-    save_state,
+    save_observer_state,
 )
 
 
@@ -79,12 +79,6 @@ def _observer(world: World, state: Path, audit: Any, time: FakeTime | None = Non
     )
 
 
-def _length(cursor: str | None) -> int:
-    decoded = decode_cursor(cursor)
-    assert isinstance(decoded, Cursor)
-    return decoded.length
-
-
 @pytest.fixture
 def world() -> World:
     return World()
@@ -99,12 +93,12 @@ def test_first_series_is_a_snapshot_and_saves_its_through(world: World, state: P
     world.append_many(15)
     audit = Audit()
     summary = _observer(world, state, audit, limit=5).run_series()
-    assert summary.kind is SeriesKind.SNAPSHOT and summary.history_truncated
+    assert summary.kind is SeriesOutcome.SNAPSHOT and summary.history_truncated
     assert summary.turns_audited == 5 and summary.pages == 1 and summary.saved
     assert [t.seq for t in audit.turns] == [11, 12, 13, 14, 15]
     doc = json.loads(state.read_text())
-    assert doc == {"schema": STATE_SCHEMA, "afterCursor": summary.through_cursor}
-    assert _length(load_state(state)) == 15
+    assert doc == {"schema": OBSERVER_STATE_SCHEMA, "afterCursor": summary.through_cursor}
+    assert cursor_length(load_observer_state(state)) == 15
     assert "history truncated" in summary.describe() and "new cursor saved" in summary.describe()
 
 
@@ -115,9 +109,9 @@ def test_delta_series_audits_every_page_then_saves(world: World, state: Path) ->
     observer.run_series()
     world.append_many(13)
     summary = observer.run_series()
-    assert summary.kind is SeriesKind.DELTA and summary.pages == 4 and summary.turns_audited == 13
+    assert summary.kind is SeriesOutcome.DELTA and summary.pages == 4 and summary.turns_audited == 13
     assert [t.seq for t in audit.turns] == list(range(1, 17))
-    assert _length(observer.after_cursor) == 16
+    assert cursor_length(observer.after_cursor) == 16
 
 
 def test_switch_series_reads_the_new_thread_from_zero(world: World, state: Path) -> None:
@@ -127,12 +121,12 @@ def test_switch_series_reads_the_new_thread_from_zero(world: World, state: Path)
     observer.run_series()
     world.append_many(2, thread="thread-other")
     summary = observer.run_series()
-    assert summary.kind is SeriesKind.SWITCH and [t.seq for t in audit.turns[3:]] == [1, 2]
+    assert summary.kind is SeriesOutcome.SWITCH and [t.seq for t in audit.turns[3:]] == [1, 2]
 
 
 def test_empty_project_saves_nothing(world: World, state: Path) -> None:
     summary = _observer(world, state, Audit()).run_series()
-    assert summary.kind is SeriesKind.EMPTY and not summary.saved and not state.exists()
+    assert summary.kind is SeriesOutcome.EMPTY and not summary.saved and not state.exists()
 
 
 def test_empty_delta_does_not_rewrite_the_state(world: World, state: Path) -> None:
@@ -141,7 +135,7 @@ def test_empty_delta_does_not_rewrite_the_state(world: World, state: Path) -> No
     observer.run_series()
     before = state.stat().st_mtime_ns
     summary = observer.run_series()
-    assert summary.kind is SeriesKind.DELTA and summary.turns_audited == 0 and not summary.saved
+    assert summary.kind is SeriesOutcome.DELTA and summary.turns_audited == 0 and not summary.saved
     assert state.stat().st_mtime_ns == before
 
 
@@ -158,7 +152,7 @@ def test_turns_completed_mid_series_wait_for_the_next_series(world: World, state
 
     observer.audit = audit_and_append
     first = observer.run_series()
-    assert first.turns_audited == 9 and _length(first.through_cursor) == 10
+    assert first.turns_audited == 9 and cursor_length(first.through_cursor) == 10
     observer.audit = audit
     second = observer.run_series()
     assert second.turns_audited == 9
@@ -172,12 +166,12 @@ def test_a_failed_audit_keeps_the_old_cursor_and_the_next_run_resumes(
     world.append_many(2)
     good = Audit()
     _observer(world, state, good, limit=4).run_series()
-    saved = load_state(state)
+    saved = load_observer_state(state)
     world.append_many(10)
     failing = Audit(fail_at=fail_at)
     with pytest.raises(RuntimeError):
         _observer(world, state, failing, limit=4).run_series()
-    assert load_state(state) == saved
+    assert load_observer_state(state) == saved
     retry = Audit()
     summary = _observer(world, state, retry, limit=4).run_series()
     assert [t.seq for t in retry.turns] == list(range(3, 13)) and summary.saved
@@ -239,13 +233,13 @@ def test_pending_on_a_later_page_retries_that_page(world: World, state: Path) ->
 def test_pending_gives_up_after_the_bounded_wait(world: World, state: Path) -> None:
     world.append_many(3)
     _observer(world, state, Audit()).run_series()
-    saved = load_state(state)
+    saved = load_observer_state(state)
     world.append_many(2, apply=False)
     time = FakeTime()
     with pytest.raises(ProjectionPendingError) as info:
         _observer(world, state, Audit(), time, max_pending_wait=5.0, pending_backoff=0.5).run_series()
     assert info.value.code == "projection_pending" and info.value.retriable and info.value.exit_code == 1
-    assert load_state(state) == saved
+    assert load_observer_state(state) == saved
     assert 5.0 <= time.now <= 5.0 + 1e-9 and len(time.sleeps) < 20
 
 
@@ -285,22 +279,22 @@ def test_resync_snapshot_policy_discards_the_after_cursor_and_says_so(world: Wor
     messages: list[str] = []
     audit = Audit()
     summary = _observer(world, state, audit, limit=3, notify=messages.append).run_series()
-    assert summary.resynced and summary.kind is SeriesKind.SNAPSHOT and summary.saved
+    assert summary.resynced and summary.kind is SeriesOutcome.SNAPSHOT and summary.saved
     assert [t.seq for t in audit.turns] == [4, 5, 6] and summary.history_truncated
     assert any("discarding the saved after cursor" in m for m in messages)
     assert "resync" in summary.describe()
-    assert _length(load_state(state)) == 6
+    assert cursor_length(load_observer_state(state)) == 6
 
 
 def test_resync_fail_policy_keeps_the_old_cursor(world: World, state: Path) -> None:
     world.append_many(8)
     _observer(world, state, Audit()).run_series()
-    saved = load_state(state)
+    saved = load_observer_state(state)
     world.append(seq=2)
     with pytest.raises(ResyncRequiredError) as info:
         _observer(world, state, Audit(), on_resync="fail").run_series()
     assert info.value.code == "resync_required" and info.value.exit_code == 1
-    assert load_state(state) == saved
+    assert load_observer_state(state) == saved
 
 
 def test_resync_mid_series_restarts_from_the_same_after_cursor(world: World, state: Path) -> None:
@@ -320,8 +314,8 @@ def test_resync_mid_series_restarts_from_the_same_after_cursor(world: World, sta
     observer = _observer(world, state, audit_and_rollback, limit=3, notify=messages.append)
     summary = observer.run_series()
     assert any("restarting the series from the same after cursor" in m for m in messages)
-    assert not summary.resynced and summary.kind is SeriesKind.DELTA
-    assert _length(load_state(state)) == 9
+    assert not summary.resynced and summary.kind is SeriesOutcome.DELTA
+    assert cursor_length(load_observer_state(state)) == 9
     # The abandoned attempt audited 3..5 (uncommitted); the restart audits the whole new range once.
     assert [t.seq for t in audit.turns] == [3, 4, 5] + list(range(3, 10))
 
@@ -329,13 +323,13 @@ def test_resync_mid_series_restarts_from_the_same_after_cursor(world: World, sta
 def test_should_stop_mid_series_abandons_it(world: World, state: Path) -> None:
     world.append_many(2)
     _observer(world, state, Audit()).run_series()
-    saved = load_state(state)
+    saved = load_observer_state(state)
     world.append_many(10)
     audit = Audit()
     observer = _observer(world, state, audit, limit=3, should_stop=lambda: len(audit.turns) >= 4)
     with pytest.raises(ObserverInterrupted):
         observer.run_series()
-    assert load_state(state) == saved
+    assert load_observer_state(state) == saved
 
 
 def test_run_forever_runs_series_until_stopped(world: World, state: Path) -> None:
@@ -347,7 +341,7 @@ def test_run_forever_runs_series_until_stopped(world: World, state: Path) -> Non
     summaries = observer.run_forever(interval=0.5, max_series=4)
     assert len(summaries) == 4
     assert [t.seq for t in audit.turns] == list(range(1, len(audit.turns) + 1))
-    assert _length(load_state(state)) == len(audit.turns)
+    assert cursor_length(load_observer_state(state)) == len(audit.turns)
 
 
 def test_run_forever_stops_when_asked(world: World, state: Path) -> None:
@@ -375,10 +369,10 @@ def test_a_reader_that_changes_the_through_mid_series_is_refused(world: World, s
         return inner(**kwargs)
 
     observer.read_page = liar
-    saved = load_state(state)
+    saved = load_observer_state(state)
     with pytest.raises(ObserverProtocolError):
         observer.run_series()
-    assert load_state(state) == saved
+    assert load_observer_state(state) == saved
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -386,14 +380,14 @@ def test_a_reader_that_changes_the_through_mid_series_is_refused(world: World, s
 
 def test_state_round_trip_and_durable_replace(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
-    assert load_state(path) is None
+    assert load_observer_state(path) is None
     world = World()
     world.append()
     cursor = world.read().throughCursor
-    save_state(path, cursor)
-    assert load_state(path) == cursor
-    save_state(path, None)
-    assert load_state(path) is None
+    save_observer_state(path, cursor)
+    assert load_observer_state(path) == cursor
+    save_observer_state(path, None)
+    assert load_observer_state(path) is None
     assert sorted(os.listdir(tmp_path)) == ["s.json"]
 
 
@@ -414,7 +408,7 @@ def test_malformed_state_is_refused(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "s.json"
     path.write_bytes(content)
     with pytest.raises(ObserverStateError) as info:
-        load_state(path)
+        load_observer_state(path)
     assert info.value.code == "invalid_observer_state"
 
 
@@ -432,7 +426,7 @@ def test_an_interrupted_save_leaves_the_old_state(
     world = World()
     world.append_many(2)
     old = world.read().throughCursor
-    save_state(path, old)
+    save_observer_state(path, old)
     before = path.read_bytes()
     world.append()
     new = world.read().throughCursor
@@ -442,7 +436,7 @@ def test_an_interrupted_save_leaves_the_old_state(
 
     monkeypatch.setattr(os, step, boom)
     with pytest.raises((ObserverStateWriteError, KeyboardInterrupt)):
-        save_state(path, new)
+        save_observer_state(path, new)
     monkeypatch.undo()
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["s.json"]

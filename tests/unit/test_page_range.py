@@ -12,7 +12,7 @@ from throughline.core.page_range import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     PagePlan,
-    SeriesKind,
+    RangeKind,
     ThroughBeforeAfter,
     plan_page,
     validate_limit,
@@ -68,7 +68,7 @@ def test_plan_page_validates_limit() -> None:
 @given(st.integers(1, 500), st.integers(1, MAX_LIMIT))
 def test_snapshot_is_the_latest_limit_turns_and_complete(length: int, limit: int) -> None:
     plan = plan_page(None, _cursor(A, length), limit=limit, offset=None)
-    assert plan.kind is SeriesKind.SNAPSHOT
+    assert plan.kind is RangeKind.SNAPSHOT
     assert list(plan.seqs) == list(range(1, length + 1))[-limit:]
     assert plan.complete and plan.next_offset is None
     assert plan.history_truncated == (length > limit)
@@ -94,7 +94,7 @@ def test_delta_pages_concatenate_to_exactly_the_range(through_len: int, after_le
     pages = _walk(after, through, limit)
     served = [seq for page in pages for seq in page.seqs]
     assert served == list(range(after_len + 1, through_len + 1))  # no gap, no duplicate, in order
-    assert all(p.kind is SeriesKind.DELTA and not p.history_truncated for p in pages)
+    assert all(p.kind is RangeKind.DELTA and not p.history_truncated for p in pages)
     assert all(len(p.seqs) == limit for p in pages[:-1])
     assert 0 < len(pages[-1].seqs) <= limit or served == []
     assert [p.complete for p in pages] == [False] * (len(pages) - 1) + [True]
@@ -109,7 +109,7 @@ def test_switch_pages_concatenate_to_the_new_source_from_zero(
     pages = _walk(_cursor(A, after_len), _cursor(B, through_len), limit)
     served = [seq for page in pages for seq in page.seqs]
     assert served == list(range(1, through_len + 1))
-    assert all(p.kind is SeriesKind.SWITCH and p.source_sha256 == B for p in pages)
+    assert all(p.kind is RangeKind.SWITCH and p.source_sha256 == B for p in pages)
     assert all(p.range_start == 0 and p.range_end == through_len for p in pages)
     assert (len(pages) > 1) == (through_len > limit)
 

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from reader_world import KEY, OTHER_PROJECT, PROJECT, DoctoredProjection, World, replace, seqs
+from support.wire import READ_FIELDS
 
 from throughline.core.chain import content_digest
 from throughline.core.cursor import Cursor, decode_cursor
@@ -626,16 +627,7 @@ def test_missing_cursor_row_is_pending(world: World) -> None:
 def test_wire_fields_are_exactly_the_adr_fields(world: World) -> None:
     world.append_many(3)
     doc = json.loads(world.read().to_json())
-    assert set(doc) == {
-        "schema",
-        "status",
-        "thread",
-        "afterCursor",
-        "throughCursor",
-        "turns",
-        "historyTruncated",
-        "page",
-    }
+    assert set(doc) == READ_FIELDS
     assert doc["schema"] == "throughline.observer_read.v1"
     assert set(doc["thread"]) == {"sourceSha256"}
     assert set(doc["page"]) == {"complete", "nextToken"}

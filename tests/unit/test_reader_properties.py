@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from reader_world import PROJECT, World
+from support.cursor import cursor_length
 
-from throughline.core.cursor import Cursor, decode_cursor
 from throughline.core.identity import project_sha256, source_sha256
 
 THREADS = ("thread-a", "thread-b", "thread-c")
@@ -34,12 +34,6 @@ append = st.tuples(st.just("append"), st.sampled_from(THREADS), st.integers(1, 1
 rewind = st.tuples(st.just("rewind"), st.sampled_from(THREADS), st.floats(0, 1))
 series = st.tuples(st.just("series"), st.integers(1, 5), st.lists(st.sampled_from(THREADS), max_size=4))
 steps = st.lists(st.one_of(append, rewind, series), min_size=1, max_size=30)
-
-
-def _length(cursor: str | None) -> int:
-    decoded = decode_cursor(cursor)
-    assert isinstance(decoded, Cursor)
-    return decoded.length
 
 
 @settings(max_examples=100, deadline=None)
@@ -100,7 +94,7 @@ def test_series_serve_exactly_the_pinned_range(history: list[tuple]) -> None:
                 assert served == (chain[len(saved_prefix) :] if saved_thread == head else chain)
                 assert all(not p.historyTruncated for p in pages)
             assert pages[0].thread is not None and pages[0].thread.sourceSha256 == _source_hex(head)
-            assert _length(pages[0].throughCursor) == len(chain)
+            assert cursor_length(pages[0].throughCursor) == len(chain)
             assert all(len(p.turns) <= limit for p in pages)
             after = pages[0].throughCursor
             model.saved = (head, chain)

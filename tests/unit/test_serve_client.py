@@ -22,7 +22,7 @@ from throughline.core.exceptions import (
     InvalidProjectError,
     PageTokenError,
 )
-from throughline.reader import Observer, SourceQuarantinedError, load_state
+from throughline.reader import Observer, SourceQuarantinedError, load_observer_state
 from throughline.reader.exceptions import PageTokenUnboundError
 from throughline.reader.wire import TurnRecordWire
 from throughline.serve.app import ApiSettings
@@ -142,7 +142,7 @@ def test_the_observer_audits_through_the_client(http_world: World, read_api: Ser
     second = observer.run_series()
     assert second.saved and second.turns_audited == 5
     assert [t.seq for t in audited] == [2, 3, 4, 5, 6, 7, 8]
-    assert load_state(state) == second.through_cursor
+    assert load_observer_state(state) == second.through_cursor
 
 
 def test_a_long_poll_through_the_client(http_world: World, read_api: ServedApp) -> None:

@@ -45,8 +45,8 @@ class InFlight:
         """The feed fetched ``records`` ((offset, project hash or ``UNKNOWN``), ascending) of
         ``partition``, and its position there is now ``next_offset``."""
         held = self._offsets.setdefault(partition, {})
-        for offset, project in records:
-            held.setdefault(project, []).append(offset)
+        for offset, project_hash in records:
+            held.setdefault(project_hash, []).append(offset)
         if partition in self._covered:  # without a start, where the fetches began is unknown
             self._covered[partition] = max(self._covered[partition], next_offset)
 
@@ -55,10 +55,10 @@ class InFlight:
         held = self._offsets.get(partition)
         if not held:
             return
-        for project in list(held):
-            offsets = held[project]
+        for project_hash in list(held):
+            offsets = held[project_hash]
             if offsets[-1] < offset:
-                del held[project]
+                del held[project_hash]
             elif offsets[0] < offset:
                 del offsets[: bisect_left(offsets, offset)]
 
@@ -66,14 +66,14 @@ class InFlight:
         """Up to which offset every record of ``partition`` is known (applied, or held here)."""
         return max(applied, self._covered.get(partition, 0))
 
-    def settled(self, partition: int, project: bytes, below: int, applied: int) -> bool:
-        """Is every record of ``project`` on ``partition`` below ``below`` applied, given the applied offset?"""
+    def settled(self, partition: int, project_sha256: bytes, below: int, applied: int) -> bool:
+        """Is every record of ``project_sha256`` on ``partition`` below ``below`` applied, given the applied offset?"""
         if applied >= below:
             return True
         if self.covered(partition, applied) < below:
             return False  # records between the fetches' reach and ``below`` are unknown
         held = self._offsets.get(partition, {})
-        for key in (project, UNKNOWN):
+        for key in (project_sha256, UNKNOWN):
             offsets = held.get(key)
             if offsets:
                 i = bisect_left(offsets, applied)

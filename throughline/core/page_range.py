@@ -34,8 +34,11 @@ def validate_limit(limit: object) -> int:
     return limit
 
 
-class SeriesKind(StrEnum):
-    """The three shapes of a read series."""
+class RangeKind(StrEnum):
+    """Which seqs a series' range covers: the latest ``limit`` (snapshot), after..through (delta), 0..through (switch).
+
+    Not the Observer's ``SeriesOutcome``, which also names a series over a project with no turns.
+    """
 
     SNAPSHOT = "snapshot"
     DELTA = "delta"
@@ -46,7 +49,7 @@ class SeriesKind(StrEnum):
 class PagePlan:
     """One page of a series: the seqs ``(page_start, page_end]`` of ``source_sha256``'s chain."""
 
-    kind: SeriesKind
+    kind: RangeKind
     source_sha256: bytes
     range_start: int
     range_end: int
@@ -82,14 +85,14 @@ def plan_page(after: Cursor | None, through: Cursor, *, limit: int, offset: int 
         if offset is not None:
             check_offset_in_range(offset, 0)  # a snapshot is one complete page: no token can follow it
         return PagePlan(
-            SeriesKind.SNAPSHOT, through.source_sha256, start, through.length, start, through.length, start > 0, None
+            RangeKind.SNAPSHOT, through.source_sha256, start, through.length, start, through.length, start > 0, None
         )
     if after.source_sha256 == through.source_sha256:
         if through.length < after.length:
             raise ThroughBeforeAfter()
-        kind, start = SeriesKind.DELTA, after.length
+        kind, start = RangeKind.DELTA, after.length
     else:
-        kind, start = SeriesKind.SWITCH, 0
+        kind, start = RangeKind.SWITCH, 0
     size = through.length - start
     if offset is None:
         offset = 0

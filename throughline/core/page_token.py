@@ -140,9 +140,9 @@ def open_page_token(key: bytes, token: object, binding: SeriesBinding) -> int:
     parsed = _payload_offset(raw)
     if parsed is None:
         raise PageTokenError("page token does not match its schema", code="page_token_malformed")
-    project, after, through, offset = parsed
+    project_hex, after, through, offset = parsed
     if (
-        project != binding.project_sha256.hex()
+        project_hex != binding.project_sha256.hex()
         or after != binding.after_sha256.hex()
         or through != binding.through_sha256.hex()
     ):

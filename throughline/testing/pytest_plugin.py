@@ -52,6 +52,7 @@ folder are marked ``integration``. Nothing is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -207,12 +208,9 @@ def kafka_client_config(kafka_broker: KafkaHandle) -> KafkaClientConfig:
 @pytest.fixture(scope="session")
 def kafka_secured_broker(request: pytest.FixtureRequest) -> Iterator[SecuredKafka]:
     """A JVM broker with secured listeners (SASL_SSL, mutual TLS, a wrong-host-name certificate)."""
-    broker = SecuredKafka(report=_terminal_reporter(request.config)).start()
-    _announce(request, f"{broker.describe()} ready in {broker.startup_s:.1f}s")
-    try:
+    with contextlib.closing(SecuredKafka(report=_terminal_reporter(request.config)).start()) as broker:
+        _announce(request, f"{broker.describe()} ready in {broker.startup_s:.1f}s")
         yield broker
-    finally:
-        broker.close()
 
 
 @pytest.fixture

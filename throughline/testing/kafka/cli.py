@@ -60,6 +60,12 @@ def _read_state(state_dir: Path) -> BrokerState | None:
         return None
 
 
+def _recorded(args: argparse.Namespace) -> tuple[Path, BrokerState | None]:
+    """The folder ``--state-dir`` names, and the broker recorded there (``None``: none, or unreadable)."""
+    state_dir = Path(args.state_dir).expanduser().resolve()
+    return state_dir, _read_state(state_dir)
+
+
 def _state_process_alive(state: BrokerState) -> bool:
     """The recorded pid is alive *and* is our broker (not a recycled pid)."""
     if not pid_alive(state.pid):
@@ -73,8 +79,7 @@ def _export_lines(bootstrap: str) -> str:
 
 
 def _cli_start(args: argparse.Namespace) -> int:
-    state_dir = Path(args.state_dir).expanduser().resolve()
-    state = _read_state(state_dir)
+    state_dir, state = _recorded(args)
     if state is not None and _state_process_alive(state):
         stderr_reporter(f"already running: pid {state.pid} at {state.bootstrap_servers}")
         print(_export_lines(state.bootstrap_servers))
@@ -108,8 +113,7 @@ def _cli_start(args: argparse.Namespace) -> int:
 
 
 def _cli_stop(args: argparse.Namespace) -> int:
-    state_dir = Path(args.state_dir).expanduser().resolve()
-    state = _read_state(state_dir)
+    state_dir, state = _recorded(args)
     if state is None:
         stderr_reporter(f"no broker recorded in {state_dir}")
         return 0
@@ -129,13 +133,10 @@ def _cli_stop(args: argparse.Namespace) -> int:
 
 
 def _cli_status(args: argparse.Namespace) -> int:
-    state_dir = Path(args.state_dir).expanduser().resolve()
-    state = _read_state(state_dir)
-    if state is None:
-        print(f"not running (no state in {state_dir})")
-        return 3
-    if not _state_process_alive(state):
-        print(f"not running (stale state: pid {state.pid} is gone; `stop` clears it)")
+    state_dir, state = _recorded(args)
+    if state is None or not _state_process_alive(state):
+        why = f"no state in {state_dir}" if state is None else f"stale state: pid {state.pid} is gone; `stop` clears it"
+        print(f"not running ({why})")
         return 3
     print(
         f"running pid={state.pid} bootstrap={state.bootstrap_servers} "

@@ -38,7 +38,7 @@ from throughline.testing.kafka.config import (
     stderr_reporter,
 )
 from throughline.testing.kafka.exceptions import DockerUnavailableError, HarnessError
-from throughline.testing.kafka.handle import discard_live, register_live
+from throughline.testing.kafka.handle import OwnedBroker, discard_live, register_live
 from throughline.testing.kafka.support import free_port, free_ports, random_cluster_id
 
 HARNESS_LABEL = "dev.throughline.harness"
@@ -233,7 +233,7 @@ def container_log_tail(container: Any, title: str, lines: int = 40) -> str:
     return f"--- {title} (tail) ---\n" + "\n".join(text.splitlines()[-lines:])
 
 
-class DockerKafka:
+class DockerKafka(OwnedBroker):
     """A Kafka image as a single KRaft node in Docker, via testcontainers.
 
     The ports are chosen before the container starts, so the advertised listener is right from the first
@@ -445,15 +445,3 @@ class DockerKafka:
         self._container = None
         discard_live(self)
 
-    def kill(self) -> None:
-        """Crash the broker (SIGKILL), keeping the container and its data."""
-        self.stop(keep_data=True, graceful=False)
-
-    def restart(self, *, graceful: bool = True) -> None:
-        """Stop and start the same container: same data volume, same ports."""
-        self.stop(keep_data=True, graceful=graceful)
-        self.start()
-
-    def close(self) -> None:
-        """Remove the container and its anonymous volumes."""
-        self.stop(keep_data=False)

@@ -46,6 +46,32 @@ class KafkaHandle(Protocol):
         ...
 
 
+class OwnedBroker:
+    """A broker the harness starts itself: ``kill``, ``restart`` and ``close`` in terms of its own
+    ``start`` and ``stop`` (each provider says what "keeping the data" means for it)."""
+
+    def start(self) -> Any:
+        """Start the broker (or start it again on the data a stop kept)."""
+        raise NotImplementedError
+
+    def stop(self, *, keep_data: bool = False, graceful: bool = True) -> None:
+        """Stop the broker; with ``keep_data`` its data stays for :meth:`start`."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """Crash the broker (SIGKILL), keeping its data for :meth:`start`."""
+        self.stop(keep_data=True, graceful=False)
+
+    def restart(self, *, graceful: bool = True) -> None:
+        """Stop (keeping data) and start again on the same data, ports and cluster id."""
+        self.stop(keep_data=True, graceful=graceful)
+        self.start()
+
+    def close(self) -> None:
+        """Stop the broker and release what it holds (its container, or its work dir unless kept)."""
+        self.stop(keep_data=False)
+
+
 @dataclass(frozen=True)
 class ExternalKafka:
     """A broker somebody else runs (``THROUGHLINE_TEST_BOOTSTRAP_SERVERS``); nothing to start or stop.

@@ -33,7 +33,7 @@ from throughline.testing.kafka.config import (
     stderr_reporter,
 )
 from throughline.testing.kafka.exceptions import BrokerStartError, HarnessError, JavaNotFoundError
-from throughline.testing.kafka.handle import discard_live, register_live
+from throughline.testing.kafka.handle import OwnedBroker, discard_live, register_live
 from throughline.testing.kafka.maven import KafkaDistribution, fetch_kafka_jars
 from throughline.testing.kafka.support import free_ports, random_cluster_id
 
@@ -116,7 +116,7 @@ class BrokerSettings:
 
 
 
-class KafkaBroker:
+class KafkaBroker(OwnedBroker):
     """A real Apache Kafka 4.x broker (combined KRaft broker+controller) in a child JVM.
 
     Each broker has its own work dir holding ``server.properties``, ``data/`` (``log.dirs`` and
@@ -318,18 +318,6 @@ class KafkaBroker:
         if self._work_dir is not None and not self._keep_work_dir():
             shutil.rmtree(self._work_dir, ignore_errors=True)
 
-    def kill(self) -> None:
-        """Crash the broker (SIGKILL to its process group), keeping its data for :meth:`start`."""
-        self.stop(keep_data=True, graceful=False)
-
-    def restart(self, *, graceful: bool = True) -> None:
-        """Stop (keeping data) and start again on the same data directory, ports and cluster id."""
-        self.stop(keep_data=True, graceful=graceful)
-        self.start()
-
-    def close(self) -> None:
-        """Stop the broker and remove its work dir (kept if configured to)."""
-        self.stop(keep_data=False)
 
     # -- internals ----------------------------------------------------------------------------
 
