@@ -562,7 +562,7 @@ class DuckProjection:
                     work.heads,
                     {s: st.chain_head() for s, st in work.states.items()},
                 )
-                for project in {*work.heads, *(st.project for st in work.states.values())}:
+                for project in {*work.heads, *(st.project_sha256 for st in work.states.values())}:
                     self._changes[project] = self._changes.get(project, 0) + 1
                 self._changed.notify_all()
             return summary

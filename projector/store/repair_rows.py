@@ -25,17 +25,17 @@ _UNMARKED = (
 )
 
 
-def count_unmarked(cur: duckdb.DuckDBPyConnection, partition: int, project: bytes, source: bytes, below: int) -> int:
+def count_unmarked(cur: duckdb.DuckDBPyConnection, partition: int, project_sha256: bytes, source: bytes, below: int) -> int:
     """The source's stored quarantined records on ``partition`` below ``below`` that no repair marked."""
-    rows = cur.execute("SELECT count(*) FROM quarantine" + _UNMARKED, [partition, project, source, below]).fetchall()  # noqa: S608 (constants)
+    rows = cur.execute("SELECT count(*) FROM quarantine" + _UNMARKED, [partition, project_sha256, source, below]).fetchall()  # noqa: S608 (constants)
     return int(rows[0][0]) if rows else 0
 
 
-def mark_quarantined(cur: duckdb.DuckDBPyConnection, partition: int, project: bytes, source: bytes, below: int) -> int:
+def mark_quarantined(cur: duckdb.DuckDBPyConnection, partition: int, project_sha256: bytes, source: bytes, below: int) -> int:
     """Mark those records repaired by the repair at (``partition``, ``below``); returns how many."""
     row = cur.execute(
         "UPDATE quarantine SET repaired_partition = $1, repaired_offset = $4" + _UNMARKED,  # noqa: S608 (constants)
-        [partition, project, source, below],
+        [partition, project_sha256, source, below],
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -46,13 +46,13 @@ def insert_repairs(cur: duckdb.DuckDBPyConnection, rows: Sequence[RepairRow]) ->
         cur.execute("INSERT INTO repairs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", list(row)).fetchall()
 
 
-def load_repairs(cur: duckdb.DuckDBPyConnection, project: bytes | None) -> tuple[RepairEntry, ...]:
+def load_repairs(cur: duckdb.DuckDBPyConnection, project_sha256: bytes | None) -> tuple[RepairEntry, ...]:
     """The applied repairs of one project (or all), in log order, from the transaction open on ``cur``."""
     rows = cur.execute(
         "SELECT log_partition, log_offset, project_sha256, source_sha256, reason, outcome, marked, length, "
         "produced_at_us FROM repairs WHERE $1::BLOB IS NULL OR project_sha256 = $1::BLOB "
         "ORDER BY log_partition, log_offset",
-        [project],
+        [project_sha256],
     ).fetchall()
     return tuple(
         RepairEntry(int(r[0]), int(r[1]), bytes(r[2]), bytes(r[3]), r[4], r[5], int(r[6]), int(r[7]), int(r[8]))

@@ -19,7 +19,7 @@ from throughline.projector.store.values import BatchSummary
 class SourceState:
     """A source's committed head and health (cached between batches)."""
 
-    project: bytes
+    project_sha256: bytes
     length: int = 0
     chain_digest: bytes = CHAIN_ORIGIN
     head_partition: int | None = None
@@ -31,7 +31,7 @@ class SourceState:
     def values(self) -> tuple[Any, ...]:
         """The fields in order (the constructor's, and the ``sources`` columns after the source)."""
         return (
-            self.project,
+            self.project_sha256,
             self.length,
             self.chain_digest,
             self.head_partition,
@@ -48,7 +48,7 @@ class SourceState:
     def chain_head(self) -> ChainHead:
         """What a read needs of this state."""
         return ChainHead(
-            self.project, self.length, self.chain_digest, self.head_partition, self.head_offset, self.broken_reason
+            self.project_sha256, self.length, self.chain_digest, self.head_partition, self.head_offset, self.broken_reason
         )
 
     def row(self, source: bytes) -> tuple[Any, ...]:

@@ -255,7 +255,7 @@ class ApplyTransaction:
                     if outcome.rewound_from is not None:
                         rewinds += 1
                         for row in w.rewind(seq, part, it.offset):
-                            superseded.append((it.source, st.project, row, part, it.offset))
+                            superseded.append((it.source, st.project_sha256, row, part, it.offset))
                     w.pending.append(
                         (
                             seq,
@@ -317,22 +317,22 @@ class ApplyTransaction:
         """Apply one sound repair record at its place in the fold (``ChainBook.apply_repair``): mark the
         source's unmarked quarantined records on ``part`` below it (stored ones by an UPDATE in this
         transaction, this batch's own in ``marks``), lift the broken mark, and return its ``repairs`` row."""
-        source, project = it.source, it.project_sha256
+        source, project_sha256 = it.source, it.project_sha256
         w = works.get(source)
         state = w.state if w is not None else (self._source_cache.get(source) or loaded.get(source))
         # A source hash is of one project: under another project's repair it is not that project's source.
-        known = state is not None and state.project == project
+        known = state is not None and state.project_sha256 == project_sha256
         batch_rows = [
             (q[0], q[1]) for q in quarantine
-            if q[0] == part and q[4] == project and q[5] == source and q[1] < it.offset and (q[0], q[1]) not in marks
+            if q[0] == part and q[4] == project_sha256 and q[5] == source and q[1] < it.offset and (q[0], q[1]) not in marks
         ]
-        stored = count_unmarked(self.cur, part, project, source, it.offset)
+        stored = count_unmarked(self.cur, part, project_sha256, source, it.offset)
         outcome = decide_repair(
             known=known, broken=known and state is not None and state.broken_reason is not None,
             unrepaired=stored + len(batch_rows),
         )
         if stored:
-            mark_quarantined(self.cur, part, project, source, it.offset)
+            mark_quarantined(self.cur, part, project_sha256, source, it.offset)
         for position in batch_rows:
             marks[position] = (part, it.offset)
         if outcome.cleared:
@@ -342,7 +342,7 @@ class ApplyTransaction:
             w.state.broken_reason = w.state.broken_partition = w.state.broken_offset = None
         length, digest = (state.length, state.chain_digest) if known and state is not None else (0, CHAIN_ORIGIN)
         return (
-            part, it.offset, project, source, it.reason, it.produced_at_micros,
+            part, it.offset, project_sha256, source, it.reason, it.produced_at_micros,
             outcome.status, outcome.cleared, outcome.marked, length, digest,
         )
 
@@ -360,7 +360,7 @@ class ApplyTransaction:
             for first, last, by_p, by_o in w.cuts:
                 writes.supersede_stored(cur, source, first, last, by_p, by_o)
         writes.insert_superseded(cur, superseded)
-        writes.insert_turns(cur, [(source, w.state.project, w.pending) for source, w in works.items() if w.pending])
+        writes.insert_turns(cur, [(source, w.state.project_sha256, w.pending) for source, w in works.items() if w.pending])
         writes.upsert_sources(cur, [w.state.row(source) for source, w in works.items()])
         # A project's head is written when it moves to another source (most appends keep it).
         known = self._known_heads

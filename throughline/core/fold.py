@@ -188,9 +188,9 @@ class ChainBook:
             return ChainHead()
         return ChainHead(turns[-1].seq, turns[-1].chain_digest)
 
-    def _quarantine(self, partition: int, offset: int, reason: str, project: bytes, source: bytes | None) -> None:
+    def _quarantine(self, partition: int, offset: int, reason: str, project_sha256: bytes, source: bytes | None) -> None:
         self.quarantined.append((partition, offset, reason))
-        self.quarantine_identity[(partition, offset)] = (project, source)
+        self.quarantine_identity[(partition, offset)] = (project_sha256, source)
 
     def apply(self, record: TurnRecord, partition: int, offset: int, partition_key: bytes | None = None) -> Outcome:
         """Fold one record at log position (partition, offset)."""
