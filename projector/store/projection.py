@@ -499,7 +499,7 @@ class DuckProjection:
            the content digest where a later record of the batch appended under that key.
         7. Move stored turns that a rewind superseded into ``superseded_turns`` and delete them.
         8. Insert superseded rows of this batch, then the new live turns (Arrow tables, bulk).
-        9. Upsert ``sources`` and ``project_heads``; insert ``quarantine`` and ``repairs`` rows.
+        9. Write ``sources`` and ``project_heads`` (an UPDATE of the rows that exist, an INSERT of the new); insert ``quarantine`` and ``repairs`` rows.
         10. Upsert ``applied_offsets`` (next offset and counters per partition).
         11. ``COMMIT``. Only now the source cache and the in-memory applied offsets take the new state
             and waiters (``wait_applied``) are notified. On any error: ``ROLLBACK``, the cache is

@@ -299,7 +299,7 @@ class ApplyTransaction:
             quarantine = [(*q, *marks.get((q[0], q[1]), (None, None))) for q in quarantine]
         else:
             quarantine = [(*q, None, None) for q in quarantine]
-        self._write(works, superseded, heads, quarantine)
+        self._write(works, superseded, heads, quarantine, loaded)
         insert_repairs(self.cur, repair_rows)
         self.states = {s: w.state for s, w in works.items()}
         self.heads = heads
@@ -354,6 +354,7 @@ class ApplyTransaction:
         superseded: list[tuple[bytes, bytes, Row, int, int]],
         heads: dict[bytes, bytes],
         quarantine: list[tuple[Any, ...]],
+        loaded: Mapping[bytes, SourceState],
     ) -> None:
         cur = self.cur
         for source, w in works.items():
@@ -361,9 +362,13 @@ class ApplyTransaction:
                 writes.supersede_stored(cur, source, first, last, by_p, by_o)
         writes.insert_superseded(cur, superseded)
         writes.insert_turns(cur, [(source, w.state.project_sha256, w.pending) for source, w in works.items() if w.pending])
-        writes.upsert_sources(cur, [w.state.row(source) for source, w in works.items()])
+        # A source has a row when the cache holds it (every cached state was committed) or it was loaded.
+        cache = self._source_cache
+        stored = [w.state.row(s) for s, w in works.items() if s in cache or s in loaded]
+        new = [w.state.row(s) for s, w in works.items() if s not in cache and s not in loaded]
+        writes.write_sources(cur, stored, new)
         # A project's head is written when it moves to another source (most appends keep it).
         known = self._known_heads
-        writes.upsert_heads(cur, {project: source for project, source in heads.items() if known.get(project) != source})
+        writes.write_heads(cur, {project: source for project, source in heads.items() if known.get(project) != source})
         writes.insert_quarantine(cur, quarantine)
         writes.write_offsets(cur, self.topic, self.counters)
