@@ -88,3 +88,14 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
     assert re.search(r"^- Idle reads: .+: ok [\d,]+ \(issue 15", section, flags=re.M), section
     idle = re.findall(r"^\| 4 \| first page over HTTP on an idle serve p[59][09] .+ \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
     assert len(idle) == 2, text
+
+
+def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
+    """``python -m bench.small_writes``: the old INSERT OR REPLACE writes and the store's UPDATE + INSERT
+    writes, applied to the same batches, leave equal tables (the bench exits 1 if they differ)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.small_writes", "--rounds", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "| 1 |" in proc.stdout and "both projections' table_digests equal" in proc.stdout
