@@ -1,6 +1,7 @@
 """The reader: pinned, token-bound pages of completed turns for an auditing Observer (ADR 0005).
 
-- ``read_observer_turn_page``: one page of a read series over a projection and the log.
+- ``read_observer_turn_page``: one page of a read series over a projection and the log; ``read_page``
+  the same over a ``ReadRequest``, the one request value the library, the CLI and the HTTP API share.
 - ``ObserverRead`` and its parts: the read wire ``throughline.observer_read.v1``.
 - ``resolve_token_key``: the page-token key (configuration, or a file kept beside the projection).
 - ``Observer``: the reference Observer, which saves its cursor only after a whole audited series.
@@ -36,7 +37,9 @@ from throughline.reader.page import (
     DEFAULT_WAIT_TIMEOUT,
     cut_body,
     read_observer_turn_page,
+    read_page,
 )
+from throughline.reader.request import ReadRequest
 from throughline.reader.token_key import (
     ENV_TOKEN_KEY,
     ENV_TOKEN_KEY_FILE,
@@ -82,6 +85,7 @@ __all__ = [
     "PageTokenUnboundError",
     "PageWire",
     "ProjectionPendingError",
+    "ReadRequest",
     "ResyncRequiredError",
     "SeriesOutcome",
     "SeriesSummary",
@@ -96,6 +100,7 @@ __all__ = [
     "load_observer_state",
     "parse_token_key",
     "read_observer_turn_page",
+    "read_page",
     "resolve_token_key",
     "save_observer_state",
 ]

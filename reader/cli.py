@@ -28,11 +28,12 @@ from typing import Any
 
 from throughline.core.exceptions import InvalidLimitError
 from throughline.core.page_range import DEFAULT_LIMIT, MAX_LIMIT, MIN_LIMIT, validate_limit
-from throughline.core.seconds import finite_seconds
+from throughline.core.ports import LogView
 from throughline.errors import InputError
-from throughline.reader.exceptions import AuditFailedError, InvalidBodyLimitError, InvalidWaitError
-from throughline.reader.observer import Observer, PageReader
-from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT, read_observer_turn_page
+from throughline.reader.exceptions import AuditFailedError, InvalidBodyLimitError
+from throughline.reader.observer import Observer
+from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT, read_page
+from throughline.reader.request import ReadRequest, require_seconds
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE, resolve_token_key
 from throughline.reader.wire import ObserverRead, TurnRecordWire
 from throughline.serve.client import add_http_options, http_reader_from_args
@@ -147,27 +148,56 @@ def _parse_body_limit(text: str) -> int:
 
 
 def _parse_seconds(text: str, flag: str) -> float:
-    value = finite_seconds(text)
-    if value is None:
-        raise InvalidWaitError(f"{flag} must be a number of seconds >= 0, got {text!r}")
-    return value
+    return require_seconds(text, flag, text=True)
 
 
 # ------------------------------------------------------------------------------------------- handles
 
 
+class LocalPageReader:
+    """Pages read in this process from the projection file and the Kafka log (``open_page_reader``).
+
+    ``read(request)`` reads the page a ``ReadRequest`` names; a call with its keywords is the Observer's
+    ``PageReader``. The projection is opened read-only for each page and closed after it, so a projector
+    may take the file between pages (a busy file is a retriable error the Observer backs off from).
+    """
+
+    def __init__(self, settings: Settings, log: LogView, token_key: bytes, *, wait_timeout: float, body_limit: int):
+        self._settings = settings
+        self._log = log
+        self._token_key = token_key
+        self._wait_timeout = wait_timeout
+        self._body_limit = body_limit
+
+    def read(self, request: ReadRequest) -> ObserverRead:
+        """The page ``request`` names, from a fresh read-only open of the projection."""
+        from throughline.projector.store import DuckProjection
+
+        projection = DuckProjection.open(self._settings.db, read_only=True, topic=self._settings.topic)
+        try:
+            return read_page(
+                request,
+                projection=projection,
+                log=self._log,
+                token_key=self._token_key,
+                wait_timeout=self._wait_timeout,
+                body_limit=self._body_limit,
+            )
+        finally:
+            projection.close()
+
+    def __call__(self, **request: Any) -> ObserverRead:
+        """The Observer's ``PageReader`` call (``project``, ``after_cursor``, ... as keywords)."""
+        return self.read(ReadRequest(**request))
+
+
 @contextlib.contextmanager
 def open_page_reader(
     settings: Settings, *, token_key_file: str | None, wait_timeout: float, body_limit: int
-) -> Iterator[PageReader]:
-    """A ``PageReader`` over the projection file and the Kafka log named by ``settings``.
-
-    The projection is opened read-only for each page and closed after it, so a projector may take the
-    file between pages (a busy file is a retriable error the Observer backs off from).
-    """
+) -> Iterator[LocalPageReader]:
+    """A ``LocalPageReader`` over the projection file and the Kafka log named by ``settings``."""
     from throughline.log import KafkaLog
     from throughline.projector.exceptions import ProjectionMissingError
-    from throughline.projector.store import DuckProjection
 
     kafka_config = settings.kafka_config()  # a settings mistake is reported before anything else
     if not os.path.exists(settings.db):
@@ -178,33 +208,7 @@ def open_page_reader(
     token_key = resolve_token_key(db_path=settings.db, key_file=token_key_file)
     log = KafkaLog(settings.require_bootstrap(), settings.topic, kafka_config=kafka_config)
     try:
-
-        def read_page(
-            *,
-            project: str,
-            after_cursor: str | None,
-            through_cursor: str | None,
-            page_token: str | None,
-            limit: int,
-        ) -> ObserverRead:
-            projection = DuckProjection.open(settings.db, read_only=True, topic=settings.topic)
-            try:
-                return read_observer_turn_page(
-                    project=project,
-                    after_cursor=after_cursor,
-                    through_cursor=through_cursor,
-                    page_token=page_token,
-                    limit=limit,
-                    projection=projection,
-                    log=log,
-                    token_key=token_key,
-                    wait_timeout=wait_timeout,
-                    body_limit=body_limit,
-                )
-            finally:
-                projection.close()
-
-        yield read_page
+        yield LocalPageReader(settings, log, token_key, wait_timeout=wait_timeout, body_limit=body_limit)
     finally:
         close = getattr(log, "close", None)
         if close is not None:
@@ -215,19 +219,19 @@ def open_page_reader(
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
-    limit = parse_limit(args.limit)
+    request = ReadRequest(
+        project=args.project,
+        after_cursor=args.after,
+        through_cursor=args.through,
+        page_token=args.page_token,
+        limit=parse_limit(args.limit),
+    )
     body_limit = _parse_body_limit(args.body_limit)
     wait = _parse_seconds(args.wait, "--wait")
     with http_reader_from_args(args) or open_page_reader(
         settings_from(args), token_key_file=args.token_key_file, wait_timeout=wait, body_limit=body_limit
-    ) as read_page:
-        read = read_page(
-            project=args.project,
-            after_cursor=args.after,
-            through_cursor=args.through,
-            page_token=args.page_token,
-            limit=limit,
-        )
+    ) as reader:
+        read = reader.read(request)
     sys.stdout.write(read.to_json() + "\n")
     sys.stdout.flush()
     return 0
@@ -269,9 +273,9 @@ def _cmd_observe(args: argparse.Namespace) -> int:
 
     with http_reader_from_args(args) or open_page_reader(
         settings_from(args), token_key_file=args.token_key_file, wait_timeout=wait, body_limit=body_limit
-    ) as read_page:
+    ) as reader:
         observer = Observer(
-            read_page,
+            reader,
             project=args.project,
             state_path=args.state,
             audit=exec_audit(args.exec_cmd) if args.exec_cmd else _print_audit,

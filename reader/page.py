@@ -36,7 +36,7 @@ from typing import Literal
 from throughline.core.chain import CHAIN_ORIGIN, content_digest, next_chain_digest
 from throughline.core.cursor import Cursor, ForeignCursor, decode_cursor
 from throughline.core.identity import project_sha256
-from throughline.core.page_range import ThroughBeforeAfter, plan_page, validate_limit
+from throughline.core.page_range import DEFAULT_LIMIT, ThroughBeforeAfter, plan_page
 from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
 from throughline.core.ports import (
     LogView,
@@ -45,15 +45,14 @@ from throughline.core.ports import (
     StoredTurn,
     read_turn_ranges,
 )
-from throughline.core.seconds import finite_seconds
 from throughline.core.turn import format_rfc3339
 from throughline.reader.exceptions import (
     InvalidBodyLimitError,
-    InvalidWaitError,
     PageTokenUnboundError,
     SourceQuarantinedError,
     TokenKeyError,
 )
+from throughline.reader.request import ReadRequest, require_seconds
 from throughline.reader.wire import (
     STATUS_OK,
     STATUS_PENDING,
@@ -101,13 +100,44 @@ def read_observer_turn_page(
     through cursor. Later pages pass the same ``after_cursor``, the returned ``throughCursor`` and the
     returned ``page.nextToken``. Hard input errors raise ``InputError`` subclasses (stable ``code``);
     a quarantined source raises ``SourceQuarantinedError``; ``projection_pending`` and
-    ``resync_required`` are answers, not errors.
+    ``resync_required`` are answers, not errors. The same as ``read_page`` with a ``ReadRequest``.
     """
-    limit = validate_limit(limit)
+    request = ReadRequest(
+        project=project,
+        after_cursor=after_cursor,
+        through_cursor=through_cursor,
+        page_token=page_token,
+        limit=DEFAULT_LIMIT if limit is None else limit,
+    )
+    return read_page(
+        request,
+        projection=projection,
+        log=log,
+        token_key=token_key,
+        wait_timeout=wait_timeout,
+        body_limit=body_limit,
+    )
+
+
+def read_page(
+    request: ReadRequest,
+    *,
+    projection: Projection,
+    log: LogView,
+    token_key: bytes,
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+    body_limit: int = DEFAULT_BODY_LIMIT,
+) -> ObserverRead:
+    """Read the page ``request`` names (``read_observer_turn_page`` over a ``ReadRequest``).
+
+    ``request.limit`` was validated when the request was made; ``request.wait`` (the long-poll) is the
+    serve API's, not the reader's: this reads at once, waiting at most ``wait_timeout`` for the projector.
+    """
+    project, after_cursor, through_cursor = request.project, request.after_cursor, request.through_cursor
+    page_token, limit = request.page_token, request.limit
     if isinstance(body_limit, bool) or not isinstance(body_limit, int) or body_limit < 0:
         raise InvalidBodyLimitError(f"body limit must be an integer >= 0, got {body_limit!r}")
-    if isinstance(wait_timeout, str) or finite_seconds(wait_timeout) is None:
-        raise InvalidWaitError(f"wait must be a finite number of seconds >= 0, got {wait_timeout!r}")
+    require_seconds(wait_timeout, "wait")
     if not isinstance(token_key, bytes) or len(token_key) < MIN_TOKEN_KEY_BYTES:
         raise TokenKeyError(f"the page-token key must be at least {MIN_TOKEN_KEY_BYTES} bytes")
     project_hash = project_sha256(project)

@@ -126,7 +126,7 @@ def test_oversized_requests_are_refused(client: TestClient) -> None:
 @pytest.mark.parametrize("body", [b"[" * 5_000, b"{" * 5_000, b'{"project":' * 3_000 + b'"/p"', b'{"project": [' * 2_000])
 def test_a_deeply_nested_json_body_is_a_400_not_a_500(client: TestClient, body: bytes) -> None:
     # Found by test_fuzz_inputs: json.loads raises RecursionError (not ValueError) on deep nesting,
-    # which params_from_json does not catch, so the server answers 500 internal_error.
+    # which request_from_json does not catch, so the server answers 500 internal_error.
     response = client.post(READ, content=body, headers={"Authorization": f"Bearer {AUTH}", "Content-Type": "application/json"})
     assert response.status_code == 400, response.text
     assert _code(response) == "invalid_arguments"

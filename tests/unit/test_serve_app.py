@@ -22,17 +22,11 @@ from reader_world import KEY, OTHER_PROJECT, PROJECT, World
 
 from throughline.core.cursor import Cursor
 from throughline.errors import InputError
-from throughline.reader import read_observer_turn_page
+from throughline.reader import ReadRequest, read_page
 from throughline.reader.wire import ObserverRead
-from throughline.serve.app import (
-    READ_PATH,
-    REASON_HEADER,
-    ApiSettings,
-    create_app,
-    openapi_text,
-    params_from_json,
-    params_from_query,
-)
+from throughline.serve import READ_PATH, REASON_HEADER
+from throughline.serve.app import ApiSettings, create_app, openapi_text
+from throughline.serve.params import request_from_json, request_from_query
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 
@@ -259,7 +253,7 @@ def test_a_quarantined_source_is_409_not_an_input_error(world: World, client: Te
 
 
 def test_an_unexpected_failure_is_500_without_a_trace(world: World) -> None:
-    def broken(**_: Any) -> ObserverRead:
+    def broken(_: ReadRequest, **__: Any) -> ObserverRead:
         raise RuntimeError("secret internals /home/alice")
 
     app = create_app(projection=world.projection, log=world.log, token_key=KEY, read_page=broken)
@@ -363,9 +357,9 @@ def test_a_long_poll_is_not_woken_by_other_projects_commits(world: World) -> Non
     """Other projects' turns on the partition do not wake it (no read again per commit of the partition)."""
     reads: list[object] = []
 
-    def counting_read(**kwargs: Any) -> ObserverRead:
-        reads.append(kwargs["project"])
-        return read_observer_turn_page(**kwargs)
+    def counting_read(request: ReadRequest, **handles: Any) -> ObserverRead:
+        reads.append(request.project)
+        return read_page(request, **handles)
 
     app = create_app(projection=world.projection, log=world.log, token_key=KEY,
                      settings=ApiSettings(read_wait=0.0), read_page=counting_read)
@@ -528,7 +522,7 @@ _NAMES = st.sampled_from(["project", "afterCursor", "after", "throughCursor", "t
 @given(st.lists(st.tuples(_NAMES, st.text(max_size=30)), max_size=8))
 def test_query_parsing_accepts_or_refuses_with_an_input_error(pairs: list[tuple[str, str]]) -> None:
     try:
-        params = params_from_query(pairs)
+        params = request_from_query(pairs)
     except InputError as exc:
         assert exc.exit_code == 2 and exc.code
     else:
@@ -546,7 +540,7 @@ def test_query_parsing_accepts_or_refuses_with_an_input_error(pairs: list[tuple[
 )
 def test_json_parsing_accepts_or_refuses_with_an_input_error(document: dict[str, Any]) -> None:
     try:
-        params = params_from_json(json.dumps(document).encode())
+        params = request_from_json(json.dumps(document).encode())
     except InputError as exc:
         assert exc.exit_code == 2 and exc.code
     else:
@@ -555,5 +549,5 @@ def test_json_parsing_accepts_or_refuses_with_an_input_error(document: dict[str,
 
 def test_cursor_types_are_untouched_by_parsing() -> None:
     cursor = Cursor(b"\x01" * 32, b"\x02" * 32, 3, b"\x03" * 32, 0, 9).encode()
-    params = params_from_query([("project", PROJECT), ("after", cursor), ("limit", "7"), ("wait", "45")])
+    params = request_from_query([("project", PROJECT), ("after", cursor), ("limit", "7"), ("wait", "45")])
     assert params.after_cursor == cursor and params.limit == 7 and params.wait == 30  # clamped to the cap

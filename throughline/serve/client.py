@@ -32,7 +32,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from throughline.core.page_range import DEFAULT_LIMIT
 from throughline.errors import ConfigurationError, InputError, ThroughlineError
+from throughline.reader.request import ReadRequest
 from throughline.reader.wire import ObserverRead
 from throughline.serve import READ_PATH, REASON_HEADER
 from throughline.serve.auth import load_auth_token
@@ -93,6 +95,20 @@ def error_from_answer(status: int, code: str, message: str) -> ThroughlineError:
     retriable = True if status == 503 else None
     ThroughlineError.__init__(error, message, code=code, retriable=retriable)
     return error
+
+
+def request_body(request: ReadRequest) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/projects/read`` for ``request`` (what ``serve.params`` reads back)."""
+    body: dict[str, Any] = {"project": request.project, "limit": request.limit}
+    if request.after_cursor is not None:
+        body["afterCursor"] = request.after_cursor
+    if request.through_cursor is not None:
+        body["throughCursor"] = request.through_cursor
+    if request.page_token is not None:
+        body["pageToken"] = request.page_token
+    if request.wait > 0 and request.first_page:
+        body["wait"] = request.wait
+    return body
 
 
 def _check_url(url: str) -> str:
@@ -174,19 +190,21 @@ class HttpReader:
         wait: float | None = None,
     ) -> ObserverRead:
         """One page of the series, as ``throughline.reader.read_observer_turn_page`` answers it."""
-        body: dict[str, Any] = {"project": project, "limit": limit}
-        if after_cursor is not None:
-            body["afterCursor"] = after_cursor
-        if through_cursor is not None:
-            body["throughCursor"] = through_cursor
-        if page_token is not None:
-            body["pageToken"] = page_token
-        long_poll = self.wait if wait is None else float(wait)
-        if long_poll > 0 and through_cursor is None and page_token is None:
-            body["wait"] = long_poll
-        else:
-            long_poll = 0.0
-        data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return self.read(
+            ReadRequest(
+                project=project,
+                after_cursor=after_cursor,
+                through_cursor=through_cursor,
+                page_token=page_token,
+                limit=DEFAULT_LIMIT if limit is None else limit,
+                wait=self.wait if wait is None else wait,
+            )
+        )
+
+    def read(self, request: ReadRequest) -> ObserverRead:
+        """The page ``request`` names; its ``wait`` (the long-poll) is sent for a first page only."""
+        long_poll = request.wait if request.first_page else 0.0
+        data = json.dumps(request_body(request), ensure_ascii=False, allow_nan=False).encode("utf-8")
         url, status, headers, payload = self._exchange("POST", READ_PATH, data, self.timeout + long_poll)
         if status == 200:
             try:
@@ -197,23 +215,9 @@ class HttpReader:
             return read.model_copy(update={"reason": reason}) if reason else read
         raise self._error(url, status, payload)
 
-    def __call__(
-        self,
-        *,
-        project: str,
-        after_cursor: str | None,
-        through_cursor: str | None,
-        page_token: str | None,
-        limit: int,
-    ) -> ObserverRead:
-        """The Observer's ``PageReader`` call."""
-        return self.read_observer_turn_page(
-            project=project,
-            after_cursor=after_cursor,
-            through_cursor=through_cursor,
-            page_token=page_token,
-            limit=limit,
-        )
+    def __call__(self, **request: Any) -> ObserverRead:
+        """The Observer's ``PageReader`` call (``project``, ``after_cursor``, ... as keywords)."""
+        return self.read(ReadRequest(wait=self.wait, **request))
 
     def get_json(self, path: str) -> tuple[int, Any]:
         """``GET path`` (``/readyz``, ``/healthz``): the status and the decoded JSON body (of the first
