@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from throughline.core.exceptions import InvalidLimitError
@@ -154,6 +155,7 @@ def _parse_seconds(text: str, flag: str) -> float:
 # ------------------------------------------------------------------------------------------- handles
 
 
+@dataclass(frozen=True, slots=True)
 class LocalPageReader:
     """Pages read in this process from the projection file and the Kafka log (``open_page_reader``).
 
@@ -162,26 +164,25 @@ class LocalPageReader:
     may take the file between pages (a busy file is a retriable error the Observer backs off from).
     """
 
-    def __init__(self, settings: Settings, log: LogView, token_key: bytes, *, wait_timeout: float, body_limit: int):
-        self._settings = settings
-        self._log = log
-        self._token_key = token_key
-        self._wait_timeout = wait_timeout
-        self._body_limit = body_limit
+    settings: Settings
+    log: LogView
+    token_key: bytes
+    wait_timeout: float
+    body_limit: int
 
     def read(self, request: ReadRequest) -> ObserverRead:
         """The page ``request`` names, from a fresh read-only open of the projection."""
         from throughline.projector.store import DuckProjection
 
-        projection = DuckProjection.open(self._settings.db, read_only=True, topic=self._settings.topic)
+        projection = DuckProjection.open(self.settings.db, read_only=True, topic=self.settings.topic)
         try:
             return read_page(
                 request,
                 projection=projection,
-                log=self._log,
-                token_key=self._token_key,
-                wait_timeout=self._wait_timeout,
-                body_limit=self._body_limit,
+                log=self.log,
+                token_key=self.token_key,
+                wait_timeout=self.wait_timeout,
+                body_limit=self.body_limit,
             )
         finally:
             projection.close()
@@ -208,7 +209,7 @@ def open_page_reader(
     token_key = resolve_token_key(db_path=settings.db, key_file=token_key_file)
     log = KafkaLog(settings.require_bootstrap(), settings.topic, kafka_config=kafka_config)
     try:
-        yield LocalPageReader(settings, log, token_key, wait_timeout=wait_timeout, body_limit=body_limit)
+        yield LocalPageReader(settings, log, token_key, wait_timeout, body_limit)
     finally:
         close = getattr(log, "close", None)
         if close is not None:

@@ -111,6 +111,10 @@ class ObserverRead(BaseModel):
         """The wire document (exactly the ADR's fields, camelCase)."""
         return self.model_dump_json(by_alias=True)
 
+    def to_json_bytes(self) -> bytes:
+        """``to_json()`` as UTF-8 bytes, serialised straight to bytes (what an HTTP answer sends)."""
+        return self.__pydantic_serializer__.to_json(self, by_alias=True)
+
     def to_dict(self) -> dict[str, Any]:
         """The wire document as plain JSON values."""
         return self.model_dump(mode="json", by_alias=True)

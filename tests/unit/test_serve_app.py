@@ -102,6 +102,7 @@ def test_a_read_is_the_library_document(world: World, client: TestClient, method
     assert response.headers["content-type"] == "application/json"
     assert response.headers["cache-control"] == "no-store"
     assert response.json() == json.loads(world.read(PROJECT).to_json())
+    assert response.content == world.read(PROJECT).to_json().encode()  # byte for byte, not just equal JSON
     assert ObserverRead.from_json(response.content).status == "ok"
 
 

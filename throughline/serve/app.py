@@ -147,7 +147,8 @@ def create_app(
     app.state.api = api
     app.add_middleware(RequestGuard, settings=settings, metrics=metrics)
 
-    def require_token(request: Request) -> None:
+    async def require_token(request: Request) -> None:
+        # async: a sync dependency would cost every request a hop to the worker threads and back.
         auth.check(request.headers.get("authorization"))
 
     install_error_handlers(app)

@@ -85,7 +85,7 @@ def read_response(result: ObserverRead) -> Response:
     if result.reason:
         # The wire document carries only the ADR's fields; the reason for a person rides in a header.
         headers[REASON_HEADER] = _header_text(result.reason)
-    return Response(content=result.to_json(), media_type="application/json", headers=headers)
+    return Response(content=result.to_json_bytes(), media_type="application/json", headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
