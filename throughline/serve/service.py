@@ -40,6 +40,7 @@ from throughline.runtime import StopOnSignals
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
 from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
 from throughline.serve.exceptions import ProjectorFailedError, ServeError
+from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
 from throughline.settings import Settings
 
@@ -336,13 +337,14 @@ def run_service(
         config = uvicorn.Config(
             app,
             lifespan="on",
-            http="h11",
+            http=http_protocol(),  # httptools when installed (bounded like h11), else h11
             loop="asyncio",
             log_level=options.log_level,
             access_log=options.access_log,
             server_header=False,
             proxy_headers=False,
             timeout_graceful_shutdown=DEFAULT_GRACEFUL_TIMEOUT,
+            # The bound on a request head, for h11 and (http_protocol) httptools alike.
             h11_max_incomplete_event_size=max(64 * 1024, options.api.max_query_bytes * 2),
         )
         server = _Server(config, on_ready=lambda: announce(url))
