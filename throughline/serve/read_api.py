@@ -165,17 +165,17 @@ class ReadApi:
         on its partition cost the waiting request nothing.
         """
         deadline = time.monotonic() + request.wait
-        project = self._project_of(request.project)
-        seen = self.projection.project_changes(project) if project is not None else 0
+        project_hash = self._project_hash(request.project)
+        seen = self.projection.project_changes(project_hash) if project_hash is not None else 0
         result = self._read_once(request, spent)
         for _ in range(_MAX_WAIT_ROUNDS):
-            if project is None or not self._idle(result, request) or self.stopping.is_set():
+            if project_hash is None or not self._idle(result, request) or self.stopping.is_set():
                 break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            if self.projection.wait_project_changed(project, seen, min(remaining, _WAIT_SLICE)):
-                seen = self.projection.project_changes(project)
+            if self.projection.wait_project_changed(project_hash, seen, min(remaining, _WAIT_SLICE)):
+                seen = self.projection.project_changes(project_hash)
                 result = self._read_once(request, spent)
         return result
 
@@ -184,7 +184,7 @@ class ReadApi:
         # Only the first page of a series can be an empty delta; a page of a pinned series never waits.
         return result.status == STATUS_OK and not result.turns and request.first_page
 
-    def _project_of(self, project: object) -> bytes | None:
+    def _project_hash(self, project: object) -> bytes | None:
         """The project's hash when the log can place it, else ``None``."""
         try:
             hashed = project_sha256(project)  # type: ignore[arg-type]
