@@ -104,10 +104,15 @@ _HEADS_UPDATE = (
 )
 
 
+def _tuples(width: int, rows: int) -> str:
+    """``rows`` tuples of ``width`` bound parameters, comma-separated."""
+    one = "(" + ", ".join("?" for _ in range(width)) + ")"
+    return ", ".join(one for _ in range(rows))
+
+
 def values_sql(head: str, width: int, rows: int) -> str:
     """``head`` followed by ``rows`` tuples of ``width`` bound parameters."""
-    one = "(" + ", ".join("?" for _ in range(width)) + ")"
-    return head + " VALUES " + ", ".join(one for _ in range(rows))
+    return head + " VALUES " + _tuples(width, rows)
 
 
 def _arrow_table(columns: Sequence[tuple[str, pa.DataType]], values: Sequence[Sequence[Any]]) -> pa.Table:
@@ -212,8 +217,7 @@ def insert_turns(cur: duckdb.DuckDBPyConnection, pending: Sequence[tuple[bytes, 
 
 def _values_rows(width: int, rows: int, names: str) -> str:
     """A ``VALUES`` list of ``rows`` tuples of ``width`` bound parameters, as a table named ``v(names)``."""
-    one = "(" + ", ".join("?" for _ in range(width)) + ")"
-    return "(VALUES " + ", ".join(one for _ in range(rows)) + f") v({names})"
+    return f"(VALUES {_tuples(width, rows)}) v({names})"
 
 
 def write_sources(
