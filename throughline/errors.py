@@ -7,6 +7,10 @@ Each package keeps its own ``exceptions.py`` whose classes derive from these. Ev
 - ``retriable``: whether the same call may succeed later without the caller changing anything
   (a broker that is down, a projection file that is busy), as kafka-python's errors do.
 - ``exit_code``: what the CLI exits with: 2 for a hard input error, 1 for any other failure.
+
+Each code is declared (``code = "..."`` in the class body) by one class only: a second declaration
+fails at import. ``error_class`` finds that class by its code, which is how ``HttpReader`` raises the
+server's own error class again on the client side.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ class ThroughlineError(Exception):
     code: str = "internal_error"
     retriable: bool = False
     exit_code: int = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:  # this class declares a code (rather than inheriting one)
+            owner = _CODE_OWNERS.setdefault(cls.code, cls)
+            if owner is not cls:
+                raise TypeError(f"error code {cls.code!r} is declared by {owner.__qualname__} already")
 
     def __init__(self, message: str, *, code: str | None = None, retriable: bool | None = None) -> None:
         super().__init__(message)
@@ -37,6 +48,15 @@ class ThroughlineError(Exception):
         # Subclasses take other constructor arguments, so rebuild from the instance's state instead:
         # an error then crosses a process boundary (the projector's fetch worker) unchanged.
         return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+
+#: The class that declares each code (the root's ``internal_error`` is no subclass's).
+_CODE_OWNERS: dict[str, type[ThroughlineError]] = {}
+
+
+def error_class(code: str) -> type[ThroughlineError] | None:
+    """The error class that declares ``code``, among the classes imported so far (``None``: no class)."""
+    return _CODE_OWNERS.get(code)
 
 
 def _restore(cls: type[ThroughlineError], args: tuple[Any, ...], state: dict[str, Any]) -> ThroughlineError:

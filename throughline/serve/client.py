@@ -26,14 +26,14 @@ import importlib
 import json
 import os
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 from pydantic import ValidationError
 
 from throughline.core.page_range import DEFAULT_LIMIT
-from throughline.errors import ConfigurationError, InputError, ThroughlineError
+from throughline.errors import ConfigurationError, InputError, ThroughlineError, error_class
 from throughline.reader.request import ReadRequest
 from throughline.reader.wire import ObserverRead
 from throughline.serve import READ_PATH, REASON_HEADER
@@ -47,15 +47,8 @@ DEFAULT_TIMEOUT = 30.0
 FOLLOW_WAIT = 25.0
 
 
-def _subclasses(cls: type[ThroughlineError]) -> Iterator[type[ThroughlineError]]:
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
-
-
-def _error_classes() -> dict[str, type[ThroughlineError]]:
-    """Every error class that owns a code, by code (the first class to declare a code owns it)."""
-    # Import the packages whose errors a server can answer with, so that their classes are known.
+def _import_error_modules() -> None:
+    """Import the packages whose errors a server can answer with, so that their classes are known."""
     for module in (
         "throughline.core.exceptions",
         "throughline.reader.exceptions",
@@ -68,27 +61,21 @@ def _error_classes() -> dict[str, type[ThroughlineError]]:
             importlib.import_module(module)
         except ImportError:  # pragma: no cover - a part not built into this install
             pass
-    owners: dict[str, type[ThroughlineError]] = {}
-    for cls in _subclasses(ThroughlineError):
-        if "code" in cls.__dict__:
-            owners.setdefault(cls.__dict__["code"], cls)
-    return owners
 
 
 def error_from_answer(status: int, code: str, message: str) -> ThroughlineError:
     """Rebuild the typed error a server answered with (by its stable code)."""
     from throughline.core.exceptions import PageTokenError
 
-    owners = _error_classes()
-    cls: type[ThroughlineError]
-    if code in owners:
-        cls = owners[code]
-    elif code.startswith("page_token_"):
-        cls = PageTokenError  # its codes are set per instance
-    elif 400 <= status < 500 and status != 401:
-        cls = InputError
-    else:
-        cls = ServeError
+    _import_error_modules()
+    cls = error_class(code)
+    if cls is None:
+        if code.startswith("page_token_"):
+            cls = PageTokenError  # its codes are set per instance
+        elif 400 <= status < 500 and status != 401:
+            cls = InputError
+        else:
+            cls = ServeError
     error = cls.__new__(cls)
     # Some classes take other constructor arguments (servers, topic...): the base initialiser sets the
     # fields every error has, which is all a remote error can carry.
