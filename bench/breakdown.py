@@ -35,6 +35,7 @@ from bench.common import Workload, encode_workload
 from throughline.core.identity import source_sha256
 from throughline.core.partitioning import partition_for
 from throughline.core.turn import (
+    ProducerStamp,
     TurnRecord,
 )
 from throughline.log.fetch import RecordReader
@@ -154,7 +155,7 @@ def _main(argv: list[str] | None) -> int:
         for d in datums:
             pr = d["producer"]  # type: ignore[index]
             TurnRecord(d["project"], d["projectSha256"], d["host"], d["thread"], d["turnId"], d["seq"], d["completedAt"],  # type: ignore[index]
-                       d["body"], d["contentDigest"], pr["name"], pr["version"], pr["producedAt"], pr.get("attributes", {}))  # type: ignore[index]
+                       d["body"], d["contentDigest"], ProducerStamp(pr["name"], pr["version"], pr["producedAt"], pr.get("attributes", {})))  # type: ignore[index]
 
     fetched = _record_batches(data.keys, data.values)
     tp = TopicPartition("bench", 0)
@@ -166,7 +167,7 @@ def _main(argv: list[str] | None) -> int:
     rows.append(("throughline's record reader of the same batches (the projector's)", best(lambda: RecordReader(0, tp, MemoryRecords(fetched)).take(None), n)))
     rows.append(("fastavro decode of one value (the ceiling's per-record work besides fetching)", best(fastavro_only, n)))
     rows.append(("decode_turn (header check, current-schema reader, TurnRecord)", best(lambda: [decode_turn(r.value) for r in recs], n)))  # type: ignore[arg-type]
-    rows.append(("  of which TurnRecord(...) construction (frozen dataclass, 13 fields)", best(construct, n)))
+    rows.append(("  of which TurnRecord(...) construction (frozen dataclasses: 9 fields and the producer stamp)", best(construct, n)))
     rows.append(("verify_turn", best(lambda: [turn_mod.verify_turn(t) for t in turns], n)))
     rows.append(("partition_for (pure-Python murmur2; prepare caches it per project)", best(lambda: [partition_for(t.project_sha256, 3) for t in turns], n)))
     rows.append(("source_sha256 (prepare caches it per source)", best(lambda: [source_sha256(t.project_sha256, t.host, t.thread) for t in turns], n)))

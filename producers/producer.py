@@ -104,7 +104,7 @@ def checked_turn(turn: TurnRecord) -> TurnRecord:
     """Re-validate a turn built elsewhere (typed errors), and check its derived fields agree with it."""
     if not isinstance(turn, TurnRecord):
         raise InvalidTurnError(f"expected a TurnRecord, got {type(turn).__name__}")
-    for key, value in turn.attributes.items():
+    for key, value in turn.producer.attributes.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidTurnError("producer attributes must map strings to strings")
     problem = verify_turn(turn)
@@ -406,8 +406,9 @@ class TurnProducer:
     def _prepare(self, turn: TurnRecord, *, validated: bool = False) -> tuple[TurnRecord, bytes]:
         if not validated:
             turn = checked_turn(turn)
-        if turn.produced_at_micros == 0:
-            turn = dataclasses.replace(turn, produced_at_micros=_now_micros())
+        if turn.producer.produced_at_micros == 0:
+            stamp = dataclasses.replace(turn.producer, produced_at_micros=_now_micros())
+            turn = dataclasses.replace(turn, producer=stamp)
         try:
             value = encode_turn(turn)
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field

@@ -252,7 +252,7 @@ def _prepare_repair(
             code = Q_MISPLACED
     if problem is not None:
         return RefusedRecord(offset, key, value, code, problem, project_hash, source)
-    return RepairItem(offset, project_hash, source, record.reason, record.produced_at_micros)
+    return RepairItem(offset, project_hash, source, record.reason, record.producer.produced_at_micros)
 
 
 def prepare_batch(

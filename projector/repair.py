@@ -29,7 +29,7 @@ def repair_json(repair: RepairRecord) -> dict[str, Any]:
         "projectSha256": repair.project_sha256.hex(),
         "sourceSha256": repair.source_sha256.hex(),
         "reason": repair.reason,
-        "requestedAt": format_rfc3339(repair.produced_at_micros),
+        "requestedAt": format_rfc3339(repair.producer.produced_at_micros),
     }
 
 

@@ -85,7 +85,7 @@ def test_append_accepts_datetime_rfc3339_and_micros(kafka_bootstrap: str, kafka_
         ("b", expected, 2),
         ("c", expected, None),
     ]
-    assert all(r.turn.producer_name == "throughline" and r.turn.produced_at_micros > 0 for r in records)
+    assert all(r.turn.producer.name == "throughline" and r.turn.producer.produced_at_micros > 0 for r in records)
 
 
 def test_invalid_and_oversized_turns_are_refused_before_sending(kafka_bootstrap: str, kafka_topic_name: str) -> None:

@@ -54,7 +54,7 @@ def test_a_repair_lands_after_the_projects_turns_on_its_partition(kafka_bootstra
     decoded = decode_record(record.value)
     assert isinstance(decoded, RepairRecord)
     assert (decoded.project_sha256, decoded.source_sha256, decoded.reason) == (project, source, "seq 2 is lost")
-    assert decoded.producer_name == "throughline-repair" and decoded.produced_at_micros > 0
+    assert decoded.producer.name == "throughline-repair" and decoded.producer.produced_at_micros > 0
     for raw in (b"/srv/beta", b"host-a", b"main"):
         assert raw not in record.value  # hash-only on the log
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from throughline.core.turn import TurnRecord, build_turn
+from throughline.core.turn import ProducerStamp, TurnRecord, build_turn
 from throughline.schemas.codec import (
     CURRENT_VERSION,
     HEADER_BYTES,
@@ -94,17 +94,14 @@ def test_v1_record_decodes_into_the_current_shape() -> None:
         completed_at_micros=BASE["completedAt"],
         body="héllo\nworld",
         content_digest=bytes(range(32)),
-        producer_name="golden",
-        producer_version="1",
-        produced_at_micros=BASE["producer"]["producedAt"],
-        attributes={},  # v2's new field takes its default
+        producer=ProducerStamp("golden", "1", BASE["producer"]["producedAt"], {}),  # v2's attributes: the default
     )
 
 
 def test_v2_golden_record_decodes() -> None:
     record = decode_turn(bytes.fromhex(GOLDEN_V2))
     assert record.seq is None
-    assert dict(record.attributes) == {"k": "v"}
+    assert dict(record.producer.attributes) == {"k": "v"}
     assert record.body == "héllo\nworld"
 
 
@@ -138,8 +135,8 @@ _digests = st.binary(min_size=32, max_size=32)
 #: given; checking turns is build_turn's and verify_turn's job).
 _any_fields = st.builds(
     TurnRecord,
-    _text, _digests, _text, _text, _text, st.none() | _longs, _longs, _text, _digests, _text, _text, _longs,
-    st.dictionaries(_text, _text, max_size=4),
+    _text, _digests, _text, _text, _text, st.none() | _longs, _longs, _text, _digests,
+    st.builds(ProducerStamp, _text, _text, _longs, st.dictionaries(_text, _text, max_size=4)),
 )
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from throughline.core.chain import content_digest
 from throughline.core.identity import canonical_project
-from throughline.core.turn import MAX_BODY_BYTES, TurnRecord, format_rfc3339, parse_rfc3339
+from throughline.core.turn import MAX_BODY_BYTES, ProducerStamp, TurnRecord, format_rfc3339, parse_rfc3339
 from throughline.errors import InputError
 from throughline.producers.ingest import MAX_LINE_BYTES, parse_turn_line
 
@@ -58,8 +58,7 @@ def test_producer_fields_are_passed_through() -> None:
         line(), producer_name="ingest", producer_version="1.2", produced_at_micros=7, attributes={"ingest.line": "3"}
     )
     assert turn is not None
-    assert (turn.producer_name, turn.producer_version, turn.produced_at_micros) == ("ingest", "1.2", 7)
-    assert dict(turn.attributes) == {"ingest.line": "3"}
+    assert turn.producer == ProducerStamp("ingest", "1.2", 7, {"ingest.line": "3"})
 
 
 @pytest.mark.parametrize("raw", ["", " ", "\t", "\r", b"   ", b"\xef\xbb\xbf"])

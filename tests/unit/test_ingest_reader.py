@@ -258,7 +258,7 @@ def test_ingest_reports_bad_lines_and_covers_everything(tmp_path: Path) -> None:
         "line 4: invalid_turn: seq: Input should be a valid integer",
     ]
     assert where(load_ingest_state(state_path)) == (file_id(path), path.stat().st_size, 5)
-    assert dict(sender.sent[1].turn.attributes) == {"ingest.line": "5"}
+    assert dict(sender.sent[1].turn.producer.attributes) == {"ingest.line": "5"}
 
 
 def test_the_state_never_covers_a_line_the_broker_did_not_acknowledge(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def test_checked_turn_accepts_a_built_turn() -> None:
         ({"project_sha256": bytes(32)}, "projectSha256"),
         ({"turn_id": ""}, "turnId"),
         ({"seq": 0}, "seq"),
-        ({"attributes": {"k": 1}}, "attributes"),
+        ({"producer": dataclasses.replace(TURN.producer, attributes={"k": 1})}, "attributes"),
     ],
 )
 def test_checked_turn_refuses_an_unsound_turn(changes: dict[str, object], match: str) -> None:

@@ -26,7 +26,7 @@ from throughline.core.repair import (
     repair_problem,
     verify_repair,
 )
-from throughline.core.turn import TurnRecord
+from throughline.core.turn import ProducerStamp, TurnRecord
 from throughline.schemas.codec import (
     CURRENT_REPAIR_VERSION,
     HEADER_BYTES,
@@ -90,10 +90,7 @@ def test_the_golden_repair_decodes_and_encodes_back() -> None:
         project_sha256=PROJECT_HASH,
         source_sha256=SOURCE_HASH,
         reason="gap after seq 3 accepted: seq 4 is lost",
-        producer_name="golden",
-        producer_version="1",
-        produced_at_micros=1_767_225_601_000_000,
-        attributes={"k": "v"},
+        producer=ProducerStamp("golden", "1", 1_767_225_601_000_000, {"k": "v"}),
     )
     assert encode_repair(record).hex() == GOLDEN_V1_REPAIR
     assert repair_to_avro(record) == DATUM_V1
@@ -157,20 +154,18 @@ _text = st.text(st.characters(codec="utf-8"), max_size=40)
         st.binary(min_size=32, max_size=32),
         st.binary(min_size=32, max_size=32),
         _text,
-        _text,
-        _text,
-        st.integers(-(1 << 63), (1 << 63) - 1),
-        st.dictionaries(_text, _text, max_size=3),
+        st.builds(ProducerStamp, _text, _text, st.integers(-(1 << 63), (1 << 63) - 1), st.dictionaries(_text, _text, max_size=3)),
     )
 )
 def test_any_repair_roundtrips(record: RepairRecord) -> None:
     data = encode_repair(record)
-    assert decode_repair(data) == dataclasses.replace(record, attributes=dict(record.attributes))
-    assert produced_at(data) == record.produced_at_micros
+    stamp = dataclasses.replace(record.producer, attributes=dict(record.producer.attributes))
+    assert decode_repair(data) == dataclasses.replace(record, producer=stamp)
+    assert produced_at(data) == record.producer.produced_at_micros
 
 
 def test_produced_at_of_turns_repairs_and_garbage() -> None:
-    assert produced_at(bytes.fromhex(GOLDEN_V2)) == decode_turn(bytes.fromhex(GOLDEN_V2)).produced_at_micros
+    assert produced_at(bytes.fromhex(GOLDEN_V2)) == decode_turn(bytes.fromhex(GOLDEN_V2)).producer.produced_at_micros
     assert produced_at(bytes.fromhex(GOLDEN_V1_REPAIR)) == 1_767_225_601_000_000
     assert produced_at(b"garbage") is None
     assert produced_at(None) is None

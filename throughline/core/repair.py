@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from throughline.core.exceptions import InvalidRepairError, InvalidTurnError
 from throughline.core.identity import project_sha256, source_sha256, validate_name
+from throughline.core.turn import ProducerStamp
 
 #: Longest repair reason, in UTF-8 bytes (a paragraph; the log is not a ticket system).
 MAX_REASON_BYTES = 4096
@@ -53,10 +54,7 @@ class RepairRecord:
     project_sha256: bytes
     source_sha256: bytes
     reason: str
-    producer_name: str = "throughline"
-    producer_version: str = "0"
-    produced_at_micros: int = 0
-    attributes: Mapping[str, str] = field(default_factory=dict)
+    producer: ProducerStamp = field(default_factory=ProducerStamp)
 
 
 def parse_source_hash(text: object) -> bytes:
@@ -105,10 +103,7 @@ def build_repair(
         project_sha256=project_hash,
         source_sha256=source_hash,
         reason=reason,
-        producer_name=producer_name,
-        producer_version=producer_version,
-        produced_at_micros=produced_at_micros,
-        attributes=dict(attributes or {}),
+        producer=ProducerStamp(producer_name, producer_version, produced_at_micros, dict(attributes or {})),
     )
     problem = verify_repair(record)
     if problem is not None:

@@ -74,6 +74,20 @@ def format_rfc3339(micros: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerStamp:
+    """Who wrote a log record and when: the ``producer`` sub-record every record family carries.
+
+    Not content: the turn's digests never cover it, so the same turn sent again by another producer (or
+    at another time) is the same turn.
+    """
+
+    name: str = "throughline"
+    version: str = "0"
+    produced_at_micros: int = 0
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRecord:
     """One completed turn, as carried by one topic record."""
 
@@ -86,10 +100,7 @@ class TurnRecord:
     completed_at_micros: int
     body: str
     content_digest: bytes
-    producer_name: str = "throughline"
-    producer_version: str = "0"
-    produced_at_micros: int = 0
-    attributes: Mapping[str, str] = field(default_factory=dict)
+    producer: ProducerStamp = field(default_factory=ProducerStamp)
 
     @property
     def source_sha256(self) -> bytes:
@@ -131,10 +142,7 @@ def build_turn(
         completed_at_micros=completed_at_micros,
         body=body,
         content_digest=content_digest_utf8(turn_id, completed_at_micros, text),
-        producer_name=producer_name,
-        producer_version=producer_version,
-        produced_at_micros=produced_at_micros,
-        attributes=dict(attributes or {}),
+        producer=ProducerStamp(producer_name, producer_version, produced_at_micros, dict(attributes or {})),
     )
 
 
