@@ -241,7 +241,8 @@ def decode_turn_datum(data: bytes) -> dict[str, Any]:
     """Decode one topic record into the current schema's datum (a dict, as fastavro returns it).
 
     What ``decode_turn`` builds its ``TurnRecord`` from; the projector reads the datum directly, which
-    saves building two frozen dataclasses (the record and its producer stamp) per record. Same errors as ``decode_turn``.
+    saves building two frozen dataclasses (the record and its producer stamp) per record. Same errors
+    as ``decode_turn``.
     """
     version = writer_version(data)
     if version == CURRENT_VERSION:

@@ -77,8 +77,7 @@ def format_rfc3339(micros: int) -> str:
 class ProducerStamp:
     """Who wrote a log record and when: the ``producer`` sub-record every record family carries.
 
-    Not content: the turn's digests never cover it, so the same turn sent again by another producer (or
-    at another time) is the same turn.
+    Not content: no digest covers it (``contentDigest`` is the turn id, time and body only).
     """
 
     name: str = "throughline"
