@@ -29,7 +29,7 @@ class ThroughlineError(Exception):
         super().__init_subclass__(**kwargs)
         if "code" in cls.__dict__:  # this class declares a code (rather than inheriting one)
             owner = _CODE_OWNERS.setdefault(cls.code, cls)
-            if owner is not cls:
+            if owner is not cls and not _same_declaration(owner, cls):
                 raise TypeError(f"error code {cls.code!r} is declared by {owner.__qualname__} already")
 
     def __init__(self, message: str, *, code: str | None = None, retriable: bool | None = None) -> None:
@@ -52,6 +52,16 @@ class ThroughlineError(Exception):
 
 #: The class that declares each code (the root's ``internal_error`` is no subclass's).
 _CODE_OWNERS: dict[str, type[ThroughlineError]] = {}
+
+
+def _same_declaration(first: type, again: type) -> bool:
+    # The repo's top-level folders install as ``throughline.<name>``, but a process started in a
+    # checkout can also import one as ``<name>`` (``reader.exceptions``): that is the same class
+    # statement run a second time, not a second owner of the code; the first import keeps it.
+    def where(cls: type) -> str:
+        return f"{cls.__module__.removeprefix('throughline.')}.{cls.__qualname__}"
+
+    return where(first) == where(again)
 
 
 def error_class(code: str) -> type[ThroughlineError] | None:

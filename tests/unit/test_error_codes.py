@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,3 +85,18 @@ def test_a_subclass_that_declares_nothing_inherits() -> None:
     assert error_class("test_probe_only") is _Probe
     error = _Child("x", code="per_instance", retriable=False)  # an instance may still say otherwise
     assert (error.code, error.retriable, type(error).code) == ("per_instance", False, "test_probe_only")
+
+
+def test_the_same_declaration_imported_under_the_checkout_name_keeps_its_first_owner() -> None:
+    # ``reader.exceptions`` (a top-level folder of a checkout) is ``throughline.reader.exceptions`` run
+    # again (here the core's module, which declares the code): its classes must still import, and the
+    # code keeps the installed class.
+    installed = error_class("invalid_limit")
+    assert installed is not None and installed.__module__ == "throughline.core.exceptions"
+
+    def body(namespace: dict[str, object]) -> None:
+        namespace.update(code="invalid_limit", __module__="core.exceptions", __qualname__=installed.__qualname__)
+
+    again = types.new_class(installed.__name__, (InputError,), exec_body=body)
+    assert again.code == "invalid_limit"
+    assert error_class("invalid_limit") is installed
