@@ -32,7 +32,6 @@ from typing import Any
 
 from throughline.core.chain import micros_since_epoch
 from throughline.core.exceptions import InvalidRepairError, InvalidTurnError
-from throughline.core.partitioning import partition_for
 from throughline.core.repair import RepairRecord, verify_repair
 from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_turn, parse_rfc3339, verify_turn
 from throughline.errors import ThroughlineError
@@ -44,6 +43,7 @@ from throughline.log import (
     KafkaSecurityError,
     LogError,
     LossyTopicError,
+    TopicClient,
     TopicInfo,
     bootstrap_list,
     clients,
@@ -155,8 +155,10 @@ class PendingSend:
         return LogPosition(int(meta.partition), int(meta.offset))
 
 
-class TurnProducer:
-    """Appends completed turns to the topic (a context manager; thread-safe like ``KafkaProducer``)."""
+class TurnProducer(TopicClient):
+    """Appends completed turns to the topic (a context manager; thread-safe like ``KafkaProducer``).
+
+    ``topic``, ``partitions``, ``bootstrap_servers`` and ``partition_of`` are ``TopicClient``'s."""
 
     def __init__(
         self,
@@ -227,28 +229,9 @@ class TurnProducer:
     # ------------------------------------------------------------------------------------------ facts
 
     @property
-    def topic(self) -> str:
-        """The topic turns are appended to."""
-        return self._topic
-
-    @property
     def topic_info(self) -> TopicInfo:
         """What the broker said about the topic when the producer started."""
         return self._info
-
-    @property
-    def partitions(self) -> int:
-        """The topic's partition count (fixed for the producer's lifetime)."""
-        return self._partitions
-
-    @property
-    def bootstrap_servers(self) -> list[str]:
-        """The servers the producer talks to."""
-        return list(self._servers)
-
-    def partition_of(self, project_sha256: bytes) -> int:
-        """The partition a project's turns go to."""
-        return partition_for(project_sha256, self._partitions)
 
     # ------------------------------------------------------------------------------------------ sending
 
@@ -425,7 +408,7 @@ class TurnProducer:
         """Hand one record of the project to kafka-python: keyed by the project hash, on its partition."""
         if self._closed:
             raise ProducerError("the producer is closed", code="producer_closed")
-        partition = partition_for(project_sha256, self._partitions)
+        partition = self.partition_of(project_sha256)
         try:
             with self.kafka_errors:
                 return self._producer.send(self._topic, value=value, key=project_sha256, partition=partition)

@@ -35,6 +35,7 @@ from throughline.log.exceptions import (
     TopicMissingError,
 )
 from throughline.log.group import GroupConsumer, GroupView
+from throughline.log.placement import TopicClient
 from throughline.log.topic import (
     CHECKED_CONFIGS,
     DEFAULT_PARTITIONS,
@@ -75,6 +76,7 @@ __all__ = [
     "ProtocolMismatchError",
     "SaslMechanismUnsupportedError",
     "TlsFailedError",
+    "TopicClient",
     "TopicInfo",
     "TopicMissingError",
     "TopicSettings",

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from kafka import TopicPartition
 
-from throughline.core.partitioning import partition_for
 from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
 from throughline.log.exceptions import LogError, TopicMissingError
+from throughline.log.placement import TopicClient
 from throughline.log.topic import bootstrap_list
 from throughline.log.translate import KafkaErrors
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 DEFAULT_LOG_TIMEOUT = 10.0
 
 
-class KafkaLog:
+class KafkaLog(TopicClient):
     """The partitions and end offsets of the topic of completed turns (implements ``LogView``).
 
     The partition count is read once when the view opens; a topic's partition count must never change
@@ -85,25 +85,6 @@ class KafkaLog:
         if set(ids) != set(range(self._partitions)):
             self._consumer.close()
             raise LogError(f"topic {topic!r} reports partitions {sorted(ids)}", code="kafka_error")
-
-    @property
-    def topic(self) -> str:
-        """The topic's name."""
-        return self._topic
-
-    @property
-    def partitions(self) -> int:
-        """The topic's partition count."""
-        return self._partitions
-
-    @property
-    def bootstrap_servers(self) -> list[str]:
-        """The servers this view talks to."""
-        return list(self._servers)
-
-    def partition_of(self, project_sha256: bytes) -> int:
-        """The partition that holds the project's records."""
-        return partition_for(project_sha256, self._partitions)
 
     def end_offset(self, partition: int) -> int:
         """The partition's end offset (the offset the next record will get), asked of the broker now."""
