@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from throughline.log import KafkaClientConfig, PartitionConsumer
+from throughline.log import FetchSettings, KafkaClientConfig, PartitionConsumer
 from throughline.projector.prepare import PreparedBatch, prepare_batch
 from throughline.runtime import BULK_GC_THRESHOLD
 
@@ -49,10 +49,12 @@ class ProjectorOptions:
         return {
             "client_id": self.client_id,
             "timeout": self.timeout,
-            "max_poll_records": self.max_poll_records,
-            "fetch_max_bytes": self.fetch_max_bytes,
-            "max_partition_fetch_bytes": self.max_partition_fetch_bytes,
-            "fetch_max_wait_ms": self.fetch_max_wait_ms,
+            "fetch": FetchSettings(
+                max_poll_records=self.max_poll_records,
+                fetch_max_bytes=self.fetch_max_bytes,
+                max_partition_fetch_bytes=self.max_partition_fetch_bytes,
+                fetch_max_wait_ms=self.fetch_max_wait_ms,
+            ),
         }
 
 

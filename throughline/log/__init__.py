@@ -15,7 +15,7 @@ from throughline.log.config import (
     load_kafka_config,
     resolve_kafka_config,
 )
-from throughline.log.consumer import PartitionConsumer
+from throughline.log.consumer import FetchSettings, PartitionConsumer
 from throughline.log.exceptions import (
     AuthenticationFailedError,
     AuthorizationFailedError,
@@ -58,6 +58,7 @@ __all__ = [
     "AuthenticationFailedError",
     "AuthorizationFailedError",
     "BrokerUnavailableError",
+    "FetchSettings",
     "GroupConsumer",
     "GroupRefusedError",
     "GroupView",

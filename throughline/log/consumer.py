@@ -10,6 +10,7 @@ inside: callers see partition numbers, records and ``LogError``s, and can only `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kafka import TopicPartition
@@ -20,33 +21,77 @@ from throughline.log.fetch import use_record_reader
 from throughline.log.translate import KafkaErrors
 
 
-def fetching_settings(
-    *,
-    timeout: float,
-    max_poll_records: int,
-    fetch_max_bytes: int,
-    max_partition_fetch_bytes: int,
-    fetch_max_wait_ms: int,
-) -> dict[str, Any]:
-    """The kafka-python settings of every consumer that fetches turns (``PartitionConsumer`` and the
-    group's ``GroupConsumer``): nothing committed to Kafka, no automatic offset reset (an out-of-range
-    position is an error to explain), committed records only, no topic created by a fetch, and every
-    request bounded by ``timeout`` seconds (but longer than the fetch's own wait)."""
-    timeout_ms = max(1000, int(timeout * 1000))
-    return {
-        "enable_auto_commit": False,
-        "auto_offset_reset": "none",
-        "isolation_level": "read_committed",
-        "allow_auto_create_topics": False,
-        "max_poll_records": max_poll_records,
-        "fetch_max_bytes": fetch_max_bytes,
-        "max_partition_fetch_bytes": max_partition_fetch_bytes,
-        "fetch_max_wait_ms": fetch_max_wait_ms,
-        "request_timeout_ms": max(timeout_ms, fetch_max_wait_ms + 1000),
-    }
+@dataclass(frozen=True, slots=True)
+class FetchSettings:
+    """How a consumer that fetches turns fetches (``PartitionConsumer`` and the group's ``GroupConsumer``):
+    records a poll returns at most, and kafka-python's fetch sizes and wait."""
+
+    max_poll_records: int = 500
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    max_partition_fetch_bytes: int = 2 * 1024 * 1024
+    fetch_max_wait_ms: int = 500
+
+    def kafka_settings(self, timeout: float) -> dict[str, Any]:
+        """The kafka-python settings of a fetching consumer: nothing committed to Kafka, no automatic
+        offset reset (an out-of-range position is an error to explain), committed records only, no topic
+        created by a fetch, these fetch sizes, and every request bounded by ``timeout`` seconds (but
+        longer than the fetch's own wait)."""
+        timeout_ms = max(1000, int(timeout * 1000))
+        return {
+            "enable_auto_commit": False,
+            "auto_offset_reset": "none",
+            "isolation_level": "read_committed",
+            "allow_auto_create_topics": False,
+            "max_poll_records": self.max_poll_records,
+            "fetch_max_bytes": self.fetch_max_bytes,
+            "max_partition_fetch_bytes": self.max_partition_fetch_bytes,
+            "fetch_max_wait_ms": self.fetch_max_wait_ms,
+            "request_timeout_ms": max(timeout_ms, self.fetch_max_wait_ms + 1000),
+        }
 
 
-class PartitionConsumer:
+#: kafka-python's fetch sizes, but 2 MiB partition fetches (the settings of a consumer given none).
+DEFAULT_FETCH = FetchSettings()
+
+
+class FetchingConsumer:
+    """What every consumer that fetches turns shares (``PartitionConsumer``, the group's ``GroupConsumer``):
+    a kafka-python consumer with ``FetchSettings``, its errors translated, and ``poll``."""
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        client_id: str,
+        timeout: float,
+        fetch: FetchSettings,
+        kafka_config: KafkaClientConfig | None,
+        record_reader: bool = True,
+        **tuning: Any,
+    ) -> None:
+        """Connect (bounded by ``timeout`` seconds, which also bounds each request); ``tuning``: the
+        subclass's own kafka-python settings (its group)."""
+        self._errors = KafkaErrors(servers, kafka_config)
+        self._consumer = clients.consumer(
+            servers,
+            client_id=client_id,
+            connect_timeout=timeout,
+            kafka_config=kafka_config,
+            **tuning,
+            **fetch.kafka_settings(timeout),
+        )
+        #: Whether polls return ``FetchedRecord``s (else kafka-python's ``ConsumerRecord``s, same fields).
+        self.record_reader = use_record_reader(self._consumer) if record_reader else False
+
+    def poll(self, timeout: float, max_records: int) -> dict[int, list[Any]]:
+        """One poll: the records fetched, by partition (``{}`` when none came within ``timeout``); a group
+        member's poll also advances its joins and rebalances."""
+        with self._errors:
+            polled = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)), max_records=max_records)
+        return {tp.partition: records for tp, records in polled.items()}
+
+
+class PartitionConsumer(FetchingConsumer):
     """Polls the partitions of one topic from positions the caller sets (``seek``)."""
 
     def __init__(
@@ -57,31 +102,15 @@ class PartitionConsumer:
         *,
         client_id: str,
         timeout: float,
-        max_poll_records: int,
-        fetch_max_bytes: int,
-        max_partition_fetch_bytes: int,
-        fetch_max_wait_ms: int,
+        fetch: FetchSettings = DEFAULT_FETCH,
         kafka_config: KafkaClientConfig | None = None,
     ) -> None:
         """Connect (bounded by ``timeout`` seconds, which also bounds each request) and assign the
-        topic's ``partitions``. Positions start unset: ``seek`` each partition before polling."""
-        self._errors = KafkaErrors(servers, kafka_config)
-        self._consumer = clients.consumer(
-            servers,
-            client_id=client_id,
-            connect_timeout=timeout,
-            kafka_config=kafka_config,
-            group_id=None,
-            **fetching_settings(
-                timeout=timeout,
-                max_poll_records=max_poll_records,
-                fetch_max_bytes=fetch_max_bytes,
-                max_partition_fetch_bytes=max_partition_fetch_bytes,
-                fetch_max_wait_ms=fetch_max_wait_ms,
-            ),
+        topic's ``partitions``, to fetch as ``fetch`` says. Positions start unset: ``seek`` each
+        partition before polling."""
+        super().__init__(
+            servers, client_id=client_id, timeout=timeout, fetch=fetch, kafka_config=kafka_config, group_id=None
         )
-        #: Whether polls return ``FetchedRecord``s (else kafka-python's ``ConsumerRecord``s, same fields).
-        self.record_reader = use_record_reader(self._consumer)
         self._tps = [TopicPartition(topic, p) for p in range(partitions)]
         try:
             with self._errors:
@@ -99,12 +128,6 @@ class PartitionConsumer:
         """Fetch ``partition`` from ``offset`` on."""
         with self._errors:
             self._consumer.seek(self._tps[partition], offset)
-
-    def poll(self, timeout: float, max_records: int) -> dict[int, list[Any]]:
-        """One poll: the records fetched, by partition (``{}`` when none came within ``timeout``)."""
-        with self._errors:
-            polled = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)), max_records=max_records)
-        return {tp.partition: records for tp, records in polled.items()}
 
     def position(self, partition: int) -> int | None:
         """The next offset the consumer fetches on ``partition``."""

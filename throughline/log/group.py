@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kafka import TopicPartition
@@ -40,11 +40,8 @@ from kafka.coordinator.assignors.abstract import (
 from throughline.core.assignment import assign_owners
 from throughline.core.exceptions import GroupDataError
 from throughline.core.owner_map import MemberSubscription, OwnerMap
-from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
-from throughline.log.consumer import fetching_settings
-from throughline.log.fetch import use_record_reader
-from throughline.log.translate import KafkaErrors
+from throughline.log.consumer import DEFAULT_FETCH, FetchingConsumer, FetchSettings
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +192,7 @@ class _Listener(ConsumerRebalanceListener):
         self.member._lost()
 
 
-class GroupConsumer:
+class GroupConsumer(FetchingConsumer):
     """Fetches the partitions the group gives this member, from positions its own file decides."""
 
     def __init__(
@@ -212,10 +209,7 @@ class GroupConsumer:
         on_lost: Callable[[], None] | None = None,
         client_id: str,
         timeout: float,
-        max_poll_records: int = 500,
-        fetch_max_bytes: int = 50 * 1024 * 1024,
-        max_partition_fetch_bytes: int = 2 * 1024 * 1024,
-        fetch_max_wait_ms: int = 500,
+        fetch: FetchSettings = DEFAULT_FETCH,
         session_timeout_ms: int = SESSION_TIMEOUT_MS,
         heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
         max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS,
@@ -229,12 +223,14 @@ class GroupConsumer:
         where to fetch a partition it gains (default 0); ``on_change(view)``: called with every new
         generation's view; ``on_lost()``: called when the member was dropped from the group (its
         partitions are no longer its own until the next generation). All four run on kafka-python's
-        IO thread, inside a ``poll`` call: keep them quick and thread-safe.
+        IO thread, inside a ``poll`` call: keep them quick and thread-safe. ``fetch``: its fetch sizes
+        (``FetchSettings``, as ``PartitionConsumer`` takes them).
         """
         self.topic = topic
         self.group = group
-        self._url = url
-        self._copies = copies
+        # What every join offers (with the stored partitions of the moment); refuses a URL or copies
+        # the group could not carry before anything connects.
+        self._subscription = MemberSubscription(url=url, copies=copies)
         self._stored = stored
         self._start_offset = start_offset
         self._on_change = on_change
@@ -242,29 +238,20 @@ class GroupConsumer:
         self._lock = threading.Lock()
         self._view: GroupView | None = None
         self._assigned: frozenset[int] = frozenset()
-        MemberSubscription(url=url, copies=copies)  # refuse a URL or copies the group could not carry
         self._assignor = OwnerAssignor(topic, self._offer, self._generation)
-        self._errors = KafkaErrors(servers, kafka_config)
-        self._consumer = clients.consumer(
+        super().__init__(
             servers,
             client_id=client_id,
-            connect_timeout=timeout,
+            timeout=timeout,
+            fetch=fetch,
             kafka_config=kafka_config,
+            record_reader=record_reader,
             group_id=group,
             partition_assignment_strategy=[self._assignor],
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
             max_poll_interval_ms=max_poll_interval_ms,
-            **fetching_settings(
-                timeout=timeout,
-                max_poll_records=max_poll_records,
-                fetch_max_bytes=fetch_max_bytes,
-                max_partition_fetch_bytes=max_partition_fetch_bytes,
-                fetch_max_wait_ms=fetch_max_wait_ms,
-            ),
         )
-        #: Whether polls return ``FetchedRecord``s (else kafka-python's ``ConsumerRecord``s, same fields).
-        self.record_reader = use_record_reader(self._consumer) if record_reader else False
         try:
             with self._errors:
                 self._consumer.subscribe(topics=[topic], listener=_Listener(self))
@@ -276,7 +263,7 @@ class GroupConsumer:
 
     def _offer(self) -> MemberSubscription:
         stored = frozenset(self._stored()) if self._stored is not None else frozenset()
-        return MemberSubscription(url=self._url, stored=stored, copies=self._copies)
+        return replace(self._subscription, stored=stored)
 
     def _generation(
         self, generation: int, owner_map: OwnerMap | None, error: str | None, assigned: frozenset[int]
@@ -325,12 +312,6 @@ class GroupConsumer:
             return self._assigned
 
     # ------------------------------------------------------------------------------ the consumer
-
-    def poll(self, timeout: float, max_records: int) -> dict[int, list[Any]]:
-        """One poll (which also advances joins and rebalances): the records fetched, by partition."""
-        with self._errors:
-            polled = self._consumer.poll(timeout_ms=max(1, int(timeout * 1000)), max_records=max_records)
-        return {tp.partition: records for tp, records in polled.items()}
 
     def seek(self, partition: int, offset: int) -> None:
         """Fetch ``partition`` (one this member holds) from ``offset`` on."""
