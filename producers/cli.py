@@ -54,19 +54,15 @@ from throughline.producers.ingest.sessions import (
 )
 from throughline.producers.ingest.state import load_session_states
 from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
-from throughline.settings import Settings, add_connection_options, seconds_argument, settings_from
+from throughline.settings import (
+    Settings,
+    add_connection_options,
+    count_argument,
+    seconds_argument,
+    settings_from,
+)
 
 INGEST_PRODUCER_NAME = "throughline-ingest"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -100,7 +96,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--partitions",
         metavar="N",
-        type=_positive_int,
+        type=count_argument(1),
         default=DEFAULT_PARTITIONS,
         help=f"partitions when the topic is created (default {DEFAULT_PARTITIONS}; an existing topic keeps its own)",
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from throughline.core.seconds import finite_seconds
@@ -64,6 +65,21 @@ def settings_from(args: argparse.Namespace) -> Settings:
         db=getattr(args, "db", None) or os.environ.get(ENV_DB) or DEFAULT_DB,
         kafka_config_path=getattr(args, "kafka_config", None) or os.environ.get(ENV_KAFKA_CONFIG) or None,
     )
+
+
+def count_argument(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for a flag given as a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return value
+
+    return parse
 
 
 def seconds_argument(text: str) -> float:

@@ -17,6 +17,7 @@ from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
 from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
 from throughline.settings import add_connection_options, seconds_argument, settings_from
+from throughline.settings import count_argument as _count
 
 if TYPE_CHECKING:
     from throughline.projector.group_runner import GroupSpec
@@ -35,19 +36,6 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError("a port is 0..65535 (0 picks a free one)")
     return value
-
-
-def _count(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
-        return value
-
-    return parse
 
 
 def register(subparsers: Any) -> None:
