@@ -27,7 +27,7 @@ def test_every_kafka_client_is_built_in_the_clients_module() -> None:
                     builders.setdefault(str(path.relative_to(ROOT)), []).append(f"{name} line {node.lineno}")
     assert set(builders) <= {"throughline/log/clients.py"}, builders
     source = (ROOT / "throughline" / "log" / "clients.py").read_text("utf-8")
-    assert all(f"_build({cls}" in source for cls in CLIENT_CLASSES)
+    assert all(f"partial(_build, {cls})" in source for cls in CLIENT_CLASSES)
 
 
 def test_kafka_error_classes_are_read_only_by_the_translation() -> None:

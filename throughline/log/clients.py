@@ -21,6 +21,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -163,11 +164,13 @@ def sasl_mechanism(kafka_config: KafkaClientConfig, host: str) -> Any:
 def _build(
     factory: Callable[..., C],
     servers: Sequence[str],
-    kafka_config: KafkaClientConfig | None,
+    *,
     client_id: str,
     connect_timeout: float,
-    tuning: dict[str, Any],
+    kafka_config: KafkaClientConfig | None = None,
+    **tuning: Any,
 ) -> C:
+    """A connected kafka-python client made by ``factory`` (``tuning``: that client's own settings)."""
     config = resolve_kafka_config() if kafka_config is None else kafka_config
     _protect_logs(config)
     servers = list(servers)
@@ -185,37 +188,9 @@ def _build(
         return factory(**options)
 
 
-def producer(
-    servers: Sequence[str],
-    *,
-    client_id: str,
-    connect_timeout: float,
-    kafka_config: KafkaClientConfig | None = None,
-    **tuning: Any,
-) -> KafkaProducer:
-    """A connected ``KafkaProducer`` (``tuning``: kafka-python producer settings)."""
-    return _build(KafkaProducer, servers, kafka_config, client_id, connect_timeout, tuning)
-
-
-def consumer(
-    servers: Sequence[str],
-    *,
-    client_id: str,
-    connect_timeout: float,
-    kafka_config: KafkaClientConfig | None = None,
-    **tuning: Any,
-) -> KafkaConsumer:
-    """A connected ``KafkaConsumer`` (``tuning``: kafka-python consumer settings)."""
-    return _build(KafkaConsumer, servers, kafka_config, client_id, connect_timeout, tuning)
-
-
-def admin(
-    servers: Sequence[str],
-    *,
-    client_id: str,
-    connect_timeout: float,
-    kafka_config: KafkaClientConfig | None = None,
-    **tuning: Any,
-) -> KafkaAdminClient:
-    """A connected ``KafkaAdminClient`` (``tuning``: kafka-python admin settings)."""
-    return _build(KafkaAdminClient, servers, kafka_config, client_id, connect_timeout, tuning)
+#: ``producer(servers, client_id=..., connect_timeout=..., kafka_config=..., **tuning)``: a ``KafkaProducer``.
+producer = partial(_build, KafkaProducer)
+#: ``consumer(servers, ...)`` likewise: a ``KafkaConsumer``.
+consumer = partial(_build, KafkaConsumer)
+#: ``admin(servers, ...)`` likewise: a ``KafkaAdminClient``.
+admin = partial(_build, KafkaAdminClient)
