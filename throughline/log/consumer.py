@@ -66,7 +66,6 @@ class FetchingConsumer:
         timeout: float,
         fetch: FetchSettings,
         kafka_config: KafkaClientConfig | None,
-        record_reader: bool = True,
         **tuning: Any,
     ) -> None:
         """Connect (bounded by ``timeout`` seconds, which also bounds each request); ``tuning``: the
@@ -81,7 +80,7 @@ class FetchingConsumer:
             **fetch.kafka_settings(timeout),
         )
         #: Whether polls return ``FetchedRecord``s (else kafka-python's ``ConsumerRecord``s, same fields).
-        self.record_reader = use_record_reader(self._consumer) if record_reader else False
+        self.record_reader = use_record_reader(self._consumer)
 
     def poll(self, timeout: float, max_records: int) -> dict[int, list[Any]]:
         """One poll: the records fetched, by partition (``{}`` when none came within ``timeout``); a group

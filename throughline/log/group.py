@@ -213,7 +213,6 @@ class GroupConsumer(FetchingConsumer):
         session_timeout_ms: int = SESSION_TIMEOUT_MS,
         heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
         max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS,
-        record_reader: bool = True,
         kafka_config: KafkaClientConfig | None = None,
     ) -> None:
         """Connect (bounded by ``timeout`` seconds) and subscribe; the member joins at its first polls.
@@ -245,7 +244,6 @@ class GroupConsumer(FetchingConsumer):
             timeout=timeout,
             fetch=fetch,
             kafka_config=kafka_config,
-            record_reader=record_reader,
             group_id=group,
             partition_assignment_strategy=[self._assignor],
             session_timeout_ms=session_timeout_ms,
