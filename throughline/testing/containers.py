@@ -46,7 +46,7 @@ from throughline.testing.kafka.docker import (
     run_container,
 )
 from throughline.testing.kafka.exceptions import DockerUnavailableError, HarnessError
-from throughline.testing.kafka.handle import KafkaHandle, discard_live, register_live
+from throughline.testing.kafka.handle import KafkaHandle, closed_on_failure, discard_live, register_live
 from throughline.testing.kafka.support import free_port
 
 ENV_IMAGE = "THROUGHLINE_IMAGE"
@@ -161,11 +161,8 @@ class ThroughlineContainer:
             publish=(CONTAINER_PORT, LOOPBACK, self._port),
         )
         register_live(self)
-        try:
+        with closed_on_failure(self):
             self._wait_ready()
-        except BaseException:
-            self.close()
-            raise
         return self
 
     def _wait_ready(self) -> None:

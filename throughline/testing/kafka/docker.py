@@ -38,7 +38,7 @@ from throughline.testing.kafka.config import (
     stderr_reporter,
 )
 from throughline.testing.kafka.exceptions import DockerUnavailableError, HarnessError
-from throughline.testing.kafka.handle import OwnedBroker, discard_live, register_live
+from throughline.testing.kafka.handle import OwnedBroker, closed_on_failure, discard_live, register_live
 from throughline.testing.kafka.support import free_port, free_ports, random_cluster_id
 
 HARNESS_LABEL = "dev.throughline.harness"
@@ -398,16 +398,13 @@ class DockerKafka(OwnedBroker):
             self._create()
         elif not self.is_running():
             self._container.get_wrapped_container().start()
-        try:
+        with closed_on_failure(self):
             wait_for_kafka(
                 self.bootstrap_servers,
                 timeout_s=self._timeout_s,
                 is_alive=self.is_running,
                 diagnostics=self.diagnostics,
             )
-        except BaseException:
-            self.close()
-            raise
         self.last_startup_s = time.monotonic() - started
         return self
 

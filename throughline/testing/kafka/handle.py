@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -114,6 +115,17 @@ def discard_live(handle: Any) -> None:
     """Forget a broker that was closed."""
     with _LIVE_LOCK:
         _LIVE.discard(handle)
+
+
+@contextlib.contextmanager
+def closed_on_failure(handle: Any) -> Iterator[None]:
+    """Close ``handle`` when the block raises (a half-started broker or container holds ports, a
+    container or a work dir), then let the error go on."""
+    try:
+        yield
+    except BaseException:
+        handle.close()
+        raise
 
 
 def _cleanup_at_exit() -> None:

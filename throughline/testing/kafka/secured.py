@@ -33,6 +33,7 @@ from typing import Any
 from throughline.testing.kafka.admin import admin_client
 from throughline.testing.kafka.config import LOOPBACK, Reporter
 from throughline.testing.kafka.exceptions import HarnessError
+from throughline.testing.kafka.handle import closed_on_failure
 from throughline.testing.kafka.jvm import BrokerSettings, KafkaBroker
 from throughline.testing.kafka.support import free_ports
 
@@ -183,7 +184,7 @@ class SecuredKafka:
     def start(self) -> SecuredKafka:
         """Make the certificates, start the broker, create the SCRAM users (bounded waits throughout)."""
         started = time.monotonic()
-        try:
+        with closed_on_failure(self):
             self.tls = make_tls_files(self._dir / "tls")
             self.users = {
                 m: SaslUser(m, f"tl-{m.lower().replace('-', '')}", secrets.token_urlsafe(18)) for m in ("PLAIN", *SCRAM_MECHANISMS)
@@ -198,9 +199,6 @@ class SecuredKafka:
             self._broker = KafkaBroker(settings=settings, report=self._report)
             self._broker.start()
             self._add_scram_users()
-        except BaseException:
-            self.close()
-            raise
         self.startup_s = time.monotonic() - started
         return self
 
