@@ -19,6 +19,15 @@ one was not changed by any commit after ``w``, in particular by none up to ``n``
 ``n``. An entry written after ``n`` is not used (the view reads that key from its snapshot). A missing
 key is read from the snapshot and learnt only while the index is still at ``n`` (under the lock), so a
 later commit that changes it always overwrites it. Dropping an entry is always safe.
+
+Quiet reads (``DuckProjection.quiet_view``). The writer announces each write before its transaction
+begins (``writing``) and ends the announcement when it publishes (or, after a failure, once it has
+checked that the file is still at the index's version: ``settle``). Each announcement and each end
+moves a *generation* forward, odd while a write is under way. A read that captures an even generation
+and finds it unchanged after a statement knows that no COMMIT ran during that statement, and that every
+earlier COMMIT was published before it: the statement read exactly the index's version. Such a read
+needs no transaction and no version statement; when the generation moved, its caller reads again in a
+snapshot (``DuckProjection.view``).
 """
 
 from __future__ import annotations
@@ -89,6 +98,33 @@ class ReadIndex:
         self._version = sum(self._applied.values())
         self._heads: _Entries[bytes | None] = _Entries(capacity)
         self._chains: _Entries[ChainHead | None] = _Entries(capacity)
+        self._generation = 0  # odd while a write is under way (see "Quiet reads" above)
+        self._doubt = False  # a failed write left the file at an unknown version: no quiet reads
+
+    def quiet(self) -> tuple[int, int, dict[int, int]] | None:
+        """``(generation, version, applied offsets)`` when no write is under way, else ``None``."""
+        with self._lock:
+            if self._generation % 2 or self._doubt:
+                return None
+            return self._generation, self._version, dict(self._applied)
+
+    def still(self, generation: int) -> bool:
+        """Whether no write began (nor ended) since ``quiet`` returned ``generation``."""
+        with self._lock:
+            return self._generation == generation
+
+    def writing(self) -> None:
+        """A write's transaction is about to begin: no quiet read holds from now until it is published."""
+        with self._lock:
+            if self._generation % 2 == 0:
+                self._generation += 1
+
+    def settle(self, file_version: int) -> None:
+        """End a write that failed: the file's version (read after it) says whether quiet reads still hold."""
+        with self._lock:
+            self._doubt = self._doubt or file_version != self._version
+            if self._generation % 2:
+                self._generation += 1
 
     def capture(self) -> tuple[int, dict[int, int]]:
         """The current version and the applied offsets at it."""
@@ -106,6 +142,8 @@ class ReadIndex:
                 self._heads.put(project, self._version, source)
             for source, chain in chains.items():
                 self._chains.put(source, self._version, chain)
+            if self._generation % 2:
+                self._generation += 1
 
     def forget(self) -> None:
         """Drop every entry (after a failed write, whose effect on them is unknown)."""

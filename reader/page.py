@@ -35,12 +35,14 @@ from typing import Literal
 
 from throughline.core.chain import CHAIN_ORIGIN, content_digest, next_chain_digest
 from throughline.core.cursor import Cursor, ForeignCursor, decode_cursor
+from throughline.core.exceptions import SnapshotMovedError
 from throughline.core.identity import project_sha256
 from throughline.core.page_range import DEFAULT_LIMIT, ThroughBeforeAfter, plan_page
 from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
 from throughline.core.ports import (
     LogView,
     Projection,
+    ProjectionView,
     SourceInfo,
     StoredTurn,
     read_turn_ranges,
@@ -134,7 +136,7 @@ def read_page(
     serve API's, not the reader's: this reads at once, waiting at most ``wait_timeout`` for the projector.
     """
     project, after_cursor, through_cursor = request.project, request.after_cursor, request.through_cursor
-    page_token, limit = request.page_token, request.limit
+    page_token = request.page_token
     if isinstance(body_limit, bool) or not isinstance(body_limit, int) or body_limit < 0:
         raise InvalidBodyLimitError(f"body limit must be an integer >= 0, got {body_limit!r}")
     require_seconds(wait_timeout, "wait")
@@ -184,65 +186,99 @@ def read_page(
             _Verdict(STATUS_PENDING, f"the projector has not applied partition {partition} up to {need}")
         )
 
-    with projection.view() as view:
-        if through is None:
-            head = view.head(project_hash)
-            if head is None:
-                if after is not None:
-                    return answer(
-                        _Verdict(
-                            STATUS_RESYNC, "the project has no turns: the after cursor's source vanished"
-                        )
-                    )
-                return ObserverRead(
-                    status=STATUS_OK,
-                    thread=None,
-                    afterCursor=None,
-                    throughCursor=None,
-                    turns=(),
-                    historyTruncated=False,
-                    page=PageWire(complete=True, nextToken=None),
-                )
-            through = head
-            through_cursor = head.encode()  # pinned once: the through cursor of the whole series
-        assert through_cursor is not None
-        pinned = through_cursor
+    def in_view(view: ProjectionView) -> ObserverRead:
+        return _read_in_view(
+            view, request, project_hash, after, through, offset, token_key=token_key, body_limit=body_limit
+        )
 
-        # Everything the answer may need, read at once: the turn each cursor ends with (for a cursor
-        # whose source passes its checks) and the page's turns. The verdicts below then follow the
-        # order of checks exactly as if each had been read when it was needed.
-        cursors = [(name, c, view.source(c.source_sha256)) for name, c in (("through", through), ("after", after)) if c]
+    # The projection's quiet view reads without a transaction when nothing is being written; when a
+    # commit lands meanwhile it says so and the page is read again in a snapshot (``view``).
+    quiet = getattr(projection, "quiet_view", None)
+    if callable(quiet):
         try:
-            plan = plan_page(after, through, limit=limit, offset=offset)
-        except ThroughBeforeAfter:
-            plan = None
-        ranges = [
-            (c.source_sha256, c.length, c.length)
-            for name, c, info in cursors
-            if _source_verdict(info, c, project_hash, name) is None
-        ]
-        first = max(1, plan.page_start) if plan is not None else 1
-        if plan is not None and plan.page_end >= first:
-            ranges.append((plan.source_sha256, first, plan.page_end))
-        fetched = dict(zip(ranges, read_turn_ranges(view, ranges), strict=True))
+            with quiet() as view:
+                return in_view(view)
+        except SnapshotMovedError:
+            pass
+    with projection.view() as view:
+        return in_view(view)
 
-        for name, cursor, info in cursors:
-            verdict = _source_verdict(info, cursor, project_hash, name)
-            if verdict is None:
-                verdict = _row_verdict(fetched[cursor.source_sha256, cursor.length, cursor.length], cursor, name)
-            if isinstance(verdict, SourceQuarantinedError):
-                raise verdict
-            if verdict is not None:
-                return answer(verdict, pinned)
 
-        if plan is None:
-            return answer(
-                _Verdict(STATUS_RESYNC, "the through cursor is shorter than the after cursor"), pinned
+def _read_in_view(
+    view: ProjectionView,
+    request: ReadRequest,
+    project_hash: bytes,
+    after: Cursor | None,
+    through: Cursor | None,
+    offset: int | None,
+    *,
+    token_key: bytes,
+    body_limit: int,
+) -> ObserverRead:
+    """Steps 5 and 6 inside one snapshot ``view``: pin the head, check the cursors, read and verify the page."""
+    after_cursor, through_cursor, limit = request.after_cursor, request.through_cursor, request.limit
+
+    def answer(verdict: _Verdict, pinned: str | None = through_cursor) -> ObserverRead:
+        return _empty(verdict, after_cursor, pinned, through)
+
+    if through is None:
+        head = view.head(project_hash)
+        if head is None:
+            if after is not None:
+                return answer(
+                    _Verdict(
+                        STATUS_RESYNC, "the project has no turns: the after cursor's source vanished"
+                    )
+                )
+            return ObserverRead(
+                status=STATUS_OK,
+                thread=None,
+                afterCursor=None,
+                throughCursor=None,
+                turns=(),
+                historyTruncated=False,
+                page=PageWire(complete=True, nextToken=None),
             )
-        rows = fetched.get((plan.source_sha256, first, plan.page_end), [])
-        served = _verify_page(rows, plan.page_start, plan.page_end, through)
-        if isinstance(served, _Verdict):
-            return answer(served, pinned)
+        through = head
+        through_cursor = head.encode()  # pinned once: the through cursor of the whole series
+    assert through_cursor is not None
+    pinned = through_cursor
+
+    # Everything the answer may need, read at once: the turn each cursor ends with (for a cursor
+    # whose source passes its checks) and the page's turns. The verdicts below then follow the
+    # order of checks exactly as if each had been read when it was needed.
+    cursors = [(name, c, view.source(c.source_sha256)) for name, c in (("through", through), ("after", after)) if c]
+    try:
+        plan = plan_page(after, through, limit=limit, offset=offset)
+    except ThroughBeforeAfter:
+        plan = None
+    ranges = [
+        (c.source_sha256, c.length, c.length)
+        for name, c, info in cursors
+        if _source_verdict(info, c, project_hash, name) is None
+    ]
+    first = max(1, plan.page_start) if plan is not None else 1
+    if plan is not None and plan.page_end >= first:
+        ranges.append((plan.source_sha256, first, plan.page_end))
+    fetched = dict(zip(ranges, read_turn_ranges(view, ranges), strict=True))
+
+    for name, cursor, info in cursors:
+        verdict = _source_verdict(info, cursor, project_hash, name)
+        if verdict is None:
+            verdict = _row_verdict(fetched[cursor.source_sha256, cursor.length, cursor.length], cursor, name)
+        if isinstance(verdict, SourceQuarantinedError):
+            raise verdict
+        if verdict is not None:
+            return answer(verdict, pinned)
+
+    if plan is None:
+        return answer(
+            _Verdict(STATUS_RESYNC, "the through cursor is shorter than the after cursor"), pinned
+        )
+    rows = fetched.get((plan.source_sha256, first, plan.page_end), [])
+    served = _verify_page(rows, plan.page_start, plan.page_end, through)
+    if isinstance(served, _Verdict):
+        return answer(served, pinned)
 
     next_token = None
     if plan.next_offset is not None:

@@ -359,6 +359,27 @@ class DuckProjection:
         finally:
             cur.close()
 
+    @contextmanager
+    def quiet_view(self) -> Iterator[DuckView]:
+        """``view``, without a transaction while no write is under way: its statements are each their own
+        snapshot, checked to have read the index's version, and it raises ``SnapshotMovedError`` when a
+        commit lands meanwhile (the caller then reads again in ``view``). What the reader asks for: on an
+        idle projection a page is one statement, not BEGIN, the version, the turns and ROLLBACK."""
+        quiet = None if self._read_only else self._index.quiet()
+        if quiet is None:
+            with self.view() as view:
+                yield view
+            return
+        if self._closed:
+            raise ProjectionMissingError(f"projection {self._path} is closed")
+        generation, version, applied = quiet
+        index = self._index
+        cur = self._con.cursor()
+        try:
+            yield DuckView(cur, self._topic, index, version, applied, check=lambda: index.still(generation))
+        finally:
+            cur.close()
+
     def _snapshot(self, cur: duckdb.DuckDBPyConnection) -> DuckView:
         """A view of the transaction open on ``cur``, with the index when their versions agree."""
         for _ in range(_SNAPSHOT_TRIES):
@@ -577,12 +598,21 @@ class DuckProjection:
 
     def _execute(self, work: ApplyTransaction) -> BatchSummary:
         """Run one batch's transaction; on any error forget the cached heads (they may be ahead of the file)."""
+        self._index.writing()  # quiet views stop answering from the index until this write is published
         try:
             return work.execute()
         except BaseException:
             self._cache.clear()
             self._head_cache.clear()
+            self._index.settle(self._file_version(work.cur))
             raise
+
+    def _file_version(self, cur: duckdb.DuckDBPyConnection) -> int:
+        """The file's version after a failed write (-1 when it cannot be read: quiet views stay off)."""
+        try:
+            return snapshot_version(cur, self._topic)
+        except duckdb.Error:
+            return -1
 
 #: DuckDB errors that mean the file cannot be written (disk full, read-only, permissions), as opposed to
 #: a bug in a statement: they become ``ProjectionStorageError``.

@@ -7,18 +7,24 @@ and, for what the index does not hold, from the snapshot itself; the turns of ev
 needs come in ONE statement (``turns_many``): a handful of ART index lookups, whatever the size of
 the history.
 
+A view of a quiet projection (``DuckProjection.quiet_view``) has no transaction: each of its statements
+is its own snapshot, and ``check`` says after each one whether it read the index's version (see "Quiet
+reads" in ``throughline.projector.read_index``); when it did not, the view raises
+``SnapshotMovedError`` and its caller reads again in a snapshot.
+
 ``turns`` buckets 64 consecutive seqs of one source under one indexed ``page_key``, because DuckDB
 only takes an ART index for an equality filter, not for a range.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import duckdb
 
 from throughline.core.cursor import Cursor
+from throughline.core.exceptions import SnapshotMovedError
 from throughline.core.ports import SourceInfo, StoredTurn
 from throughline.projector.read_index import ChainHead, Missing, ReadIndex
 from throughline.projector.store.schema import TURN_COLUMNS
@@ -116,7 +122,9 @@ class DuckView:
 
     ``cur`` reads that snapshot (a transaction, or any statement of a read-only file, which cannot
     change); ``index`` and ``version``, when given, answer what the index holds at that version, and
-    ``applied`` are the applied offsets at it. Without them every answer comes from ``cur``.
+    ``applied`` are the applied offsets at it. Without them every answer comes from ``cur``. ``check``,
+    when given, is asked after every statement whether it still read ``version`` (a quiet view's
+    statements are each their own snapshot); when not, the view raises ``SnapshotMovedError``.
     """
 
     def __init__(
@@ -126,8 +134,10 @@ class DuckView:
         index: ReadIndex | None = None,
         version: int = 0,
         applied: dict[int, int] | None = None,
+        check: Callable[[], bool] | None = None,
     ) -> None:
         self._cur = cur
+        self._check = check
         self._topic = topic
         self._index = index
         self._version = version
@@ -139,19 +149,27 @@ class DuckView:
             return self._applied.get(partition, 0)
         if self._topic is None:
             return 0
-        row = self._cur.execute(
+        row = self._one(
             "SELECT next_offset FROM applied_offsets WHERE topic = ? AND log_partition = ?", [self._topic, partition]
-        ).fetchone()
+        )
         return int(row[0]) if row else 0
+
+    def _held(self) -> None:
+        """After a statement: raise when it may have read another version than the view's."""
+        if self._check is not None and not self._check():
+            raise SnapshotMovedError("a commit landed while the view read without a transaction")
+
+    def _one(self, sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+        row = self._cur.execute(sql, params).fetchone()
+        self._held()
+        return row
 
     def _head_source(self, project_sha256: bytes) -> bytes | None:
         if self._index is not None:
             known = self._index.head(project_sha256, self._version)
             if not isinstance(known, Missing):
                 return known
-        row = self._cur.execute(
-            "SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?", [project_sha256]
-        ).fetchone()
+        row = self._one("SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?", [project_sha256])
         source = bytes(row[0]) if row else None
         if self._index is not None:
             self._index.learn_head(project_sha256, source, self._version)
@@ -162,11 +180,11 @@ class DuckView:
             known = self._index.chain(source_sha256, self._version)
             if not isinstance(known, Missing):
                 return known
-        row = self._cur.execute(
+        row = self._one(
             "SELECT project_sha256, length, chain_digest, head_partition, head_offset, broken_reason "
             "FROM sources WHERE source_sha256 = ?",
             [source_sha256],
-        ).fetchone()
+        )
         chain = None
         if row is not None:
             chain = ChainHead(bytes(row[0]), int(row[1]), bytes(row[2]), row[3], row[4], row[5])
@@ -205,7 +223,9 @@ class DuckView:
         for source, first, last in live:
             lo, hi = first >> PAGE_BUCKET_BITS, last >> PAGE_BUCKET_BITS
             if hi - lo + 1 > _MAX_BUCKET_LOOKUPS:  # a wide range (never a page's): each is its own scan
-                return [[_stored(r) for r in turn_rows(self._cur, VIEW_COLUMNS, *r)] for r in wanted]
+                wide = [[_stored(r) for r in turn_rows(self._cur, VIEW_COLUMNS, *r)] for r in wanted]
+                self._held()
+                return wide
             keys.update((page_key(source, b << PAGE_BUCKET_BITS), None) for b in range(lo, hi + 1))
         if not live:
             return [[] for _ in ranges]
@@ -213,7 +233,9 @@ class DuckView:
         for source, first, last in live:
             params += [source, first, last]
         by_source: dict[bytes, list[StoredTurn]] = {}
-        for r in self._cur.execute(_ranges_sql(len(keys), len(live)), params).fetchall():
+        found = self._cur.execute(_ranges_sql(len(keys), len(live)), params).fetchall()
+        self._held()
+        for r in found:
             if r[4] is not None:  # a row of a range (the others come without their body)
                 by_source.setdefault(bytes(r[0]), []).append(_stored(r))
         for rows in by_source.values():

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+import pytest
 from projector_histories import place, to_log, turn
 
+from throughline.core.exceptions import SnapshotMovedError
+from throughline.core.memory import FixedLog
 from throughline.projector.read_index import MISSING, ChainHead, ReadIndex
 from throughline.projector.store import DuckProjection, DuckView
+from throughline.reader import read_observer_turn_page
 
 TOPIC = "read-index"
 
@@ -98,3 +104,108 @@ def test_every_answer_of_a_view_is_its_snapshots_while_commits_go_on(tmp_path: P
         writer.join(timeout=120)
         projection.close()
     assert checked >= 50
+
+
+def test_a_quiet_read_holds_only_while_no_write_begins_or_ends() -> None:
+    index = ReadIndex({0: 3})
+    quiet = index.quiet()
+    assert quiet is not None and quiet[1:] == (3, {0: 3})
+    assert index.still(quiet[0])
+    index.writing()
+    assert index.quiet() is None and not index.still(quiet[0])  # a write under way: no quiet read
+    index.publish({0: 4}, {}, {})
+    again = index.quiet()
+    assert again is not None and again[1] == 4 and not index.still(quiet[0])
+    index.writing()
+    index.settle(4)  # a failed write that left the file at the index's version
+    after = index.quiet()
+    assert after is not None and after[0] != again[0] and after[1] == 4
+    index.writing()
+    index.settle(5)  # a failed write that may have committed: the index is no longer to be trusted quietly
+    assert index.quiet() is None
+    index.writing()
+    index.publish({0: 6}, {}, {})
+    assert index.quiet() is None
+
+
+def _projected(tmp_path: Path) -> tuple[DuckProjection, list, bytes, bytes]:
+    records = [turn("/p/one", turn_id=f"t{i}", body=f"b{i}") for i in range(5)]
+    log = to_log(place(records, 1))
+    projection = DuckProjection.open(tmp_path / "q.duckdb", topic=TOPIC)
+    projection.apply_batch(TOPIC, 0, log[:4])
+    return projection, log, records[0].project_sha256, records[0].source_sha256
+
+
+def test_a_quiet_view_answers_as_a_snapshot_does(tmp_path: Path) -> None:
+    projection, _log, project, source = _projected(tmp_path)
+    try:
+        with projection.quiet_view() as quiet, projection.view() as strict:
+            assert quiet.head(project) == strict.head(project)
+            assert quiet.source(source) == strict.source(source)
+            assert quiet.applied_offset(0) == strict.applied_offset(0) == 4
+            assert quiet.turns(source, 1, 4) == strict.turns(source, 1, 4)
+            assert len(quiet.turns(source, 1, 4)) == 4
+    finally:
+        projection.close()
+
+
+def test_a_quiet_view_that_a_commit_overtakes_says_so(tmp_path: Path) -> None:
+    projection, log, project, source = _projected(tmp_path)
+    try:
+        with projection.quiet_view() as quiet:
+            head = quiet.head(project)
+            assert head is not None and head.length == 4
+            projection.apply_batch(TOPIC, 0, log[4:])  # lands between the view's answers
+            with pytest.raises(SnapshotMovedError):
+                quiet.turns(source, 1, 4)
+        with projection.quiet_view() as quiet:  # the next quiet view is of the new version
+            assert quiet.turns(source, 1, 5)[-1].seq == 5
+    finally:
+        projection.close()
+
+
+def test_a_quiet_view_is_a_snapshot_while_a_write_is_under_way(tmp_path: Path) -> None:
+    projection, _log, project, _source = _projected(tmp_path)
+    try:
+        projection._index.writing()  # as the writer does before its transaction begins
+        with projection.quiet_view() as view:
+            assert view._check is None  # the snapshot view (BEGIN ... ROLLBACK), never raises
+            assert view.head(project) is not None
+    finally:
+        projection.close()
+
+
+def test_a_read_that_a_commit_overtakes_is_read_again_in_a_snapshot(tmp_path: Path) -> None:
+    projection, log, _project, _source = _projected(tmp_path)
+    calls: list[str] = []
+
+    class Overtaken:
+        """The projection, with a commit landing inside the reader's quiet view."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(projection, name)
+
+        @contextmanager
+        def quiet_view(self) -> Iterator[DuckView]:
+            calls.append("quiet")
+            with projection.quiet_view() as view:
+                projection.apply_batch(TOPIC, 0, log[4:])
+                yield view
+
+        def view(self) -> AbstractContextManager[DuckView]:
+            calls.append("snapshot")
+            return projection.view()
+
+    try:
+        page = read_observer_turn_page(
+            project="/p/one",
+            limit=10,
+            projection=Overtaken(),  # type: ignore[arg-type]
+            log=FixedLog(partitions=1, ends={0: 4}),
+            token_key=b"k" * 32,
+            wait_timeout=0.0,
+        )
+        assert calls == ["quiet", "snapshot"]
+        assert page.status == "ok" and [t.seq for t in page.turns] == [1, 2, 3, 4, 5]
+    finally:
+        projection.close()
