@@ -10,7 +10,8 @@ the history.
 A view of a quiet projection (``DuckProjection.quiet_view``) has no transaction: each of its statements
 is its own snapshot, and ``check`` says after each one whether it read the index's version (see "Quiet
 reads" in ``throughline.projector.read_index``); when it did not, the view raises
-``SnapshotMovedError`` and its caller reads again in a snapshot.
+``SnapshotMovedError`` and its caller reads again in a snapshot. The turns statement's text is parsed
+once per shape (``_parsed``): DuckDB then only binds and plans it.
 
 ``turns`` buckets 64 consecutive seqs of one source under one indexed ``page_key``, because DuckDB
 only takes an ART index for an equality filter, not for a range.
@@ -78,6 +79,18 @@ def _bucket_sql(columns: Sequence[str], buckets: int, ranges: int = 1) -> str:
         f"WITH b AS MATERIALIZED (SELECT {inner} FROM turns WHERE page_key IN ({keys})) "  # noqa: S608
         f"SELECT {', '.join(columns)} FROM b WHERE {where} ORDER BY source_sha256, seq"
     )
+
+
+#: Parsed turns statements by text: a parsed statement is copied by each execution, so one serves every
+#: cursor and thread; there are at most a few dozen shapes (bucket keys x ranges of a page).
+_PARSED: dict[str, duckdb.Statement] = {}
+
+
+def _parsed(cur: duckdb.DuckDBPyConnection, sql: str) -> duckdb.Statement:
+    statement = _PARSED.get(sql)
+    if statement is None:
+        statement = _PARSED[sql] = cur.extract_statements(sql)[0]
+    return statement
 
 
 def _ranges_sql(buckets: int, ranges: int) -> str:
@@ -233,7 +246,7 @@ class DuckView:
         for source, first, last in live:
             params += [source, first, last]
         by_source: dict[bytes, list[StoredTurn]] = {}
-        found = self._cur.execute(_ranges_sql(len(keys), len(live)), params).fetchall()
+        found = self._cur.execute(_parsed(self._cur, _ranges_sql(len(keys), len(live))), params).fetchall()
         self._held()
         for r in found:
             if r[4] is not None:  # a row of a range (the others come without their body)
