@@ -20,7 +20,7 @@ from projector_histories import place, to_log, turn
 from throughline.core.exceptions import SnapshotMovedError
 from throughline.core.memory import FixedLog
 from throughline.projector.read_index import MISSING, ChainHead, ReadIndex
-from throughline.projector.store import DuckProjection, DuckView
+from throughline.projector.store import DuckProjection, DuckView, LogRecord
 from throughline.reader import read_observer_turn_page
 
 TOPIC = "read-index"
@@ -64,6 +64,28 @@ def test_the_least_recently_used_entries_are_dropped() -> None:
     assert index.head(b"a", 2) == b"1" and index.head(b"c", 2) == b"3"
 
 
+@contextmanager
+def committing(projection: DuckProjection, log: list[LogRecord]) -> Iterator[threading.Event]:
+    """A writer thread applying ``log`` one record a commit; the event is set when it is done. Closes the
+    projection at the end."""
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            for rec in log:
+                projection.apply_batch(TOPIC, rec.partition, [rec])
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        yield done
+    finally:
+        writer.join(timeout=120)
+        projection.close()
+
+
 def test_every_answer_of_a_view_is_its_snapshots_while_commits_go_on(tmp_path: Path) -> None:
     rng = random.Random(5)
     records = []
@@ -77,19 +99,8 @@ def test_every_answer_of_a_view_is_its_snapshots_while_commits_go_on(tmp_path: P
     sources = sorted({r.source_sha256 for r in records})
     # Two entries per map: most answers miss, are read from the snapshot and learnt, then evicted.
     projection = DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC, read_entries=2)
-    done = threading.Event()
-
-    def write() -> None:
-        try:
-            for rec in log:
-                projection.apply_batch(TOPIC, rec.partition, [rec])
-        finally:
-            done.set()
-
-    writer = threading.Thread(target=write)
-    writer.start()
     checked = 0
-    try:
+    with committing(projection, log) as done:
         while not done.is_set() or checked < 50:
             with projection.view() as view:
                 strict = DuckView(view._cur, TOPIC)  # the same transaction, read without the index
@@ -100,9 +111,6 @@ def test_every_answer_of_a_view_is_its_snapshots_while_commits_go_on(tmp_path: P
                 for partition in (0, 1):
                     assert view.applied_offset(partition) == strict.applied_offset(partition)
             checked += 1
-    finally:
-        writer.join(timeout=120)
-        projection.close()
     assert checked >= 50
 
 
@@ -222,19 +230,8 @@ def test_a_quiet_view_that_answers_is_of_one_version_while_commits_go_on(tmp_pat
     log = to_log(place(records, 1))
     projects = sorted({r.project_sha256 for r in records})
     projection = DuckProjection.open(tmp_path / "c.duckdb", topic=TOPIC, read_entries=1)
-    done = threading.Event()
-
-    def write() -> None:
-        try:
-            for rec in log:
-                projection.apply_batch(TOPIC, rec.partition, [rec])
-        finally:
-            done.set()
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    answered = moved = 0
-    try:
+    answered = 0
+    with committing(projection, log) as done:
         while not done.is_set() or answered < 30:
             try:
                 with projection.quiet_view() as view:
@@ -243,13 +240,9 @@ def test_a_quiet_view_that_answers_is_of_one_version_while_commits_go_on(tmp_pat
                         continue
                     rows = view.turns(head.source_sha256, 1, head.length)
             except SnapshotMovedError:
-                moved += 1
                 continue
             assert [r.seq for r in rows] == list(range(1, head.length + 1))
             assert rows[-1].chain_digest == head.chain_digest
             assert (rows[-1].partition, rows[-1].offset) == (head.partition, head.offset)
             answered += 1
-    finally:
-        writer.join(timeout=120)
-        projection.close()
     assert answered >= 30
