@@ -16,7 +16,9 @@ The order of checks is part of the contract:
    cursor's). Not reached in time: ``projection_pending``. A cursor naming a log position at or past
    the partition's end offset cannot have come from this log (the topic was recreated):
    ``resync_required``.
-5. Inside ONE projection snapshot (every row of a page comes from one DuckDB snapshot): through and
+5. Inside ONE projection snapshot (every row of a page comes from one DuckDB snapshot; a projection's
+   ``quiet_view`` first when it has one, and the page read again in ``view`` when a commit overtook
+   it: ``SnapshotMovedError``, docs/design.md "Quiet reads"): through and
    after are re-validated as prefixes of their chains (vanished source, rollback, re-extension after a
    rollback: ``resync_required``; a source with a quarantined record: ``SourceQuarantinedError``); the
    page is planned (``throughline.core.page_range``); its rows are read and verified: every seq
