@@ -1,12 +1,24 @@
-"""Fixtures of the HTTP client tests: the read API served over a real loopback socket."""
+"""Fixtures of the unit tier: a DuckDB projection (the store tests) and the read API served over a real
+loopback socket (the HTTP client tests)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from projector_histories import TOPIC
 from reader_world import World
 from served_app import ApiSettings, ServedApp
+
+from throughline.projector.store import DuckProjection
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[DuckProjection]:
+    """A new, empty projection bound to ``projector_histories.TOPIC``, closed after the test."""
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC) as projection:
+        yield projection
 
 
 @pytest.fixture

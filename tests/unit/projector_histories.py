@@ -22,6 +22,8 @@ from throughline.projector.store import LogRecord
 from throughline.schemas.codec import encode_repair, encode_turn
 
 PROJECTS = ("/work/alpha", "/work/beta", "gamma")
+#: The topic the projections of these histories are bound to (the ``db`` fixture of conftest.py).
+TOPIC = "turns"
 HOSTS = ("host-a", "host-b")
 THREADS = ("main", "side")
 BODIES = ("", "hello", "a longer body\nwith lines", "ünïcödé ✓")

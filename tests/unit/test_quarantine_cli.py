@@ -39,7 +39,7 @@ def _turn(turn_id: str, seq: int | None, project: str = PROJECT, thread: str = T
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+def db_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("quarantine") / "q.duckdb"
     tampered = dataclasses.replace(_turn("t", None, project=OTHER), body="tampered")
     records = [
@@ -56,8 +56,8 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-def test_the_document_lists_records_broken_sources_and_counts(db: str) -> None:
-    doc = collect_quarantine(db, TOPIC, None)
+def test_the_document_lists_records_broken_sources_and_counts(db_path: str) -> None:
+    doc = collect_quarantine(db_path, TOPIC, None)
     assert doc["schema"] == QUARANTINE_SCHEMA and doc["topic"] == TOPIC and doc["projectSha256"] is None
     assert doc["counts"] == {
         "records": 4, "unrepaired": 4, "repaired": 0, "brokenSources": 1, "repairs": 0,
@@ -82,43 +82,43 @@ def test_the_document_lists_records_broken_sources_and_counts(db: str) -> None:
     assert doc["repairs"] == []
 
 
-def test_a_project_filter_keeps_that_projects_records_only(db: str) -> None:
-    doc = collect_quarantine(db, TOPIC, project_sha256(PROJECT))
+def test_a_project_filter_keeps_that_projects_records_only(db_path: str) -> None:
+    doc = collect_quarantine(db_path, TOPIC, project_sha256(PROJECT))
     assert [q["offset"] for q in doc["records"]] == [4, 5]
     assert len(doc["brokenSources"]) == 1
-    other = collect_quarantine(db, TOPIC, project_sha256(OTHER))
+    other = collect_quarantine(db_path, TOPIC, project_sha256(OTHER))
     assert [q["offset"] for q in other["records"]] == [7] and other["brokenSources"] == []
-    nothing = collect_quarantine(db, TOPIC, project_sha256("/nobody"))
+    nothing = collect_quarantine(db_path, TOPIC, project_sha256("/nobody"))
     assert nothing["records"] == [] and nothing["counts"]["records"] == 0
 
 
-def test_the_table_names_the_full_source_hash_to_repair(db: str) -> None:
-    text = render_quarantine(collect_quarantine(db, TOPIC, None))
+def test_the_table_names_the_full_source_hash_to_repair(db_path: str) -> None:
+    text = render_quarantine(collect_quarantine(db_path, TOPIC, None))
     assert f"source {BROKEN.hex()}" in text
     assert "4 quarantined records (4 unrepaired, 0 repaired), 1 broken source, 0 repairs" in text
     assert "p0@4  2026-01-01T00:00:01.000000Z  chain_rejected: seq 5 leaves a gap after length 3" in text
 
 
-def test_dry_run_says_what_a_repair_would_change(db: str) -> None:
+def test_dry_run_says_what_a_repair_would_change(db_path: str) -> None:
     from throughline.core.repair import build_repair
 
     repair = build_repair(project=PROJECT, host=HOST, thread=THREAD, reason="seq 4 is lost")
-    doc = dry_run_document(db, TOPIC, repair)
+    doc = dry_run_document(db_path, TOPIC, repair)
     assert doc["dryRun"] is True and doc["repair"]["partition"] == 0
     assert doc["projection"] == {
-        "db": db, "appliedOffset": 8,
+        "db": db_path, "appliedOffset": 8,
         "source": {"known": True, "length": 3, "broken": True, "reason": "seq 5 leaves a gap after length 3"},
     }
     assert doc["wouldChange"] == {
         "outcome": "repaired", "clearsBrokenMark": True, "acceptedLength": 3,
         "marks": [{"partition": 0, "offset": 4, "code": "chain_rejected"}, {"partition": 0, "offset": 5, "code": "chain_rejected"}],
     }
-    healthy = dry_run_document(db, TOPIC, build_repair(project=PROJECT, source=HEALTHY, reason="why not"))
+    healthy = dry_run_document(db_path, TOPIC, build_repair(project=PROJECT, source=HEALTHY, reason="why not"))
     assert healthy["wouldChange"]["outcome"] == "not_broken" and healthy["wouldChange"]["marks"] == []
-    unknown = dry_run_document(db, TOPIC, build_repair(project=PROJECT, host=HOST, thread="typo", reason="oops"))
+    unknown = dry_run_document(db_path, TOPIC, build_repair(project=PROJECT, host=HOST, thread="typo", reason="oops"))
     assert unknown["wouldChange"]["outcome"] == "unknown_source" and unknown["projection"]["source"]["known"] is False
     # The broken source named under another project is not that project's source.
-    foreign = dry_run_document(db, TOPIC, build_repair(project=OTHER, source=BROKEN, reason="wrong project"))
+    foreign = dry_run_document(db_path, TOPIC, build_repair(project=OTHER, source=BROKEN, reason="wrong project"))
     assert foreign["wouldChange"]["outcome"] == "unknown_source"
 
 
@@ -127,12 +127,12 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60, check=False, env=env)
 
 
-def test_the_commands_print_hashes_only_and_exit_zero(db: str) -> None:
+def test_the_commands_print_hashes_only_and_exit_zero(db_path: str) -> None:
     outputs = [
-        _run("quarantine", "--db", db),
-        _run("quarantine", "--db", db, "--json", "--project", PROJECT),
-        _run("repair", "--db", db, "--project", PROJECT, "--host", HOST, "--thread", THREAD, "--reason", "r", "--dry-run"),
-        _run("repair", "--db", db, "--project", PROJECT, "--source", BROKEN.hex(), "--reason", "r", "--dry-run"),
+        _run("quarantine", "--db", db_path),
+        _run("quarantine", "--db", db_path, "--json", "--project", PROJECT),
+        _run("repair", "--db", db_path, "--project", PROJECT, "--host", HOST, "--thread", THREAD, "--reason", "r", "--dry-run"),
+        _run("repair", "--db", db_path, "--project", PROJECT, "--source", BROKEN.hex(), "--reason", "r", "--dry-run"),
     ]
     for done in outputs:
         assert done.returncode == 0, done.stderr
@@ -160,8 +160,8 @@ def test_the_commands_print_hashes_only_and_exit_zero(db: str) -> None:
         (["quarantine", "--project", ""], "invalid_project", 2),
     ],
 )
-def test_input_errors_have_their_codes(db: str, args: list[str], code: str, exit_code: int) -> None:
-    done = _run(*args, "--db", db)
+def test_input_errors_have_their_codes(db_path: str, args: list[str], code: str, exit_code: int) -> None:
+    done = _run(*args, "--db", db_path)
     assert done.returncode == exit_code, done.stderr
     assert json.loads(done.stderr.strip().splitlines()[-1])["error"]["code"] == code
 

@@ -9,14 +9,14 @@ import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from projector_histories import Placed, book_of, by_partition, histories, place, to_log, turn
+from projector_histories import TOPIC, Placed, book_of, by_partition, histories, place, to_log, turn
 
 from throughline.core.chain import chain_digests
 from throughline.core.fold import ChainBook
@@ -41,17 +41,6 @@ from throughline.projector.store import (
 )
 from throughline.projector.store import writes as store_writes
 from throughline.schemas.codec import MAGIC, encode_turn
-
-TOPIC = "turns"
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[DuckProjection]:
-    projection = DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC)
-    try:
-        yield projection
-    finally:
-        projection.close()
 
 
 def rows(projection: DuckProjection, table: str, *columns: str) -> list[tuple[object, ...]]:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pickle
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from projector_histories import Entry, by_partition, entries_log, logs, turn
+from projector_histories import TOPIC, Entry, by_partition, entries_log, logs, turn
 from test_fold_repair import fold
 from test_store import rows
 
@@ -31,7 +30,6 @@ from throughline.reader import read_observer_turn_page
 from throughline.reader.exceptions import SourceQuarantinedError
 from throughline.schemas.codec import encode_repair, encode_turn
 
-TOPIC = "turns"
 KEY = bytes(range(32))
 
 
@@ -93,15 +91,6 @@ def test_repairs_fold_like_the_reference_book_whatever_the_batches(entries: list
         finally:
             one.close()
             many.close()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[DuckProjection]:
-    projection = DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC)
-    try:
-        yield projection
-    finally:
-        projection.close()
 
 
 def _gap_log() -> tuple[list[LogRecord], bytes, bytes]:
