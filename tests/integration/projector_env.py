@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
+from support.fold import fold_records
 from support.topic import read_topic_and_ends
 
 from throughline.cli import main
@@ -25,8 +26,7 @@ from throughline.core.fold import ChainBook
 from throughline.core.partitioning import partition_for
 from throughline.core.turn import TurnRecord, build_turn
 from throughline.projector.store import DuckProjection
-from throughline.schemas.codec import decode_record, encode_turn
-from throughline.schemas.exceptions import RecordDecodeError
+from throughline.schemas.codec import encode_turn
 
 TIMEOUT = 30.0
 
@@ -108,17 +108,7 @@ class LogContent:
 def fold_topic(bootstrap: str, topic: str) -> LogContent:
     """Read every record of the topic back (``support.topic``) and fold it, partition by partition, with ``ChainBook``."""
     stored, ends = read_topic_and_ends(bootstrap, topic)
-    book = ChainBook()
-    undecodable: list[tuple[int, int]] = []
-    for r in stored:
-        try:
-            record = decode_record(r.value) if r.value is not None else None
-        except RecordDecodeError:
-            record = None
-        if record is None:
-            undecodable.append((r.partition, r.offset))
-            continue
-        book.apply_record(record, r.partition, r.offset, r.key)  # turns and repairs
+    book, undecodable = fold_records(stored)  # turns and repairs
     return LogContent(ends, book, undecodable)
 
 

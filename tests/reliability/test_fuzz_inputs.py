@@ -37,6 +37,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rel_world import KEY, OTHER_PROJECT, PROJECT, TOPIC, FixedWorld, build_world
+from support.fold import fold_records
 
 from throughline.core.chain import CHAIN_ORIGIN, content_digest, next_chain_digest
 from throughline.core.cursor import Cursor, ForeignCursor, decode_cursor
@@ -581,28 +582,33 @@ def turn_lines(draw: st.DrawFn) -> bytes | str:
     return text if draw(st.booleans()) else text.encode("utf-8")
 
 
+def _parse_or_refuse(raw: bytes | str) -> tuple[TurnRecord | None, bool]:
+    """``parse_turn_line(raw)`` and whether it refused the line; a refusal must carry a line error code."""
+    try:
+        return parse_turn_line(raw), False
+    except InputError as exc:
+        assert exc.code in LINE_CODES, exc.code
+        return None, True
+
+
 @fuzz_settings(1200)
 @given(st.lists(turn_lines(), min_size=1, max_size=6))
 def test_ingest_lines_parse_or_refuse(lines: list[bytes | str]) -> None:
     for raw in lines:
-        try:
-            turn = parse_turn_line(raw)
-        except InputError as exc:
-            assert exc.code in LINE_CODES, exc.code
-        else:
-            if turn is not None:
-                text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-                doc = json.loads(text.lstrip("\ufeff"))
-                rebuilt = build_turn(
-                    project=doc["project"], host=doc["host"], thread=doc["thread"], turn_id=doc["turnId"],
-                    completed_at_micros=parse_rfc3339(doc["completedAt"]), body=doc["body"], seq=doc.get("seq"),
-                )
-                assert (turn.project, turn.host, turn.thread, turn.turn_id, turn.seq, turn.body, turn.content_digest) == (
-                    rebuilt.project, rebuilt.host, rebuilt.thread, rebuilt.turn_id, rebuilt.seq, rebuilt.body,
-                    rebuilt.content_digest,
-                )
-            else:
-                assert not (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).lstrip("\ufeff").strip()
+        turn, refused = _parse_or_refuse(raw)
+        if turn is not None:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            doc = json.loads(text.lstrip("\ufeff"))
+            rebuilt = build_turn(
+                project=doc["project"], host=doc["host"], thread=doc["thread"], turn_id=doc["turnId"],
+                completed_at_micros=parse_rfc3339(doc["completedAt"]), body=doc["body"], seq=doc.get("seq"),
+            )
+            assert (turn.project, turn.host, turn.thread, turn.turn_id, turn.seq, turn.body, turn.content_digest) == (
+                rebuilt.project, rebuilt.host, rebuilt.thread, rebuilt.turn_id, rebuilt.seq, rebuilt.body,
+                rebuilt.content_digest,
+            )
+        elif not refused:  # only a blank line parses to nothing
+            assert not (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).lstrip("\ufeff").strip()
         count("ingest_line")
 
 
@@ -624,17 +630,13 @@ def test_every_single_bit_flip_and_byte_deletion_of_an_ingest_line() -> None:
         data = line.encode("utf-8")
         deletions = (data[:i] + data[i + 1 :] for i in range(len(data)))
         for variant in [*flip_bits(data), *deletions]:
-            try:
-                turn = parse_turn_line(variant)
-            except InputError as exc:
-                assert exc.code in LINE_CODES, exc.code
-            else:
-                # A change that still parses (a letter of a string) yields the turn the line now says.
-                if turn is not None:
-                    doc = json.loads(variant.decode("utf-8").lstrip("\ufeff"))
-                    assert (turn.host, turn.thread, turn.turn_id, turn.body, turn.seq) == (
-                        doc["host"], doc["thread"], doc["turnId"], doc["body"], doc.get("seq")
-                    )
+            turn, _ = _parse_or_refuse(variant)
+            # A change that still parses (a letter of a string) yields the turn the line now says.
+            if turn is not None:
+                doc = json.loads(variant.decode("utf-8").lstrip("\ufeff"))
+                assert (turn.host, turn.thread, turn.turn_id, turn.body, turn.seq) == (
+                    doc["host"], doc["thread"], doc["turnId"], doc["body"], doc.get("seq")
+                )
             n += 1
     count("ingest_line", n)
 
@@ -738,23 +740,11 @@ def test_raw_records_decode_or_refuse(values: list[bytes | None]) -> None:
 def _apply_and_compare(projection: DuckProjection, records: list[LogRecord]) -> None:
     """Apply records through the batch path and compare with a ChainBook fold of the same records."""
     summary = projection.apply_batch(TOPIC, 0, records)
-    from throughline.schemas.codec import decode_turn
-
-    book = ChainBook()
-    undecodable = 0
-    for rec in records:
-        try:
-            turn = decode_turn(rec.value) if rec.value is not None else None
-        except RecordDecodeError:
-            turn = None
-        if turn is None:
-            undecodable += 1
-            continue
-        book.apply(turn, 0, rec.offset, partition_key=rec.key)
+    book, undecodable = fold_records(records)
     # Every record is accounted for: applied, a duplicate, or quarantined.
     assert summary.records == len(records)
     assert summary.appended + summary.duplicates + summary.quarantined == summary.records
-    assert summary.quarantined == len(book.quarantined) + undecodable
+    assert summary.quarantined == len(book.quarantined) + len(undecodable)
     stats = projection.stats()
     assert stats.quarantined == summary.quarantined and stats.superseded == len(book.superseded)
     with projection.view() as view:
