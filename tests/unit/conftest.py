@@ -1,5 +1,5 @@
-"""Fixtures of the unit tier: a DuckDB projection (the store tests) and the read API served over a real
-loopback socket (the HTTP client tests)."""
+"""Fixtures of the unit tier: an empty DuckDB projection for the store tests, and the three-turn world
+the HTTP tests serve (``read_api`` serves it over a real loopback socket)."""
 
 from __future__ import annotations
 

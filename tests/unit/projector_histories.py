@@ -8,8 +8,11 @@ puts repair records in between (``Entry``, ``entries_log``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from hypothesis import strategies as st
 
@@ -18,7 +21,7 @@ from throughline.core.identity import project_sha256, source_sha256
 from throughline.core.partitioning import partition_for
 from throughline.core.repair import RepairRecord, build_repair
 from throughline.core.turn import TurnRecord, build_turn
-from throughline.projector.store import LogRecord
+from throughline.projector.store import DuckProjection, LogRecord
 from throughline.schemas.codec import encode_repair, encode_turn
 
 PROJECTS = ("/work/alpha", "/work/beta", "gamma")
@@ -100,6 +103,25 @@ def book_of(placed: Sequence[Placed]) -> ChainBook:
     for p in placed:
         book.apply(p.record, p.partition, p.offset, p.record.project_sha256)
     return book
+
+
+@contextmanager
+def one_and_many(source_cache: int) -> Iterator[tuple[DuckProjection, DuckProjection]]:
+    """Two new projections in a temporary folder, closed after: ``one``, which a test gives each
+    partition's records in one batch (``apply_whole``), and ``many``, with a cache of ``source_cache``
+    sources, which it gives the same records cut into other batches."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        DuckProjection.open(Path(tmp) / "one.duckdb", topic=TOPIC) as one,
+        DuckProjection.open(Path(tmp) / "many.duckdb", topic=TOPIC, source_cache=source_cache) as many,
+    ):
+        yield one, many
+
+
+def apply_whole(projection: DuckProjection, log: Sequence[LogRecord]) -> None:
+    """Apply each partition's records of ``log`` to ``projection`` in one batch."""
+    for partition, recs in by_partition(log).items():
+        projection.apply_batch(TOPIC, partition, recs)
 
 
 def by_partition(records: Sequence[LogRecord]) -> dict[int, list[LogRecord]]:

@@ -60,22 +60,15 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], flo
     return samples
 
 
-@pytest.fixture
-def world() -> World:
-    w = World()
-    w.append_many(3)
-    return w
-
-
-def make_client(world: World, **overrides: Any) -> TestClient:
+def make_client(http_world: World, **overrides: Any) -> TestClient:
     options: dict[str, Any] = {"read_wait": 0.0, **overrides}
-    app = create_app(projection=world.projection, log=world.log, token_key=KEY, settings=ApiSettings(**options))
+    app = create_app(projection=http_world.projection, log=http_world.log, token_key=KEY, settings=ApiSettings(**options))
     return TestClient(app, raise_server_exceptions=False)
 
 
 @pytest.fixture
-def client(world: World) -> Iterator[TestClient]:
-    with make_client(world) as c:
+def client(http_world: World) -> Iterator[TestClient]:
+    with make_client(http_world) as c:
         yield c
 
 
@@ -96,20 +89,20 @@ def error_code(response: Any) -> str:
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
-def test_a_read_is_the_library_document(world: World, client: TestClient, method: str) -> None:
+def test_a_read_is_the_library_document(http_world: World, client: TestClient, method: str) -> None:
     response = read(client, method, project=PROJECT)
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.headers["cache-control"] == "no-store"
-    assert response.json() == json.loads(world.read(PROJECT).to_json())
-    assert response.content == world.read(PROJECT).to_json().encode()  # byte for byte, not just equal JSON
+    assert response.json() == json.loads(http_world.read(PROJECT).to_json())
+    assert response.content == http_world.read(PROJECT).to_json().encode()  # byte for byte, not just equal JSON
     assert ObserverRead.from_json(response.content).status == "ok"
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
-def test_a_delta_series_paginates_with_bound_tokens(world: World, client: TestClient, method: str) -> None:
+def test_a_delta_series_paginates_with_bound_tokens(http_world: World, client: TestClient, method: str) -> None:
     first = read(client, method, project=PROJECT).json()
-    world.append_many(5)
+    http_world.append_many(5)
     page = read(client, method, project=PROJECT, afterCursor=first["throughCursor"], limit=2).json()
     through = page["throughCursor"]
     served = [t["seq"] for t in page["turns"]]
@@ -130,9 +123,9 @@ def test_a_delta_series_paginates_with_bound_tokens(world: World, client: TestCl
     assert served == [4, 5, 6, 7, 8]
 
 
-def test_short_aliases_after_and_through(world: World, client: TestClient) -> None:
+def test_short_aliases_after_and_through(http_world: World, client: TestClient) -> None:
     first = read(client, project=PROJECT).json()
-    world.append_many(2)
+    http_world.append_many(2)
     by_alias = client.get(READ_PATH, params={"project": PROJECT, "after": first["throughCursor"]}).json()
     assert [t["seq"] for t in by_alias["turns"]] == [4, 5]
     both = client.get(
@@ -141,8 +134,8 @@ def test_short_aliases_after_and_through(world: World, client: TestClient) -> No
     assert both.status_code == 400 and error_code(both) == "invalid_arguments"
 
 
-def test_projection_pending_is_a_200_answer(world: World, client: TestClient) -> None:
-    world.append(apply=False)  # on the log, not yet projected
+def test_projection_pending_is_a_200_answer(http_world: World, client: TestClient) -> None:
+    http_world.append(apply=False)  # on the log, not yet projected
     response = read(client, project=PROJECT)
     assert response.status_code == 200
     document = response.json()
@@ -152,7 +145,7 @@ def test_projection_pending_is_a_200_answer(world: World, client: TestClient) ->
     assert response.headers[REASON_HEADER]  # ...the reason for a person rides in a header
 
 
-def test_resync_required_is_a_200_answer(world: World, client: TestClient) -> None:
+def test_resync_required_is_a_200_answer(http_world: World, client: TestClient) -> None:
     other = World()
     other.append(project=OTHER_PROJECT)
     foreign = other.read(OTHER_PROJECT).throughCursor
@@ -225,10 +218,10 @@ def test_a_repeated_parameter_is_refused(client: TestClient) -> None:
     assert response.status_code == 400 and error_code(response) == "invalid_arguments"
 
 
-def test_every_page_token_fault_is_400_never_resync(world: World, client: TestClient) -> None:
+def test_every_page_token_fault_is_400_never_resync(http_world: World, client: TestClient) -> None:
     first = read(client, project=PROJECT).json()
     after = first["throughCursor"]
-    world.append_many(4)
+    http_world.append_many(4)
     page = read(client, project=PROJECT, afterCursor=after, limit=2).json()
     through, token = page["throughCursor"], page["page"]["nextToken"]
     base = {"project": PROJECT, "afterCursor": after, "throughCursor": through}
@@ -246,18 +239,18 @@ def test_every_page_token_fault_is_400_never_resync(world: World, client: TestCl
     assert mismatch.status_code == 400 and error_code(mismatch) == "page_token_mismatch"
 
 
-def test_a_quarantined_source_is_409_not_an_input_error(world: World, client: TestClient) -> None:
-    world.append(seq=9)  # a gap: the record is quarantined and its source marked broken
+def test_a_quarantined_source_is_409_not_an_input_error(http_world: World, client: TestClient) -> None:
+    http_world.append(seq=9)  # a gap: the record is quarantined and its source marked broken
     response = read(client, project=PROJECT)
     assert response.status_code == 409
     assert error_code(response) == "source_quarantined"
 
 
-def test_an_unexpected_failure_is_500_without_a_trace(world: World) -> None:
+def test_an_unexpected_failure_is_500_without_a_trace(http_world: World) -> None:
     def broken(_: ReadRequest, **__: Any) -> ObserverRead:
         raise RuntimeError("secret internals /home/alice")
 
-    app = create_app(projection=world.projection, log=world.log, token_key=KEY, read_page=broken)
+    app = create_app(projection=http_world.projection, log=http_world.log, token_key=KEY, read_page=broken)
     with TestClient(app, raise_server_exceptions=False) as c:
         response = c.get(READ_PATH, params={"project": PROJECT})
     assert response.status_code == 500
@@ -274,8 +267,8 @@ def test_unknown_paths_and_methods_answer_json(client: TestClient) -> None:
 # ------------------------------------------------------------------------------------------ limits and auth
 
 
-def test_oversized_bodies_and_query_strings_are_refused(world: World) -> None:
-    with make_client(world, max_body_bytes=1024, max_query_bytes=512) as c:
+def test_oversized_bodies_and_query_strings_are_refused(http_world: World) -> None:
+    with make_client(http_world, max_body_bytes=1024, max_query_bytes=512) as c:
         big = c.post(READ_PATH, json={"project": "p" * 2000})
         assert big.status_code == 413 and error_code(big) == "request_too_large"
 
@@ -290,8 +283,8 @@ def test_oversized_bodies_and_query_strings_are_refused(world: World) -> None:
         assert long_query.status_code == 414 and error_code(long_query) == "request_too_large"
 
 
-def test_bearer_token_is_required_when_configured(world: World) -> None:
-    with make_client(world, auth_token=TOKEN) as c:
+def test_bearer_token_is_required_when_configured(http_world: World) -> None:
+    with make_client(http_world, auth_token=TOKEN) as c:
         missing = c.get(READ_PATH, params={"project": PROJECT})
         assert missing.status_code == 401 and error_code(missing) == "unauthorized"
         assert missing.headers["www-authenticate"].startswith("Bearer")
@@ -313,11 +306,11 @@ def test_bearer_token_is_required_when_configured(world: World) -> None:
 # ------------------------------------------------------------------------------------------ long-poll
 
 
-def test_a_long_poll_returns_the_new_turn_when_it_is_projected(world: World, client: TestClient) -> None:
+def test_a_long_poll_returns_the_new_turn_when_it_is_projected(http_world: World, client: TestClient) -> None:
     after = read(client, project=PROJECT).json()["throughCursor"]
-    world.append(apply=False)
-    world.log.ends.clear()  # the turn is "produced" below, while the request waits
-    world.log.ends[0] = 3
+    http_world.append(apply=False)
+    http_world.log.ends.clear()  # the turn is "produced" below, while the request waits
+    http_world.log.ends[0] = 3
     results: list[Any] = []
 
     def poll() -> None:
@@ -326,21 +319,21 @@ def test_a_long_poll_returns_the_new_turn_when_it_is_projected(world: World, cli
     thread = threading.Thread(target=poll)
     thread.start()
     _wait_for(lambda: client.app.state.api.metrics.long_polls.value() == 1)  # type: ignore[attr-defined]
-    world.log.ends[0] = 4
-    world.project()
+    http_world.log.ends[0] = 4
+    http_world.project()
     thread.join(timeout=20)
     assert not thread.is_alive()
     assert results[0]["status"] == "ok" and [t["seq"] for t in results[0]["turns"]] == [4]
 
 
-def test_a_long_poll_without_news_answers_the_empty_delta(world: World, client: TestClient) -> None:
+def test_a_long_poll_without_news_answers_the_empty_delta(http_world: World, client: TestClient) -> None:
     after = read(client, project=PROJECT).json()["throughCursor"]
     document = read(client, "POST", project=PROJECT, afterCursor=after, wait=0.05)
     assert document.status_code == 200
     assert document.json()["turns"] == [] and document.json()["page"]["complete"] is True
 
 
-def test_a_long_poll_ignores_other_projects_on_the_same_partition(world: World, client: TestClient) -> None:
+def test_a_long_poll_ignores_other_projects_on_the_same_partition(http_world: World, client: TestClient) -> None:
     after = read(client, project=PROJECT).json()["throughCursor"]
     results: list[Any] = []
     thread = threading.Thread(
@@ -348,13 +341,13 @@ def test_a_long_poll_ignores_other_projects_on_the_same_partition(world: World, 
     )
     thread.start()
     _wait_for(lambda: client.app.state.api.metrics.long_polls.value() == 1)  # type: ignore[attr-defined]
-    world.append(project=OTHER_PROJECT)  # wakes the wait, but the project's chain did not move
-    world.append()
+    http_world.append(project=OTHER_PROJECT)  # wakes the wait, but the project's chain did not move
+    http_world.append()
     thread.join(timeout=20)
     assert [t["seq"] for t in results[0]["turns"]] == [4]
 
 
-def test_a_long_poll_is_not_woken_by_other_projects_commits(world: World) -> None:
+def test_a_long_poll_is_not_woken_by_other_projects_commits(http_world: World) -> None:
     """Other projects' turns on the partition do not wake it (no read again per commit of the partition)."""
     reads: list[object] = []
 
@@ -362,7 +355,7 @@ def test_a_long_poll_is_not_woken_by_other_projects_commits(world: World) -> Non
         reads.append(request.project)
         return read_page(request, **handles)
 
-    app = create_app(projection=world.projection, log=world.log, token_key=KEY,
+    app = create_app(projection=http_world.projection, log=http_world.log, token_key=KEY,
                      settings=ApiSettings(read_wait=0.0), read_page=counting_read)
     with TestClient(app) as c:
         after = read(c, project=PROJECT).json()["throughCursor"]
@@ -372,37 +365,37 @@ def test_a_long_poll_is_not_woken_by_other_projects_commits(world: World) -> Non
         thread.start()
         _wait_for(lambda: c.app.state.api.metrics.long_polls.value() == 1)  # type: ignore[attr-defined]
         for _ in range(5):
-            world.append(project=OTHER_PROJECT)
+            http_world.append(project=OTHER_PROJECT)
         time.sleep(0.2)
         assert len(reads) == 1  # the first read only: five commits of another project woke nothing
-        world.append()
+        http_world.append()
         thread.join(timeout=20)
     assert [t["seq"] for t in results[0]["turns"]] == [4] and len(reads) == 2
 
 
-def test_pages_of_a_pinned_series_never_wait(world: World) -> None:
+def test_pages_of_a_pinned_series_never_wait(http_world: World) -> None:
     waits: list[tuple[int, int]] = []
 
     class Counting:
         def view(self) -> Any:
-            return world.projection.view()
+            return http_world.projection.view()
 
         def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
             waits.append((partition, offset))
-            return world.projection.wait_applied(partition, offset, timeout)
+            return http_world.projection.wait_applied(partition, offset, timeout)
 
         def wait_settled(self, partition: int, project: bytes, offset: int, timeout: float) -> bool:
             waits.append((partition, offset))
-            return world.projection.wait_settled(partition, project, offset, timeout)
+            return http_world.projection.wait_settled(partition, project, offset, timeout)
 
         def project_changes(self, project: bytes) -> int:
-            return world.projection.project_changes(project)
+            return http_world.projection.project_changes(project)
 
         def wait_project_changed(self, project: bytes, seen: int, timeout: float) -> bool:
             waits.append((-1, seen))
-            return world.projection.wait_project_changed(project, seen, timeout)
+            return http_world.projection.wait_project_changed(project, seen, timeout)
 
-    app = create_app(projection=Counting(), log=world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
+    app = create_app(projection=Counting(), log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
     with TestClient(app) as c:
         first = read(c, project=PROJECT).json()
         waits.clear()
@@ -412,8 +405,8 @@ def test_pages_of_a_pinned_series_never_wait(world: World) -> None:
     assert len(waits) == 1  # the reader's own freshness check, and no long-poll wait after it
 
 
-def test_too_many_waiters_get_503_server_busy(world: World) -> None:
-    with make_client(world, max_waiters=1) as c:
+def test_too_many_waiters_get_503_server_busy(http_world: World) -> None:
+    with make_client(http_world, max_waiters=1) as c:
         after = read(c, project=PROJECT).json()["throughCursor"]
         thread = threading.Thread(target=lambda: read(c, project=PROJECT, afterCursor=after, wait="20"))
         thread.start()
@@ -421,15 +414,15 @@ def test_too_many_waiters_get_503_server_busy(world: World) -> None:
         busy = read(c, project=PROJECT, afterCursor=after, wait="20")
         assert busy.status_code == 503 and error_code(busy) == "server_busy"
         assert busy.headers["retry-after"] == "1"
-        world.append()
+        http_world.append()
         thread.join(timeout=20)
         assert not thread.is_alive()
 
 
-def test_stopping_releases_waiting_long_polls(world: World) -> None:
+def test_stopping_releases_waiting_long_polls(http_world: World) -> None:
     stopping = threading.Event()
     app = create_app(
-        projection=world.projection, log=world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0), stopping=stopping
+        projection=http_world.projection, log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0), stopping=stopping
     )
     with TestClient(app) as c:
         after = read(c, project=PROJECT).json()["throughCursor"]
@@ -453,25 +446,25 @@ def _wait_for(condition: Any, timeout: float = 10.0) -> None:
 # ------------------------------------------------------------------------------------------ operations
 
 
-def test_readiness_reports_lag_per_partition(world: World) -> None:
-    with make_client(world, ready_max_lag=1) as c:
+def test_readiness_reports_lag_per_partition(http_world: World) -> None:
+    with make_client(http_world, ready_max_lag=1) as c:
         ready = c.get("/readyz")
         assert ready.status_code == 200
         assert ready.json()["partitions"] == [{"partition": 0, "appliedOffset": 3, "endOffset": 3, "lag": 0}]
-        world.append(apply=False)
-        world.append(apply=False)
+        http_world.append(apply=False)
+        http_world.append(apply=False)
         lagging = c.get("/readyz")
         assert lagging.status_code == 503
         assert lagging.json()["status"] == "not_ready" and lagging.json()["lag"] == 2
-        world.project()
+        http_world.project()
         assert c.get("/readyz").status_code == 200
         assert c.get("/healthz").json()["status"] == "alive"
 
 
-def test_metrics_parse_and_name_the_operator_series(world: World, client: TestClient) -> None:
+def test_metrics_parse_and_name_the_operator_series(http_world: World, client: TestClient) -> None:
     read(client, project=PROJECT)
     read(client, project=PROJECT, limit="0")
-    world.append(apply=False)
+    http_world.append(apply=False)
     read(client, project=PROJECT)
     response = client.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")

@@ -16,7 +16,18 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from projector_histories import TOPIC, Placed, book_of, by_partition, histories, place, to_log, turn
+from projector_histories import (
+    TOPIC,
+    Placed,
+    apply_whole,
+    book_of,
+    by_partition,
+    histories,
+    one_and_many,
+    place,
+    to_log,
+    turn,
+)
 
 from throughline.core.chain import chain_digests
 from throughline.core.fold import ChainBook
@@ -124,27 +135,20 @@ def test_any_batching_folds_like_the_reference_book(records: list, partitions: i
 def test_tables_do_not_depend_on_batch_boundaries(records: list, data: st.DataObject) -> None:
     placed = place(records, 2)
     log = to_log(placed)
-    with tempfile.TemporaryDirectory() as tmp:
-        one = DuckProjection.open(Path(tmp) / "one.duckdb", topic=TOPIC)
-        many = DuckProjection.open(Path(tmp) / "many.duckdb", topic=TOPIC, source_cache=2)
-        try:
-            for partition, recs in by_partition(log).items():
-                one.apply_batch(TOPIC, partition, recs)
-            # Both partitions in one transaction, cut at random places.
-            parts = by_partition(log)
-            cursors = dict.fromkeys(parts, 0)
-            while any(cursors[p] < len(parts[p]) for p in parts):
-                batches = []
-                for p, recs in parts.items():
-                    n = data.draw(st.integers(0, 7))
-                    if n and cursors[p] < len(recs):
-                        batches.append(many.prepare(p, recs[cursors[p] : cursors[p] + n]))
-                        cursors[p] += n
-                many.apply_prepared(TOPIC, batches)
-            assert one.table_digests() == many.table_digests()
-        finally:
-            one.close()
-            many.close()
+    with one_and_many(source_cache=2) as (one, many):
+        apply_whole(one, log)
+        # Both partitions in one transaction, cut at random places.
+        parts = by_partition(log)
+        cursors = dict.fromkeys(parts, 0)
+        while any(cursors[p] < len(parts[p]) for p in parts):
+            batches = []
+            for p, recs in parts.items():
+                n = data.draw(st.integers(0, 7))
+                if n and cursors[p] < len(recs):
+                    batches.append(many.prepare(p, recs[cursors[p] : cursors[p] + n]))
+                    cursors[p] += n
+            many.apply_prepared(TOPIC, batches)
+        assert one.table_digests() == many.table_digests()
 
 
 def test_a_batch_applied_twice_is_applied_once(db: DuckProjection) -> None:

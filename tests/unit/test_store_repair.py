@@ -9,13 +9,12 @@ go through the projection's in-memory read index, which a repair's commit must u
 from __future__ import annotations
 
 import pickle
-import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from projector_histories import TOPIC, Entry, by_partition, entries_log, logs, turn
+from projector_histories import TOPIC, Entry, apply_whole, by_partition, entries_log, logs, one_and_many, turn
 from test_fold_repair import fold
 from test_store import rows
 
@@ -78,19 +77,12 @@ def apply_cut(projection: DuckProjection, log: list[LogRecord], cuts: list[int])
 def test_repairs_fold_like_the_reference_book_whatever_the_batches(entries: list[Entry], cuts: list[int]) -> None:
     log = entries_log(entries)
     book = fold(entries)
-    with tempfile.TemporaryDirectory() as tmp:
-        one = DuckProjection.open(Path(tmp) / "one.duckdb", topic=TOPIC)
-        many = DuckProjection.open(Path(tmp) / "many.duckdb", topic=TOPIC, source_cache=1)
-        try:
-            for p, recs in by_partition(log).items():
-                one.apply_batch(TOPIC, p, recs)  # every repair in the batch of the records it repairs
-            apply_cut(many, log, cuts)  # repairs in later batches, sources evicted from the cache
-            assert_repairs_match(one, book)
-            assert_repairs_match(many, book)
-            assert one.table_digests() == many.table_digests()
-        finally:
-            one.close()
-            many.close()
+    with one_and_many(source_cache=1) as (one, many):
+        apply_whole(one, log)  # every repair in the batch of the records it repairs
+        apply_cut(many, log, cuts)  # repairs in later batches, sources evicted from the cache
+        assert_repairs_match(one, book)
+        assert_repairs_match(many, book)
+        assert one.table_digests() == many.table_digests()
 
 
 def _gap_log() -> tuple[list[LogRecord], bytes, bytes]:
