@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,11 +86,8 @@ class FeedContract:
         self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
     ) -> None:
         topic, turns = filled_topic
-        feed = self.open(self.spec(kafka_bootstrap, topic))
-        try:
+        with closing(self.open(self.spec(kafka_bootstrap, topic))) as feed:
             batches = _drain(feed, len(turns))
-        finally:
-            feed.close()
         assert all(len(b.items) <= OPTIONS.max_poll_records for b in batches)
         log = fold_topic(kafka_bootstrap, topic)
         for partition, items in _by_partition(batches).items():
@@ -103,15 +101,12 @@ class FeedContract:
         self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
     ) -> None:
         topic, turns = filled_topic
-        feed = self.open(self.spec(kafka_bootstrap, topic))
-        try:
+        with closing(self.open(self.spec(kafka_bootstrap, topic))) as feed:
             _drain(feed, 50)
             start = {0: 5, 1: 0, 2: 17}
             feed.restart(start)
             ends = fold_topic(kafka_bootstrap, topic).ends
             batches = _drain(feed, sum(ends[p] - start[p] for p in ends))
-        finally:
-            feed.close()
         for partition, items in _by_partition(batches).items():
             offsets = [it.offset for it in items]
             assert offsets == list(range(start[partition], ends[partition]))
@@ -121,13 +116,10 @@ class FeedContract:
     ) -> None:
         topic, _ = filled_topic
         ends = fold_topic(kafka_bootstrap, topic).ends
-        feed = self.open(self.spec(kafka_bootstrap, topic, ends))
-        try:
+        with closing(self.open(self.spec(kafka_bootstrap, topic, ends))) as feed:
             started = time.monotonic()
             assert feed.next(0.3) == []
             assert time.monotonic() - started < 10
-        finally:
-            feed.close()
 
 
     def test_a_feed_behind_the_log_fills_its_polls_and_a_caught_up_one_does_not_wait(self, kafka_bootstrap: str) -> None:
@@ -137,8 +129,7 @@ class FeedContract:
         produce_all(kafka_bootstrap, topic, PARTITIONS, turns[:-1])
         # Fetches of a few records each: only a poll that keeps fetching reaches 120 records.
         options = replace(OPTIONS, max_partition_fetch_bytes=2048, max_poll_records=120, fill_seconds=20.0)
-        feed = self.open(replace(self.spec(kafka_bootstrap, topic), options=options))
-        try:
+        with closing(self.open(replace(self.spec(kafka_bootstrap, topic), options=options))) as feed:
             first = _drain(feed, 1)
             assert sum(len(b.items) for b in first) == 120
             _drain(feed, len(turns) - 1 - 120)  # now caught up
@@ -146,8 +137,6 @@ class FeedContract:
             started = time.monotonic()
             last = _drain(feed, 1)
             assert time.monotonic() - started < options.fill_seconds, "a caught-up poll waited to fill up"
-        finally:
-            feed.close()
         assert [it.turn_id for b in last for it in b.items if isinstance(it, SoundRecord)] == [turns[-1].turn_id]
 
 
@@ -164,8 +153,7 @@ class TestWorkerFeed(FeedContract):
         self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
     ) -> None:
         topic, turns = filled_topic
-        feed = WorkerFeed(self.spec(kafka_bootstrap, topic))
-        try:
+        with closing(WorkerFeed(self.spec(kafka_bootstrap, topic))) as feed:
             worker = feed.worker
             assert worker is not None
             worker.proc.kill()
@@ -176,8 +164,6 @@ class TestWorkerFeed(FeedContract):
             assert caught.value.retriable and caught.value.code == "fetch_worker_failed"
             feed.restart({})
             assert sum(len(b.items) for b in _drain(feed, len(turns))) >= len(turns)
-        finally:
-            feed.close()
 
     def test_a_worker_that_raises_is_reported_as_fetch_worker_failed_and_a_restart_resumes(
         self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path,
@@ -188,8 +174,7 @@ class TestWorkerFeed(FeedContract):
         env, marker = worker_fault_env(tmp_path)
         for name in ("PYTHONPATH", "THROUGHLINE_TEST_WORKER_FAULT"):
             monkeypatch.setenv(name, env[name])  # the worker inherits this process's environment
-        feed = WorkerFeed(self.spec(kafka_bootstrap, topic))
-        try:
+        with closing(WorkerFeed(self.spec(kafka_bootstrap, topic))) as feed:
             with pytest.raises(FetchWorkerError) as caught:
                 _drain(feed, len(turns))
             assert not marker.exists(), "the worker never raised"
@@ -197,19 +182,14 @@ class TestWorkerFeed(FeedContract):
             assert f"RuntimeError: {WORKER_FAULT}" in caught.value.message
             feed.restart({})
             assert sum(len(b.items) for b in _drain(feed, len(turns))) >= len(turns)
-        finally:
-            feed.close()
 
     def test_a_broker_that_does_not_answer_reaches_the_caller_as_a_kafka_error(self) -> None:
         spec = FeedSpec(("127.0.0.1:9",), "nowhere", 1, ((0, 0),), ProjectorOptions(timeout=1.0))
-        feed = WorkerFeed(spec)
-        try:
+        with closing(WorkerFeed(spec)) as feed:
             with pytest.raises(Exception) as caught:
                 for _ in range(40):
                     feed.next(0.5)
             assert caught.type.__name__ in {"BrokerUnavailableError", "NoBrokersAvailable", "KafkaConnectionError"}
-        finally:
-            feed.close()
 
 
 def test_the_worker_dies_with_its_parent(kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path) -> None:
