@@ -51,6 +51,7 @@ class Transactions:
     """A transactional producer of turns: each ``commit``/``abort`` is one transaction."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
         self.topic = topic
         self.producer = KafkaProducer(
             bootstrap_servers=bootstrap, transactional_id=f"tl-{topic}", acks="all", linger_ms=2
@@ -105,31 +106,35 @@ class Transactions:
 
 
 @pytest.fixture
-def txn_topic(kafka_bootstrap: str) -> Iterator[tuple[str, Transactions]]:
-    topic = _topic(kafka_bootstrap)
-    producer = Transactions(kafka_bootstrap, topic)
+def txn(kafka_bootstrap: str) -> Iterator[Transactions]:
+    """A transactional producer of a new topic (``txn.topic``) of this session's broker (``txn.bootstrap``)."""
+    producer = Transactions(kafka_bootstrap, _topic(kafka_bootstrap))
     try:
-        yield topic, producer
+        yield producer
     finally:
         producer.close()
+
+
+@pytest.fixture
+def projection(txn: Transactions, tmp_path: Path) -> Iterator[DuckProjection]:
+    """A new projection of ``txn.topic``, closed after the test."""
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=txn.topic) as opened:
+        yield opened
 
 
 def test_the_projects_share_a_partition() -> None:
     assert partition_for(project_sha256(ALPHA), PARTITIONS) == partition_for(project_sha256(BETA), PARTITIONS)
 
 
-def test_until_caught_up_ends_and_the_first_page_is_ok(
-    kafka_bootstrap: str, txn_topic: tuple[str, Transactions], tmp_path: Path
-) -> None:
-    topic, txn = txn_topic
+def test_until_caught_up_ends_and_the_first_page_is_ok(txn: Transactions, tmp_path: Path) -> None:
     kept = txn.commit(ALPHA, 3)
     txn.abort(ALPHA, 2)
     kept += txn.commit(ALPHA, 2)
     txn.abort(BETA, 1)  # the log ends with an abort marker
     db = tmp_path / "p.duckdb"
-    done = cli_process("project", "--until-caught-up", *connection(kafka_bootstrap, topic, db), timeout=120)
+    done = cli_process("project", "--until-caught-up", *connection(txn.bootstrap, txn.topic, db), timeout=120)
     assert done.returncode == 0, done.stderr
-    with KafkaLog([kafka_bootstrap], topic) as log, DuckProjection.open(db, read_only=True) as projection:
+    with KafkaLog([txn.bootstrap], txn.topic) as log, DuckProjection.open(db, read_only=True) as projection:
         partition = log.partition_of(project_sha256(ALPHA))
         assert projection.applied_offsets()[partition] == log.end_offset(partition)  # past every marker
         page = read_observer_turn_page(
@@ -139,22 +144,18 @@ def test_until_caught_up_ends_and_the_first_page_is_ok(
     assert [t.seq for t in page.turns] == list(range(1, len(kept) + 1))  # the aborted turns never appear
 
 
-def test_serve_reads_and_long_polls_across_markers(
-    kafka_bootstrap: str, txn_topic: tuple[str, Transactions], tmp_path: Path
-) -> None:
+def test_serve_reads_and_long_polls_across_markers(txn: Transactions, projection: DuckProjection) -> None:
     """The projector loop of ``serve`` (fetch worker on) under the HTTP API, in process."""
-    topic, txn = txn_topic
     txn.commit(ALPHA, 2)
     txn.abort(ALPHA, 3)
     txn.commit(BETA, 1)
-    projection = DuckProjection.open(tmp_path / "p.duckdb", topic=topic)
     stop = threading.Event()
     projector = threading.Thread(
-        target=lambda: Projector(projection, [kafka_bootstrap], topic).run(stop=stop), daemon=True
+        target=lambda: Projector(projection, [txn.bootstrap], txn.topic).run(stop=stop), daemon=True
     )
     projector.start()
     try:
-        with KafkaLog([kafka_bootstrap], topic) as log, TestClient(
+        with KafkaLog([txn.bootstrap], txn.topic) as log, TestClient(
             create_app(projection=projection, log=log, token_key=KEY)
         ) as client:
             deadline = time.monotonic() + DEADLINE
@@ -193,22 +194,19 @@ def test_serve_reads_and_long_polls_across_markers(
     finally:
         stop.set()
         projector.join(timeout=60)
-        projection.close()
 
 
 def test_another_projects_transaction_in_flight_does_not_hold_a_first_page(
-    kafka_bootstrap: str, txn_topic: tuple[str, Transactions], tmp_path: Path
+    txn: Transactions, projection: DuckProjection
 ) -> None:
     """The scoped wait over a real feed: markers and aborted records are covered by the fetch positions."""
-    topic, txn = txn_topic
     txn.commit(ALPHA, 2)
     txn.abort(ALPHA, 1)
     partition = partition_for(project_sha256(ALPHA), PARTITIONS)
-    projection = DuckProjection.open(tmp_path / "p.duckdb", topic=topic)
-    spec = FeedSpec((kafka_bootstrap,), topic, PARTITIONS, (), ProjectorOptions()).at({})
+    spec = FeedSpec((txn.bootstrap,), txn.topic, PARTITIONS, (), ProjectorOptions()).at({})
     feed = open_feed(spec)
     try:
-        with KafkaLog([kafka_bootstrap], topic) as log:
+        with KafkaLog([txn.bootstrap], txn.topic) as log:
             projection.fetching_from({p: 0 for p in range(PARTITIONS)})
 
             held: list[list[PreparedBatch]] = []  # fetched, not applied yet
@@ -228,7 +226,7 @@ def test_another_projects_transaction_in_flight_does_not_hold_a_first_page(
 
             def apply_held() -> None:
                 if held:
-                    projection.apply_prepared(topic, merge_polls(held))
+                    projection.apply_prepared(txn.topic, merge_polls(held))
                     held.clear()
 
             fetch_to_end()
@@ -253,4 +251,3 @@ def test_another_projects_transaction_in_flight_does_not_hold_a_first_page(
             assert read(BETA) == "ok"
     finally:
         feed.close()
-        projection.close()
