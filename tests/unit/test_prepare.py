@@ -7,9 +7,9 @@ import pickle
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.world import BASE_MICROS, numbered_turn
 
 from throughline.core.fold import record_problem
-from throughline.core.turn import build_turn
 from throughline.projector.feed.frames import dumps
 from throughline.projector.prepare import (
     Q_INVALID,
@@ -26,9 +26,8 @@ from throughline.schemas.codec import decode_turn, encode_turn
 
 
 def _turn(i: int, project: str = "/p/a", body: str = "body") -> bytes:
-    return encode_turn(
-        build_turn(project=project, host="h", thread="t", turn_id=f"id-{i}", completed_at_micros=1_000 + i, body=body)
-    )
+    """The encoded ``i``-th turn of one source (``support.world.numbered_turn``)."""
+    return encode_turn(numbered_turn(i, project, "h", "t", body=body, id_prefix="id-"))
 
 
 _values = st.one_of(
@@ -56,7 +55,7 @@ def test_a_sound_record_carries_what_the_turn_says() -> None:
     assert isinstance(item, SoundRecord)
     assert (item.offset, item.key, item.value) == (9, turn.project_sha256, value)
     assert item.source == turn.source_sha256 and item.project_sha256 == turn.project_sha256
-    assert (item.turn_id, item.seq, item.completed_at_micros, item.body) == ("id-7", None, 1_007, "héllo")
+    assert (item.turn_id, item.seq, item.completed_at_micros, item.body) == ("id-7", None, BASE_MICROS + 7_000, "héllo")
     assert item.body_bytes == len("héllo".encode()) and item.content_digest == turn.content_digest
 
 
