@@ -19,12 +19,13 @@ from typing import Any
 from kafka import KafkaProducer
 from support.fold import fold_records
 from support.topic import read_topic_and_ends
+from support.world import make_turn
 
 from throughline.cli import main
 from throughline.core.chain import chain_digests, content_digest
 from throughline.core.fold import ChainBook
 from throughline.core.partitioning import partition_for
-from throughline.core.turn import TurnRecord, build_turn
+from throughline.core.turn import TurnRecord
 from throughline.projector.store import DuckProjection
 from throughline.schemas.codec import encode_turn
 
@@ -34,16 +35,11 @@ TIMEOUT = 30.0
 def turn(
     project: str, thread: str, turn_id: str, *, seq: int | None = None, host: str = "host-a", body: str | None = None
 ) -> TurnRecord:
-    """A valid turn (a deterministic body when none is given)."""
-    return build_turn(
-        project=project,
-        host=host,
-        thread=thread,
-        turn_id=turn_id,
-        completed_at_micros=1_760_000_000_000_000 + sum(map(ord, turn_id)),
-        body=body if body is not None else f"{project}/{thread}/{turn_id} " + "x" * 200,
-        seq=seq,
-    )
+    """A valid turn (``support.world.make_turn``) completed at a time its id fixes, with a deterministic
+    body when none is given."""
+    at = 1_760_000_000_000_000 + sum(map(ord, turn_id))
+    text = body if body is not None else f"{project}/{thread}/{turn_id} " + "x" * 200
+    return make_turn(project, host, thread, turn_id, at=at, body=text, seq=seq)
 
 
 class Producer:

@@ -4,8 +4,9 @@
   ``closed_port`` and ``turn_ids``.
 - ``support.projection``: ``PassThroughWaits`` and ``PassThroughView``, the bases of test doubles that
   wrap a projection and change only the turn rows its views show.
-- ``support.world``: the turn builder (``numbered_turn``) and log placement (``append_to_log``) of the
-  in-memory worlds (``unit/reader_world.py``, ``reliability/rel_world.py``).
+- ``support.world``: the one turn builder (``make_turn``; ``numbered_turn``, the n-th turn of a world) and
+  log placement (``append_to_log``) of the in-memory worlds (``unit/reader_world.py``,
+  ``reliability/rel_world.py``).
 - ``support.fold``: the reference fold of raw log records (``fold_records``: ``ChainBook`` and the
   undecodable positions), which ``integration/projector_env.fold_topic`` and the fuzz tests compare with.
 - ``support.cursor``: ``cursor_length``.

@@ -1,4 +1,5 @@
-"""The pieces of an in-memory world (a ``FixedLog`` and the turns on it) that the pure tiers share."""
+"""The tests' one turn builder (``make_turn``) and the pieces of an in-memory world (a ``FixedLog`` and
+the turns on it) that the pure tiers share."""
 
 from __future__ import annotations
 
@@ -8,19 +9,20 @@ from throughline.core.turn import TurnRecord, build_turn
 BASE_MICROS = 1_780_000_000_000_000
 
 
+def make_turn(
+    project: str, host: str, thread: str, turn_id: str, *, at: int, body: str, seq: int | None = None
+) -> TurnRecord:
+    """A valid turn of source (``project``, ``host``, ``thread``) completed at ``at`` (µs since the epoch)."""
+    return build_turn(
+        project=project, host=host, thread=thread, turn_id=turn_id, completed_at_micros=at, body=body, seq=seq
+    )
+
+
 def numbered_turn(
     n: int, project: str, host: str, thread: str, *, body: str, id_prefix: str = "turn-id-", seq: int | None = None
 ) -> TurnRecord:
     """The ``n``-th turn of a world: turn id ``{id_prefix}{n}``, completed ``n`` ms after ``BASE_MICROS``."""
-    return build_turn(
-        project=project,
-        host=host,
-        thread=thread,
-        turn_id=f"{id_prefix}{n}",
-        completed_at_micros=BASE_MICROS + n * 1_000,
-        body=body,
-        seq=seq,
-    )
+    return make_turn(project, host, thread, f"{id_prefix}{n}", at=BASE_MICROS + n * 1_000, body=body, seq=seq)
 
 
 def append_to_log(log: FixedLog, record: TurnRecord) -> tuple[int, int]:

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hypothesis import strategies as st
+from support.world import make_turn
 
 from throughline.core.fold import ChainBook
 from throughline.core.identity import project_sha256, source_sha256
 from throughline.core.partitioning import partition_for
 from throughline.core.repair import RepairRecord, build_repair
-from throughline.core.turn import TurnRecord, build_turn
+from throughline.core.turn import TurnRecord
 from throughline.projector.store import DuckProjection, LogRecord
 from throughline.schemas.codec import encode_repair, encode_turn
 
@@ -42,10 +43,8 @@ def turn(
     body: str = "hello",
     at: int = 1_700_000_000_000_000,
 ) -> TurnRecord:
-    """One valid turn record."""
-    return build_turn(
-        project=project, host=host, thread=thread, turn_id=turn_id, completed_at_micros=at, body=body, seq=seq
-    )
+    """One valid turn record (``support.world.make_turn`` with this module's defaults)."""
+    return make_turn(project, host, thread, turn_id, at=at, body=body, seq=seq)
 
 
 @st.composite
