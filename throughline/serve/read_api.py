@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from throughline.core.identity import project_sha256
@@ -75,32 +75,28 @@ class AlwaysRunning:
         return None
 
 
+@dataclass(eq=False, kw_only=True)
 class ReadApi:
-    """The request handling behind the routes (no HTTP in here, so it is tested directly too)."""
+    """The request handling behind the routes (no HTTP in here, so it is tested directly too).
 
-    def __init__(
-        self,
-        *,
-        projection: Projection,
-        log: LogView,
-        token_key: bytes,
-        settings: ApiSettings,
-        metrics: ServeMetrics,
-        projector: ProjectorState,
-        stopping: threading.Event,
-        read_page: ReadPage,
-        router: GroupRouter | None = None,
-    ) -> None:
-        self.projection = projection
-        self.router = router
-        self.log = log
-        self.token_key = token_key
-        self.settings = settings
-        self.metrics = metrics
-        self.projector = projector
-        self.stopping = stopping
-        self.read_page = read_page
-        self._waiters = threading.BoundedSemaphore(max(1, settings.max_waiters))
+    Built once by the app from its collaborators: the projection and log view a read answers from,
+    the token key, the settings and metrics, the projector's state, the stop flag, the page reader and,
+    in ``--group``, the router that forwards what another member holds.
+    """
+
+    projection: Projection
+    log: LogView
+    token_key: bytes
+    settings: ApiSettings
+    metrics: ServeMetrics
+    projector: ProjectorState
+    stopping: threading.Event
+    read_page: ReadPage
+    router: GroupRouter | None = None
+    _waiters: threading.BoundedSemaphore = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._waiters = threading.BoundedSemaphore(max(1, self.settings.max_waiters))
 
     # -- reads
 
