@@ -1,15 +1,19 @@
 """The small shared settings values: the fetching consumers' ``FetchSettings``, the whole-number flag
-parser every CLI uses (``count_argument``), and the harness's ``closed_on_failure``. No broker."""
+parser every CLI uses (``count_argument``), and the harness's ``closed_on_failure`` and ``run_tool``. No broker."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import pytest
 
 from throughline.log import FetchSettings
 from throughline.settings import count_argument
+from throughline.testing.kafka.exceptions import HarnessError, MavenFetchError
 from throughline.testing.kafka.handle import closed_on_failure
+from throughline.testing.kafka.support import run_tool
 
 
 def test_fetch_settings_never_commit_reset_or_create_and_bound_each_request() -> None:
@@ -53,3 +57,15 @@ def test_closed_on_failure_closes_only_when_the_block_raises() -> None:
     with pytest.raises(KeyboardInterrupt), closed_on_failure(handle):
         raise KeyboardInterrupt
     assert handle.closed == 1
+
+
+def test_run_tool_returns_the_finished_run_and_leaves_the_exit_code_to_the_caller(tmp_path: Path) -> None:
+    done = run_tool([sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], cwd=tmp_path, timeout_s=30, what="t")
+    assert (done.returncode, done.stdout.strip()) == (3, b"out")
+
+
+def test_run_tool_raises_the_callers_error_when_a_tool_overruns_or_cannot_start(tmp_path: Path) -> None:
+    with pytest.raises(MavenFetchError, match="slow did not finish within 0s"):
+        run_tool([sys.executable, "-c", "import time; time.sleep(30)"], cwd=tmp_path, timeout_s=0.2, what="slow", error=MavenFetchError)
+    with pytest.raises(HarnessError, match="could not run"):
+        run_tool([str(tmp_path / "no-such-tool")], cwd=tmp_path, timeout_s=5, what="missing")

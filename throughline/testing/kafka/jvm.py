@@ -35,7 +35,7 @@ from throughline.testing.kafka.config import (
 from throughline.testing.kafka.exceptions import BrokerStartError, HarnessError, JavaNotFoundError
 from throughline.testing.kafka.handle import OwnedBroker, discard_live, register_live
 from throughline.testing.kafka.maven import KafkaDistribution, fetch_kafka_jars
-from throughline.testing.kafka.support import free_ports, random_cluster_id
+from throughline.testing.kafka.support import free_ports, random_cluster_id, run_tool
 
 _LOG4J_RESOURCE = "log4j2.xml"
 _SERVER_TEMPLATE_RESOURCE = "kafka-server-template.properties"
@@ -418,17 +418,9 @@ class KafkaBroker(OwnedBroker):
             "--config",
             str(self._properties_path),
         ]
-        try:
-            proc = subprocess.run(
-                cmd,
-                cwd=self.work_dir,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=FORMAT_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise BrokerStartError(f"formatting KRaft storage took over {FORMAT_TIMEOUT_S:.0f}s") from exc
+        proc = run_tool(
+            cmd, cwd=self.work_dir, timeout_s=FORMAT_TIMEOUT_S, what="formatting KRaft storage", error=BrokerStartError
+        )
         (self.log_dir / "format.log").write_bytes(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             raise BrokerStartError(

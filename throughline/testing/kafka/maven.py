@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from throughline.testing.kafka.config import (
     stderr_reporter,
 )
 from throughline.testing.kafka.exceptions import MavenFetchError
+from throughline.testing.kafka.support import run_tool
 
 _POM_RESOURCE = "pom.xml"
 _MARKER_NAME = ".complete.json"
@@ -184,22 +184,9 @@ def fetch_kafka_jars(
                 "-DincludeScope=runtime",
                 f"-DoutputDirectory={out_dir}",
             ]
-            try:
-                proc = subprocess.run(
-                    cmd,
-                    cwd=work,
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout_s,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise MavenFetchError(f"`mvn` did not finish within {timeout_s:.0f}s") from exc
-            except OSError as exc:
-                raise MavenFetchError(f"could not run {mvn}: {exc}") from exc
+            proc = run_tool(cmd, cwd=work, timeout_s=timeout_s, what="`mvn`", error=MavenFetchError)
             if proc.returncode != 0:
-                output = (proc.stdout + proc.stderr).strip().splitlines()[-40:]
+                output = (proc.stdout + proc.stderr).decode(errors="replace").strip().splitlines()[-40:]
                 raise MavenFetchError(
                     f"`{' '.join(cmd)}` failed with exit code {proc.returncode}:\n" + "\n".join(output)
                 )

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
@@ -35,7 +34,7 @@ from throughline.testing.kafka.config import LOOPBACK, Reporter
 from throughline.testing.kafka.exceptions import HarnessError
 from throughline.testing.kafka.handle import closed_on_failure
 from throughline.testing.kafka.jvm import BrokerSettings, KafkaBroker
-from throughline.testing.kafka.support import free_ports
+from throughline.testing.kafka.support import free_ports, run_tool
 
 OPENSSL_TIMEOUT_S = 60.0
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -45,12 +44,7 @@ def _openssl(args: list[str], cwd: Path) -> None:
     openssl = shutil.which("openssl")
     if openssl is None:
         raise HarnessError("openssl is not on PATH: the secured broker's certificates are made with it")
-    try:
-        done = subprocess.run(
-            [openssl, *args], cwd=cwd, capture_output=True, timeout=OPENSSL_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise HarnessError(f"openssl {args[0]} took over {OPENSSL_TIMEOUT_S:.0f}s") from exc
+    done = run_tool([openssl, *args], cwd=cwd, timeout_s=OPENSSL_TIMEOUT_S, what=f"openssl {args[0]}")
     if done.returncode != 0:
         raise HarnessError(f"openssl {args[0]} failed: {done.stderr.decode(errors='replace')[-800:]}")
 

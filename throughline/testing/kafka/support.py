@@ -1,10 +1,12 @@
-"""Ports, addresses and KRaft cluster ids: the small helpers every broker provider uses."""
+"""Ports, addresses, KRaft cluster ids and bounded tool runs: the small helpers every broker provider uses."""
 
 from __future__ import annotations
 
 import base64
 import socket
+import subprocess
 import uuid
+from pathlib import Path
 
 from throughline.testing.kafka.config import LOOPBACK
 from throughline.testing.kafka.exceptions import HarnessError
@@ -56,3 +58,19 @@ def random_cluster_id() -> str:
         if not cid.startswith("-"):
             return cid
     raise HarnessError("could not generate a cluster id")  # pragma: no cover
+
+
+def run_tool(
+    cmd: list[str], *, cwd: Path, timeout_s: float, what: str, error: type[HarnessError] = HarnessError
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a harness tool (``mvn``, Kafka's StorageTool, ``openssl``) to its end, bounded by ``timeout_s``:
+    no stdin, output captured, its exit code left to the caller. ``error`` (naming ``what``) when it
+    cannot start or does not finish in time."""
+    try:
+        return subprocess.run(
+            cmd, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise error(f"{what} did not finish within {timeout_s:.0f}s") from exc
+    except OSError as exc:
+        raise error(f"could not run {cmd[0]} ({what}): {exc}") from exc
