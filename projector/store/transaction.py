@@ -34,7 +34,7 @@ from throughline.projector.store.repair_rows import (
 from throughline.projector.store.state import PartitionCounters, SourceState
 from throughline.projector.store.values import BatchSummary
 from throughline.projector.store.view import turn_rows
-from throughline.projector.store.writes import SOURCE_COLUMNS, VALUES_ROWS, Row, registered, values_sql
+from throughline.projector.store.writes import SOURCE_COLUMNS, Row, fits_values, registered, values_sql
 
 _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes, more by one hash join
 
@@ -116,7 +116,7 @@ class ApplyTransaction:
             return set(), {}, first
         keys = list(first)
         table: pa.Table | None = None
-        if len(keys) <= VALUES_ROWS:
+        if fits_values(2, len(keys)):
             insert = values_sql("INSERT INTO turn_ids (turn_key, content_digest)", 2, len(keys))
             params: list[Any] = [v for pair in first.items() for v in pair]
         else:

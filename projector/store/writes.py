@@ -1,8 +1,8 @@
 """The batch's writes: the Arrow column types and statements that write a folded batch's rows.
 
 Every function runs inside the batch's transaction (``throughline.projector.store.transaction``) on its
-cursor. Up to ``VALUES_ROWS`` rows go into one ``INSERT ... VALUES`` with bound parameters, more
-through a registered Arrow table (set-based).
+cursor. Rows go into one ``INSERT ... VALUES`` with bound parameters while they need at most
+``VALUES_PARAMS`` parameters (``fits_values``), more through a registered Arrow table (set-based).
 """
 
 from __future__ import annotations
@@ -71,10 +71,22 @@ _ARROW_QUARANTINE = (
 )
 
 
-#: Up to this many rows are written by one ``INSERT ... VALUES`` with bound parameters, more through a
-#: registered Arrow table. A batch under steady ingest holds a few records, and registering a table
-#: cost more than writing it (measured, one row: ~1.1 ms VALUES, ~10 ms register + insert + unregister).
-VALUES_ROWS = 32
+#: Rows needing up to this many bound parameters are written by one statement with a ``VALUES`` list,
+#: more through a registered Arrow table. A ``VALUES`` list costs DuckDB about the same per parameter
+#: whatever the table (binding each one), a registered table a fixed ~2-3 ms and little per row, so the
+#: break-even is a parameter count, not a row count. Measured one statement inside a transaction under
+#: load, threads=1 (VALUES against Arrow, ms of CPU): turns (12 a row) 10 rows 5.4/5.6, 20 rows 9.3/5.7,
+#: 32 rows 15.3/6.4; sources UPDATE (9 a row) 10 rows 7.0/8.0, 20 rows 9.9/8.7; sources INSERT 16 rows
+#: 5.7/5.4, 32 rows 9.7/5.8; turn_ids (2 a row) 32 rows 3.1/4.5, 64 rows 4.3/4.4. A batch under steady
+#: ingest holds a few records, and for one row VALUES is ~2 ms cheaper than registering a table.
+VALUES_PARAMS = 128
+
+
+def fits_values(width: int, rows: int) -> bool:
+    """Whether ``rows`` rows of ``width`` columns are written with a bound ``VALUES`` list (else through
+    a registered Arrow table)."""
+    return width * rows <= VALUES_PARAMS
+
 _TURNS_INSERT = (
     "INSERT INTO turns (page_key, source_sha256, seq, project_sha256, turn_id, completed_at_us, body, body_bytes, "
     "content_digest, chain_digest, log_partition, log_offset)"
@@ -194,7 +206,7 @@ def insert_superseded(cur: duckdb.DuckDBPyConnection, superseded: list[tuple[byt
 
 def insert_turns(cur: duckdb.DuckDBPyConnection, pending: Sequence[tuple[bytes, bytes, list[Row]]]) -> None:
     """Insert the new live turns: (source, project, its rows in seq order) of each source with any."""
-    if sum(len(rows) for _, _, rows in pending) <= VALUES_ROWS:
+    if fits_values(len(_ARROW_TURNS), sum(len(rows) for _, _, rows in pending)):
         rows_in = [(page_key(source, row[0]), source, row[0], project, *row[1:]) for source, project, rows in pending for row in rows]
         if rows_in:
             cur.execute(values_sql(_TURNS_INSERT, len(_ARROW_TURNS), len(rows_in)), [v for r in rows_in for v in r])
@@ -230,14 +242,14 @@ def write_sources(
         source, *values = stored[0]
         cur.execute(_SOURCE_UPDATE, [*values, source])
     elif stored:
-        if len(stored) <= VALUES_ROWS:
+        if fits_values(len(_ARROW_SOURCES), len(stored)):
             rows = _values_rows(len(_ARROW_SOURCES), len(stored), SOURCE_COLUMNS)
             cur.execute(_SOURCES_UPDATE.format(rows=rows), [v for r in stored for v in r])
         else:
             with registered(cur, "tl_sources_stored", _rows_table(_ARROW_SOURCES, stored)):
                 cur.execute(_SOURCES_UPDATE.format(rows="tl_sources_stored v"))
     if new:
-        if len(new) <= VALUES_ROWS:
+        if fits_values(len(_ARROW_SOURCES), len(new)):
             cur.execute(values_sql(_SOURCES_INSERT, len(_ARROW_SOURCES), len(new)), [v for r in new for v in r])
         else:
             with registered(cur, "tl_sources_new", _rows_table(_ARROW_SOURCES, new)):
@@ -249,7 +261,7 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes]) ->
     projects that have a row (it returns them), then an INSERT of the others."""
     if not moved:
         return
-    if len(moved) <= VALUES_ROWS:
+    if fits_values(len(_ARROW_HEADS), len(moved)):
         rows = _values_rows(2, len(moved), "project_sha256, source_sha256")
         updated = cur.execute(_HEADS_UPDATE.format(rows=rows), [v for pair in moved.items() for v in pair]).fetchall()
     else:
@@ -260,7 +272,7 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes]) ->
     new = {p: s for p, s in moved.items() if p not in done}
     if not new:
         return
-    if len(new) <= VALUES_ROWS:
+    if fits_values(len(_ARROW_HEADS), len(new)):
         cur.execute(values_sql(_HEADS_INSERT, 2, len(new)), [v for pair in new.items() for v in pair])
     else:
         table = _arrow_table(_ARROW_HEADS, [list(new), list(new.values())])
