@@ -55,7 +55,7 @@ from throughline.projector.feed import (
 )
 from throughline.projector.feed import ProjectorOptions as ProjectorOptions
 from throughline.projector.store import BatchSummary, DuckProjection
-from throughline.runtime import fewer_gc_passes
+from throughline.runtime import fewer_gc_passes, prompt_gil_handoffs
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +298,7 @@ class Projector:
                 info.partitions,
                 start_offsets,
             )
-            with fewer_gc_passes(self._options.gc_threshold):
+            with fewer_gc_passes(self._options.gc_threshold), prompt_gil_handoffs(self._options.switch_interval):
                 caught_up = self._loop(log_view, feed, tally.add, stop, targets)
         finally:
             if worker is not None:  # the checks failed before the feed took it

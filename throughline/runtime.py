@@ -1,6 +1,7 @@
 """Process-level behaviour shared by every command: GC tuning for bulk work, stop on signals, die with parent.
 
 - ``fewer_gc_passes``: the bulk paths (projector runs, the fetch worker, ``send_many``);
+- ``prompt_gil_handoffs``: projector runs (in ``serve`` the writer shares the GIL with HTTP threads);
 - ``StopOnSignals``: SIGTERM/SIGINT handling of ``project``, ``replay``, ``ingest`` and ``serve``;
 - ``die_with_parent``: the fetch worker and the test harness's broker never outlive their parent.
 """
@@ -40,6 +41,31 @@ def fewer_gc_passes(threshold: int | None = BULK_GC_THRESHOLD) -> Iterator[None]
         yield
     finally:
         gc.set_threshold(*before)
+
+
+#: The GIL switch interval projector runs use (Python's default: 5 ms).
+PROJECTOR_SWITCH_INTERVAL = 0.0005
+
+
+@contextmanager
+def prompt_gil_handoffs(interval: float | None = PROJECTOR_SWITCH_INTERVAL) -> Iterator[None]:
+    """Lower the interpreter's GIL switch interval to ``interval`` seconds while the block runs.
+
+    DuckDB's binding releases the GIL while a statement runs and takes it back several times a
+    statement (parameters, result); each time another thread holds it, the writer waits until that
+    thread is asked to let go, up to the switch interval. A small transaction is ~6 such calls, so with
+    ``serve``'s HTTP threads busy, its wall time was several times its CPU time. The setting is
+    process-wide and restored on exit; ``None`` leaves it alone.
+    """
+    before = sys.getswitchinterval()
+    if interval is None or before <= interval:
+        yield
+        return
+    sys.setswitchinterval(interval)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 # ------------------------------------------------------------------------------------------- signals

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from throughline.log import FetchSettings, KafkaClientConfig, PartitionConsumer
 from throughline.projector.prepare import PreparedBatch, prepare_batch
-from throughline.runtime import BULK_GC_THRESHOLD
+from throughline.runtime import BULK_GC_THRESHOLD, PROJECTOR_SWITCH_INTERVAL
 
 DEFAULT_MAX_POLL_RECORDS = 10_000
 
@@ -40,6 +40,8 @@ class ProjectorOptions:
     # Python's cyclic GC, at its default threshold (700 allocations), spent 25-35% of the apply time
     # walking the thousands of objects each poll creates; runs raise it (process-wide, restored after).
     gc_threshold: int | None = BULK_GC_THRESHOLD
+    # The GIL switch interval while the run lasts (``prompt_gil_handoffs``; ``None``: Python's 5 ms).
+    switch_interval: float | None = PROJECTOR_SWITCH_INTERVAL
     client_id: str = "throughline-projector"
     # Fetch, decode and check in a child process (``WorkerFeed``) while this one folds and writes.
     fetch_worker: bool = True

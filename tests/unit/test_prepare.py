@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+import sys
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from throughline.projector.prepare import (
     SoundRecord,
     prepare_batch,
 )
-from throughline.runtime import fewer_gc_passes
+from throughline.runtime import fewer_gc_passes, prompt_gil_handoffs
 from throughline.schemas.codec import decode_turn, encode_turn
 
 
@@ -100,6 +101,17 @@ def test_fewer_gc_passes_raises_the_threshold_and_restores_it() -> None:
         assert gc.get_threshold() == before
     with fewer_gc_passes(1):  # never lowers it
         assert gc.get_threshold() == before
+
+
+def test_prompt_gil_handoffs_lowers_the_switch_interval_and_restores_it() -> None:
+    before = sys.getswitchinterval()
+    with prompt_gil_handoffs(before / 10):
+        assert sys.getswitchinterval() == before / 10
+    assert sys.getswitchinterval() == before
+    with prompt_gil_handoffs(None):
+        assert sys.getswitchinterval() == before
+    with prompt_gil_handoffs(before * 10):  # never raises it
+        assert sys.getswitchinterval() == before
 
 
 def test_throughline_errors_cross_the_worker_boundary_unchanged() -> None:
