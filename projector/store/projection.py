@@ -18,7 +18,6 @@ import duckdb
 from throughline.core.inflight import InFlight
 from throughline.projector.exceptions import (
     InvalidBatchError,
-    ProjectionBusyError,
     ProjectionIncompatibleError,
     ProjectionMissingError,
     ProjectionStorageError,
@@ -26,6 +25,13 @@ from throughline.projector.exceptions import (
 )
 from throughline.projector.prepare import LogRecord, PreparedBatch, RecordLike, prepare_batch, record_projects
 from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ReadIndex
+from throughline.projector.store.files import (
+    STORAGE_FAULTS,
+    claim_writer,
+    connect,
+    refuse_second_writer,
+    release_writer,
+)
 from throughline.projector.store.report import read_quarantine, read_stats, table_digests, table_rows
 from throughline.projector.store.schema import ensure_schema, read_meta
 from throughline.projector.store.state import PartitionCounters, SourceState
@@ -49,16 +55,6 @@ DEFAULT_SOURCE_CACHE = 100_000
 _MEMORY_CHECK_EVERY = 16  # commits between two looks at the ART indexes' size
 _OOM_RETRIES = 4
 _SNAPSHOT_TRIES = 3  # snapshots taken to find one of the read index's version, before reading without it
-
-# Writable projections open in this process: a second writable handle on the same file would fold
-# with its own cache against the same tables, so it is refused.
-_OPEN_LOCK = threading.Lock()
-_OPEN_WRITABLE: set[Path] = set()
-
-
-def _is_lock_error(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "lock" in text or "different configuration" in text or "already open" in text
 
 
 class DuckProjection:
@@ -133,28 +129,8 @@ class DuckProjection:
         """
         p = Path(path)
         if not read_only:
-            with _OPEN_LOCK:
-                if p.resolve() in _OPEN_WRITABLE:
-                    raise ProjectionBusyError(
-                        f"projection {p} is already open for writing in this process: share that handle"
-                    )
-        if read_only and not p.exists():
-            raise ProjectionMissingError(f"no projection at {p}: run `throughline project` or `throughline replay` first")
-        try:
-            con = duckdb.connect(str(p), read_only=read_only)
-        except (duckdb.IOException, duckdb.ConnectionException) as exc:
-            if _is_lock_error(exc):
-                if read_only:
-                    message = (
-                        f"projection {p} is held by a running projector: read it through the "
-                        f"`throughline serve` HTTP API, or stop the projector first ({exc})"
-                    )
-                else:
-                    message = f"projection {p} is held by another process (is a projector already running?) ({exc})"
-                raise ProjectionBusyError(message) from None
-            raise ProjectionIncompatibleError(f"cannot open {p} as a DuckDB projection: {exc}") from None
-        except duckdb.Error as exc:
-            raise ProjectionIncompatibleError(f"cannot open {p} as a DuckDB projection: {exc}") from None
+            refuse_second_writer(p)
+        con = connect(p, read_only=read_only)
         try:
             ensure_schema(con, p, read_only=read_only)
             if not read_only:
@@ -171,8 +147,7 @@ class DuckProjection:
             if topic is not None:
                 projection._claim_topic(topic)
             if not read_only:
-                with _OPEN_LOCK:
-                    _OPEN_WRITABLE.add(p.resolve())
+                claim_writer(p)
             return projection
         except BaseException:
             con.close()
@@ -214,8 +189,7 @@ class DuckProjection:
                 self._writer = None
             self._con.close()
         if not self._read_only:
-            with _OPEN_LOCK:
-                _OPEN_WRITABLE.discard(self._path.resolve())
+            release_writer(self._path)
 
     def __enter__(self) -> DuckProjection:
         return self
@@ -451,8 +425,6 @@ class DuckProjection:
             self._changed.wait_for(lambda: done() or self._closed, max(0.0, timeout))
             return done()
 
-
-
     def stats(self, *, latest_quarantine: int = 10) -> ProjectionStats:
         """Counts and per-partition counters, read in one snapshot (no raw record bytes)."""
         return read_stats(self._con, self._topic, self._topic_id, latest_quarantine=latest_quarantine)
@@ -556,7 +528,7 @@ class DuckProjection:
                     # The indexes outgrew the limit between two checks: double it and redo the batch.
                     self._adapt_memory(at_least=2 * self._memory_limit)
                     work = self._transaction(cur, topic, batches)
-                except _STORAGE_FAULTS as exc:
+                except STORAGE_FAULTS as exc:
                     raise ProjectionStorageError(
                         f"cannot write the projection {self._path}: {type(exc).__name__}: {exc}; nothing of the "
                         "batch was applied: free space or fix permissions, then start the projector again"
@@ -613,7 +585,3 @@ class DuckProjection:
             return snapshot_version(cur, self._topic)
         except duckdb.Error:
             return -1
-
-#: DuckDB errors that mean the file cannot be written (disk full, read-only, permissions), as opposed to
-#: a bug in a statement: they become ``ProjectionStorageError``.
-_STORAGE_FAULTS = (duckdb.IOException, duckdb.TransactionException, duckdb.PermissionException, duckdb.FatalException)
