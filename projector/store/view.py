@@ -19,6 +19,7 @@ only takes an ART index for an equality filter, not for a range.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -84,12 +85,17 @@ def _bucket_sql(columns: Sequence[str], buckets: int, ranges: int = 1) -> str:
 #: Parsed turns statements by text: a parsed statement is copied by each execution, so one serves every
 #: cursor and thread; there are at most a few dozen shapes (bucket keys x ranges of a page).
 _PARSED: dict[str, duckdb.Statement] = {}
+_PARSER = duckdb.connect(":memory:")
+_PARSER_LOCK = threading.Lock()
 
 
-def _parsed(cur: duckdb.DuckDBPyConnection, sql: str) -> duckdb.Statement:
+def _parsed(sql: str) -> duckdb.Statement:
     statement = _PARSED.get(sql)
     if statement is None:
-        statement = _PARSED[sql] = cur.extract_statements(sql)[0]
+        # Parsing needs a connection, not a database: a private one, so no reader's cursor is used
+        # from two threads; a parsed statement then runs on any connection.
+        with _PARSER_LOCK:
+            statement = _PARSED[sql] = _PARSER.extract_statements(sql)[0]
     return statement
 
 
@@ -163,7 +169,10 @@ class DuckView:
         if self._topic is None:
             return 0
         row = self._one(
-            "SELECT next_offset FROM applied_offsets WHERE topic = ? AND log_partition = ?", [self._topic, partition]
+            self._cur.execute(
+                "SELECT next_offset FROM applied_offsets WHERE topic = ? AND log_partition = ?",
+                [self._topic, partition],
+            )
         )
         return int(row[0]) if row else 0
 
@@ -172,8 +181,10 @@ class DuckView:
         if self._check is not None and not self._check():
             raise SnapshotMovedError("a commit landed while the view read without a transaction")
 
-    def _one(self, sql: str, params: list[Any]) -> tuple[Any, ...] | None:
-        row = self._cur.execute(sql, params).fetchone()
+    def _one(self, result: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+        """The first row of a statement just executed on the view's cursor, once ``_held`` says it read
+        the view's version."""
+        row = result.fetchone()
         self._held()
         return row
 
@@ -182,7 +193,9 @@ class DuckView:
             known = self._index.head(project_sha256, self._version)
             if not isinstance(known, Missing):
                 return known
-        row = self._one("SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?", [project_sha256])
+        row = self._one(
+            self._cur.execute("SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?", [project_sha256])
+        )
         source = bytes(row[0]) if row else None
         if self._index is not None:
             self._index.learn_head(project_sha256, source, self._version)
@@ -194,9 +207,11 @@ class DuckView:
             if not isinstance(known, Missing):
                 return known
         row = self._one(
-            "SELECT project_sha256, length, chain_digest, head_partition, head_offset, broken_reason "
-            "FROM sources WHERE source_sha256 = ?",
-            [source_sha256],
+            self._cur.execute(
+                "SELECT project_sha256, length, chain_digest, head_partition, head_offset, broken_reason "
+                "FROM sources WHERE source_sha256 = ?",
+                [source_sha256],
+            )
         )
         chain = None
         if row is not None:
@@ -246,7 +261,7 @@ class DuckView:
         for source, first, last in live:
             params += [source, first, last]
         by_source: dict[bytes, list[StoredTurn]] = {}
-        found = self._cur.execute(_parsed(self._cur, _ranges_sql(len(keys), len(live))), params).fetchall()
+        found = self._cur.execute(_parsed(_ranges_sql(len(keys), len(live))), params).fetchall()
         self._held()
         for r in found:
             if r[4] is not None:  # a row of a range (the others come without their body)
