@@ -311,6 +311,28 @@ class GroupConsumer(FetchingConsumer):
 
     # ------------------------------------------------------------------------------ the consumer
 
+    def poll(self, timeout: float, max_records: int) -> dict[int, list[Any]]:
+        """See ``FetchingConsumer.poll``; a join this poll left in flight is finished by the next one."""
+        polled = super().poll(timeout, max_records)
+        self._finish_interrupted_join()
+        return polled
+
+    def _finish_interrupted_join(self) -> None:
+        # kafka-python 3.0.12 (the pinned range: >=3.0.12,<3.1): a JoinGroup/SyncGroup that outlasts a
+        # poll stays in flight as the coordinator's ``_join_task`` for the next poll to await, but a
+        # poll awaits it only while ``need_rejoin()``. A rejoin that a metadata change asked for (the
+        # leader assigned from another partition set than the topic's now) is no longer "needed" once
+        # the leader assigned inside that join: the join's result was never taken, the member stayed
+        # REBALANCING with its heartbeat off, and the group went on without it for good. Asking for
+        # the rejoin again makes the next poll await the join (or, when it ended unawaited, join
+        # afresh). tests/integration/test_group.py pins this seam.
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if coordinator is None or getattr(coordinator, "_join_task", None) is None:
+            return
+        if not coordinator.need_rejoin():
+            log.debug("group %s: a join left in flight by the last poll; the next poll finishes it", self.group)
+            coordinator.request_rejoin()
+
     def seek(self, partition: int, offset: int) -> None:
         """Fetch ``partition`` (one this member holds) from ``offset`` on."""
         with self._errors:
