@@ -26,7 +26,7 @@ from throughline.durable import sync_directory
 from throughline.log import KafkaClientConfig
 from throughline.projector.exceptions import ReplayTargetError
 from throughline.projector.runner import Progress, ProgressUpdate, Projector, ProjectorOptions, RunSummary
-from throughline.projector.store import DuckProjection
+from throughline.projector.store import DuckProjection, wal_path
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def _target_problem(path: Path) -> str | None:
         return f"{path} is a directory"
     if path.exists() and path.stat().st_size > 0:
         return f"{path} already exists and is not empty: replay only writes a new projection file"
-    wal = path.with_name(path.name + ".wal")
+    wal = wal_path(path)
     if wal.exists():
         return f"{wal} exists: {path} belongs to a projection; replay only writes a new projection file"
     return None
@@ -99,7 +99,7 @@ def _remove_leftover(partial: Path) -> None:
     Not resumed even when it is a prefix of this very log: nothing in it proves which log it holds
     beyond the topic id a projector recorded, and a fresh fold costs only the replay's own time.
     """
-    found = [p.name for p in (partial, partial.with_name(partial.name + ".wal")) if p.exists()]
+    found = [p.name for p in (partial, wal_path(partial)) if p.exists()]
     if found:
         log.warning(
             "removing %s, left by an earlier replay that did not finish: a replay always starts from an empty file",
@@ -109,7 +109,7 @@ def _remove_leftover(partial: Path) -> None:
 
 
 def _remove_db_files(path: Path) -> None:
-    for p in (path, path.with_name(path.name + ".wal")):
+    for p in (path, wal_path(path)):
         try:
             p.unlink()
         except FileNotFoundError:

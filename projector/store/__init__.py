@@ -7,7 +7,9 @@ The only package that imports duckdb (and pyarrow). Its modules, one concern eac
 - ``writes``: the statements that write a folded batch; ``repair_rows``: the repairs' rows and marks;
 - ``view``: ``DuckView``, one read snapshot (heads, sources, turns of pages);
 - ``report``: stats, the quarantine listing, ``table_digests``, ``table_rows``; ``schema``: the tables, version;
-- ``state``: the writer's cached chain heads and partition counters; ``values``: the frozen value types.
+- ``state``: the writer's cached chain heads and partition counters; ``values``: the frozen value types;
+- ``files``: opening a file (one writer a process, typed open errors); ``durability``: commits without
+  an ``fsync``, checkpoints with one (what survives a process crash and what a power loss).
 
 Tables (one projection file holds one topic; see ``schema.SCHEMA``):
 
@@ -49,10 +51,11 @@ from throughline.projector.prepare import (
     prepare_batch,
     turn_key,
 )
+from throughline.projector.store.durability import DEFAULT_WAL_AUTOCHECKPOINT
+from throughline.projector.store.files import wal_path
 from throughline.projector.store.projection import (
     DEFAULT_MEMORY_HEADROOM,
     DEFAULT_SOURCE_CACHE,
-    DEFAULT_WAL_AUTOCHECKPOINT,
     DuckProjection,
 )
 from throughline.projector.store.schema import SCHEMA, SCHEMA_VERSION, TABLE_ORDER, TURN_COLUMNS
@@ -95,4 +98,5 @@ __all__ = [
     "page_key",
     "prepare_batch",
     "turn_key",
+    "wal_path",
 ]

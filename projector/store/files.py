@@ -26,6 +26,11 @@ _OPEN_WRITABLE: set[Path] = set()
 STORAGE_FAULTS = (duckdb.IOException, duckdb.TransactionException, duckdb.PermissionException, duckdb.FatalException)
 
 
+def wal_path(path: Path) -> Path:
+    """The write-ahead log DuckDB keeps beside the projection file ``path``."""
+    return path.with_name(path.name + ".wal")
+
+
 def _is_lock_error(exc: BaseException) -> bool:
     text = str(exc).lower()
     return "lock" in text or "different configuration" in text or "already open" in text

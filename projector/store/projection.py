@@ -25,6 +25,7 @@ from throughline.projector.exceptions import (
 )
 from throughline.projector.prepare import LogRecord, PreparedBatch, RecordLike, prepare_batch, record_projects
 from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ReadIndex
+from throughline.projector.store.durability import DEFAULT_WAL_AUTOCHECKPOINT, CommitDurability
 from throughline.projector.store.files import (
     STORAGE_FAULTS,
     claim_writer,
@@ -39,11 +40,6 @@ from throughline.projector.store.transaction import ApplyTransaction
 from throughline.projector.store.values import BatchSummary, ProjectionStats, QuarantineListing
 from throughline.projector.store.view import DuckView, snapshot_version
 
-#: DuckDB checkpoints its WAL into the file when the WAL reaches this size. DuckDB's default (16 MiB)
-#: checkpoints every ~12k turns of 1 KB under sustained ingest: measured on 200k turns, commits took
-#: 4.5 s at 16 MiB and 1.8 s at 256 MiB. With the memory limit below, 128 MiB cost ~10% more CPU than
-#: 256 MiB with no limit, for half the peak memory (~390 MiB instead of ~760 MiB at 300k turns).
-DEFAULT_WAL_AUTOCHECKPOINT = 128 * 1024 * 1024
 #: The memory bound the projector's own process uses (``throughline project`` and ``replay``): DuckDB's
 #: buffer cache (blocks it wrote or read) stays within this many bytes beyond what its ART indexes hold.
 #: The ART indexes (about 60-100 bytes per turn) cannot be evicted by DuckDB, so the limit is raised as
@@ -75,8 +71,10 @@ class DuckProjection:
         source_cache: int = DEFAULT_SOURCE_CACHE,
         memory_headroom: int | None = None,
         read_entries: int = DEFAULT_READ_ENTRIES,
+        durability: CommitDurability | None = None,
     ) -> None:
         self._con = con
+        self._durability = durability
         self._memory_headroom = memory_headroom
         self._memory_limit = 0
         self._commits = 0
@@ -113,6 +111,7 @@ class DuckProjection:
         memory_headroom: int | None = None,
         source_cache: int = DEFAULT_SOURCE_CACHE,
         read_entries: int = DEFAULT_READ_ENTRIES,
+        sync_commits: bool = False,
     ) -> DuckProjection:
         """Open (and, when writable and new, create) a projection file.
 
@@ -121,7 +120,8 @@ class DuckProjection:
         ``ProjectionMissingError`` when the file does not exist and ``ProjectionBusyError`` when a
         running projector holds it.
 
-        Writable handles tune DuckDB: ``wal_autocheckpoint`` (bytes of WAL between checkpoints) and,
+        Writable handles tune DuckDB: ``wal_autocheckpoint`` (bytes of WAL between checkpoints, which
+        are synced to the disk while commits are not unless ``sync_commits``: ``store.durability``) and,
         with ``memory_headroom``, a memory limit of that many bytes beyond the ART indexes (``None``:
         DuckDB's default, 80% of RAM; the projector's CLI passes ``DEFAULT_MEMORY_HEADROOM``).
         ``source_cache`` bounds the chain heads kept in memory between batches, ``read_entries`` the
@@ -133,8 +133,10 @@ class DuckProjection:
         con = connect(p, read_only=read_only)
         try:
             ensure_schema(con, p, read_only=read_only)
+            durability = None
             if not read_only:
-                con.execute(f"SET wal_autocheckpoint = '{int(wal_autocheckpoint)}B'")
+                durability = CommitDurability(p, wal_bytes=wal_autocheckpoint, sync_commits=sync_commits)
+                durability.configure(con)
             projection = cls(
                 con,
                 p,
@@ -142,6 +144,7 @@ class DuckProjection:
                 source_cache=source_cache,
                 memory_headroom=None if read_only else memory_headroom,
                 read_entries=read_entries,
+                durability=durability,
             )
             projection._adapt_memory()
             if topic is not None:
@@ -187,6 +190,8 @@ class DuckProjection:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            if self._durability is not None:
+                self._durability.before_close(self._con)
             self._con.close()
         if not self._read_only:
             release_writer(self._path)
@@ -283,12 +288,14 @@ class DuckProjection:
         return int(row[0]) if row else 1
 
     def checkpoint(self) -> None:
-        """Write DuckDB's WAL into the file now (replay does this before it renames its result)."""
+        """Write DuckDB's WAL into the file now, synced to the disk (replay does this before it renames
+        its result)."""
         self._require_writable()
+        assert self._durability is not None  # every writable handle has one
         with self._write_lock:
             cur = self._con.cursor()
             try:
-                cur.execute("CHECKPOINT")
+                self._durability.checkpoint(cur)
             finally:
                 cur.close()
 
@@ -499,8 +506,10 @@ class DuckProjection:
             cleared, and the error propagates (nothing of the batch was applied), except DuckDB running
             out of memory, which raises the memory limit and redoes the batch (at most 4 times).
 
-        A crash (SIGKILL, power loss) before step 11 completes leaves DuckDB's WAL without the
+        A crash of the process (SIGKILL) before step 11 completes leaves DuckDB's WAL without the
         transaction; on restart the projector seeks to the old applied offset and reads the batch again.
+        Commits are not ``fsync``ed (``store.durability``): a power loss may also take back transactions
+        committed since the last checkpoint, with their applied offsets, and the batches are read again.
         """
         self._require_writable()
         self._claim_topic(topic)
@@ -558,6 +567,9 @@ class DuckProjection:
                 for project in {*work.heads, *(st.project_sha256 for st in work.states.values())}:
                     self._changes[project] = self._changes.get(project, 0) + 1
                 self._changed.notify_all()
+            if self._durability is not None:
+                # After the readers heard of the commit: a checkpoint blocks the next write, not them.
+                self._durability.after_commit(cur)
             return summary
 
     def _transaction(

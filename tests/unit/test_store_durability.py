@@ -1,0 +1,81 @@
+"""When a writable projection reaches the disk (``store.durability``): commits are not fsynced, DuckDB's
+own automatic checkpoint is off, and the handle's checkpoints run with ``fsync_mode = STANDARD``.
+
+What an fsync buys (surviving an operating-system crash) cannot be observed from a test; what can is
+the configuration each handle runs with, that the WAL stays bounded by the handle's own checkpoints,
+and that what a handle committed is in the file after it closed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+from projector_histories import TOPIC, place, to_log, turn
+
+from throughline.projector.store import DuckProjection, wal_path
+from throughline.projector.store.durability import CommitDurability
+
+
+def _setting(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    row = con.execute("SELECT current_setting(?)", [name]).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _log(count: int) -> list:  # type: ignore[type-arg]
+    return to_log(place([turn(turn_id=f"t{i}", body="b" * 400) for i in range(count)]))
+
+
+def test_a_writable_handle_commits_without_fsync_and_checkpoints_itself(tmp_path: Path) -> None:
+    con = duckdb.connect(str(tmp_path / "raw.duckdb"))
+    try:
+        CommitDurability(tmp_path / "raw.duckdb", wal_bytes=1 << 20).configure(con)
+        assert _setting(con, "fsync_mode") == "NONE"
+        assert _setting(con, "wal_autocheckpoint").endswith("TiB")  # DuckDB's own checkpoint never comes
+        CommitDurability(tmp_path / "raw.duckdb", wal_bytes=1 << 20, sync_commits=True).configure(con)
+        assert _setting(con, "fsync_mode") == "STANDARD"
+        assert _setting(con, "wal_autocheckpoint") == "1.0 MiB"
+    finally:
+        con.close()
+
+
+def test_the_wal_is_checkpointed_at_the_handles_threshold_and_commits_stay_unsynced(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    threshold = 64 * 1024
+    seen: list[int] = []
+    with DuckProjection.open(path, topic=TOPIC, wal_autocheckpoint=threshold) as projection:
+        for record in _log(400):
+            projection.apply_batch(TOPIC, record.partition, [record])
+            seen.append(wal_path(path).stat().st_size if wal_path(path).exists() else 0)
+        digests = projection.table_digests()
+        fsync_mode = _setting(projection._con, "fsync_mode")
+    assert fsync_mode == "NONE"  # back to unsynced commits after every checkpoint
+    assert max(seen) < threshold + 16 * 1024  # never far past the threshold: the handle checkpointed
+    assert any(later < earlier for earlier, later in zip(seen, seen[1:], strict=False))  # and the WAL shrank
+    assert not wal_path(path).exists() or wal_path(path).stat().st_size == 0  # the close checkpointed
+    with DuckProjection.open(path, read_only=True, topic=TOPIC) as reopened:
+        assert reopened.table_digests() == digests
+
+
+def test_sync_commits_keeps_duckdbs_own_fsync_and_checkpoints(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    with DuckProjection.open(path, topic=TOPIC, sync_commits=True) as projection:
+        for record in _log(20):
+            projection.apply_batch(TOPIC, record.partition, [record])
+        assert _setting(projection._con, "fsync_mode") == "STANDARD"
+        projection.checkpoint()
+        assert _setting(projection._con, "fsync_mode") == "STANDARD"
+        digests = projection.table_digests()
+    with DuckProjection.open(path, read_only=True, topic=TOPIC) as reopened:
+        assert reopened.table_digests() == digests
+
+
+def test_an_explicit_checkpoint_is_synced_and_leaves_commits_unsynced(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    with DuckProjection.open(path, topic=TOPIC) as projection:
+        for record in _log(20):
+            projection.apply_batch(TOPIC, record.partition, [record])
+        assert wal_path(path).stat().st_size > 0
+        projection.checkpoint()
+        assert not wal_path(path).exists() or wal_path(path).stat().st_size == 0
+        assert _setting(projection._con, "fsync_mode") == "NONE"
