@@ -20,6 +20,7 @@ from bench.freshness_rig import (
     ACK_SAMPLES_PER_S,
     DRAIN_BOUND_S,
     FIRST_PAGE_LIMIT,
+    FOLLOW_WAIT_S,
     LAG_EVERY_S,
     PER_PRODUCER_RATE,
     POLL_BOUND_S,
@@ -70,9 +71,9 @@ def _misses(r: dict[str, Any], half: bool) -> list[str]:
 def _table(cells: list[dict[str, Any]]) -> str:
     rows = [
         "| ingest asked | projects | achieved /s (producers) | ack -> readable p50 / p99 ms | p50 / Kafka Streams' 100 ms "
-        "| samples (missed, skipped) | first-page read p50 / p99 ms | reads `ok` | lag records p50 / max "
-        "| lag ms p50 / max | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| samples (missed, skipped) | first-page read p50 / p99 ms | reads `ok` | long-poll ack -> delivered "
+        "p50 / p99 ms (turns) | lag records p50 / max | lag ms p50 / max | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in cells:
         misses = _misses(r, r["half"])
@@ -83,6 +84,7 @@ def _table(cells: list[dict[str, Any]]) -> str:
             f"| {r['samples']:,} ({r['missed']:,}, {r['stale']:,}) "
             f"| {_fmt(r['read_p50'], '{:,.1f}')} / {_fmt(r['read_p99'], '{:,.1f}')} "
             f"| {r['ok']:,} of {r['reads']:,} ({_fmt(r['ok_share'], '{:.2f}')}%) "
+            f"| {_fmt(r['follow_p50'], '{:,.1f}')} / {_fmt(r['follow_p99'], '{:,.1f}')} ({r['follow_samples']:,}) "
             f"| {_fmt(r['lag_records_p50'])} / {_fmt(r['lag_records_max'])} "
             f"| {_fmt(r['lag_ms_p50'])} / {_fmt(r['lag_ms_max'])} "
             f"| {'PASS' if not misses else 'MISS: ' + ', '.join(misses)} |"
@@ -181,6 +183,10 @@ def method_notes(cfg: Config) -> list[str]:
         f"{STALE_S * 1000:.0f} ms is skipped (a later start would add its delay to the figure); one not readable within {POLL_BOUND_S:g} s "
         "is missed and counts as infinitely late in the percentiles. The first-page read figures and the "
         "`ok` share are over every read the pollers made.",
+        "Long-poll: one more thread follows the cell's project 0 as an Observer does, one request at a time "
+        f"(`afterCursor` = the last answer's through cursor, `wait={FOLLOW_WAIT_S:g}`); ack -> delivered is, for "
+        "every acknowledged turn of that project, the delay to the first answer whose through cursor covers it "
+        f"(a turn no answer covered within {POLL_BOUND_S:g} s of the cell's end counts as infinitely late).",
         f"Projector lag: `/readyz` every {LAG_EVERY_S * 1000:.0f} ms: records (log end minus applied offset, "
         "summed over partitions) and milliseconds since the acknowledgement of the oldest record not yet "
         "applied (the worst partition).",

@@ -17,6 +17,11 @@ not readable within ``POLL_BOUND_S`` counts as missed (an infinite latency in th
 reads ``/readyz`` every ``LAG_EVERY_S`` for the projector's lag: records (the log's end minus the applied
 offset, summed over partitions) and milliseconds (since the acknowledgement of the oldest record not yet
 applied, from the producers' acknowledgement times).
+
+A follower (one more keep-alive connection) follows the cell's project 0 as an Observer does, one
+long-poll at a time (``afterCursor`` = the last through cursor, ``wait`` = ``FOLLOW_WAIT_S``): ack ->
+delivered is the delay from the acknowledgement of each of that project's turns to the first answer
+whose through cursor covers it (issue 15 item 4: a long-poll sees a turn as fast as a first page does).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ LAG_EVERY_S = 0.2
 PER_PRODUCER_RATE = 2_500.0  # turns/s one producer process is asked for at most (sources allowing)
 DRAIN_BOUND_S = 90.0  # the wait for the projector to catch up between cells
 FIRST_PAGE_LIMIT = 10
+FOLLOW_WAIT_S = 5.0  # the follower's long-poll wait (serve caps it at --max-wait)
 
 # ------------------------------------------------------------------------------------------ the producers
 
@@ -100,12 +106,13 @@ def _build_share(
     for _, t in mine:
         if t.project not in partition_of:
             partition_of[t.project] = producer.partition_of(t.project_sha256)
-    return cell, rate, mine, partition_of
+    return cell, rate, mine, partition_of, projects
 
 
 def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: float) -> dict[str, Any]:
-    cell, rate, mine, partition_of = built
+    cell, rate, mine, partition_of, projects = built
     sample_every = max(1, round(rate / ACK_SAMPLES_PER_S))
+    followed: list[tuple[int, int, float]] = []  # (partition, offset, ack instant) of project 0's turns
     # One waiter per partition: acknowledgements of one partition arrive in order, so waiting on them in
     # send order stamps each when it arrives, and no partition waits behind another's.
     waiters: dict[int, queue.SimpleQueue[Any]] = {}
@@ -117,7 +124,7 @@ def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: floa
             item = q.get()
             if item is None:
                 return
-            project, pending, sampled = item
+            project, pending, sampled, follow = item
             try:
                 pos = pending.result(timeout=60)
             except Exception:
@@ -126,6 +133,8 @@ def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: floa
             now = time.monotonic()
             offsets.append(pos.offset)
             stamps.append(now)
+            if follow:
+                followed.append((pos.partition, pos.offset, now))
             if sampled:
                 acks.put((cell, project, pos.partition, pos.offset, now))
 
@@ -148,14 +157,17 @@ def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: floa
         else:
             behind = max(behind, now - due)
         pending = producer.send_async(turn, validated=True)
-        waiters[partition_of[turn.project]].put((turn.project, pending, i % sample_every == 0))
+        waiters[partition_of[turn.project]].put((turn.project, pending, i % sample_every == 0, i % projects == 0))
     last = time.monotonic()
     producer.flush(timeout=60)
     for q in waiters.values():
         q.put(None)
     for t in threads:
         t.join(timeout=70)
-    return {"cell": cell, "sent": len(mine), "last": last, "behind_s": behind, "failed": failures[0], "acks": times}
+    return {
+        "cell": cell, "sent": len(mine), "last": last, "behind_s": behind, "failed": failures[0], "acks": times,
+        "followed": followed,
+    }
 
 
 # ------------------------------------------------------------------------------------------ HTTP
@@ -196,8 +208,13 @@ class _Http:
             self._conn = None
 
 
-def _read_path(project: str, limit: int = FIRST_PAGE_LIMIT) -> str:
-    return f"/v1/projects/read?project={urllib.parse.quote(project, safe='')}&limit={limit}"
+def _read_path(project: str, limit: int = FIRST_PAGE_LIMIT, *, after: str | None = None, wait: float = 0.0) -> str:
+    path = f"/v1/projects/read?project={urllib.parse.quote(project, safe='')}&limit={limit}"
+    if after is not None:
+        path += f"&afterCursor={after}"
+    if wait > 0:
+        path += f"&wait={wait:g}"
+    return path
 
 
 # ------------------------------------------------------------------------------------------ one cell
@@ -217,6 +234,9 @@ class _CellStats:
     missed: int = 0
     stale: int = 0
     lag: list[tuple[float, int, dict[int, int], dict[int, int]]] = field(default_factory=list)
+    # The follower's answers that carried a through cursor: (instant, partition, offset), in order.
+    follow: list[tuple[float, int, int]] = field(default_factory=list)
+    follow_statuses: dict[str, int] = field(default_factory=dict)
 
     def read(self, status: str, ms: float) -> None:
         with self.lock:
@@ -347,6 +367,27 @@ class Rig:
         finally:
             http_.close()
 
+    def _follower(self, stats: _CellStats, project: str, until: threading.Event) -> None:
+        """Follow ``project`` as an Observer does: one long-poll at a time, each after the last through cursor."""
+        http_ = _Http(self.url)
+        after: str | None = None
+        try:
+            while not until.is_set():
+                code, doc = http_.get(_read_path(project, after=after, wait=FOLLOW_WAIT_S), timeout=FOLLOW_WAIT_S + 30)
+                now = time.monotonic()
+                status = str(doc.get("status")) if code == 200 and doc else f"http_{code}"
+                stats.follow_statuses[status] = stats.follow_statuses.get(status, 0) + 1
+                through = doc.get("throughCursor") if doc and status == "ok" else None
+                if through:
+                    cur = decode_cursor(through)
+                    if isinstance(cur, Cursor):
+                        stats.follow.append((now, cur.partition, cur.offset))
+                        after = through
+                elif status != "ok":
+                    until.wait(0.01)  # pending or an error: do not spin
+        finally:
+            http_.close()
+
     def caught_up(self, bound_s: float = DRAIN_BOUND_S) -> float:
         """Wait until the projector applied everything in the log; return the seconds it took (bounded)."""
         http_ = _Http(self.url)
@@ -433,15 +474,22 @@ class Rig:
         stats.measure_from = start + cfg.freshness_warmup
         until = threading.Event()
         sampler = threading.Thread(target=self._lag_sampler, args=(stats, until), daemon=True)
+        followed = Workload(1, projects=projects, label=f"fresh{cell}").project(0)  # the producers' project 0
+        follow_stop = threading.Event()
+        follower = threading.Thread(target=self._follower, args=(stats, followed, follow_stop), daemon=True)
         self.accepting.set()
         time.sleep(max(0.0, stats.measure_from - time.monotonic()))
         sampler.start()
+        follower.start()
         try:
             summaries = self._results(cell, n, seconds * 4 + 120)
+            _wait_covered(stats, [f for s in summaries for f in s.get("followed", [])], POLL_BOUND_S)
         finally:
+            follow_stop.set()
             until.set()
             self.accepting.clear()
             sampler.join(timeout=15)
+            follower.join(timeout=FOLLOW_WAIT_S + 35)
             # Let every poller finish the acknowledgement it follows (each is bounded by POLL_BOUND_S).
             held = sum(1 for _ in range(cfg.freshness_pollers) if self.busy.acquire(timeout=POLL_BOUND_S + 5))
             for _ in range(held):
@@ -460,6 +508,22 @@ def producers_for(rate: float, projects: int, pool: int) -> int:
     return max(1, min(pool, projects * Workload.threads, math.ceil(rate / PER_PRODUCER_RATE)))
 
 
+def _wait_covered(stats: _CellStats, followed: list[tuple[int, int, float]], bound_s: float) -> None:
+    """Until the follower's answers cover the last followed turn of every partition (at most ``bound_s``):
+    a turn sent at the end of a cell is followed like any other; one not covered by then is missed."""
+    last: dict[int, int] = {}
+    for p, offset, _ in followed:
+        last[p] = max(last.get(p, -1), offset)
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        seen: dict[int, int] = {}
+        for _, p, offset in list(stats.follow):
+            seen[p] = max(seen.get(p, -1), offset)
+        if all(seen.get(p, -1) >= o for p, o in last.items()):
+            return
+        time.sleep(0.01)
+
+
 def _merge(summaries: list[dict[str, Any]], start: float) -> dict[str, Any]:
     """One summary of the producers of a cell: turns sent, sending seconds, acknowledgement times."""
     by_partition: dict[int, list[tuple[int, float]]] = {}
@@ -476,6 +540,7 @@ def _merge(summaries: list[dict[str, Any]], start: float) -> dict[str, Any]:
         "behind_s": max(s["behind_s"] for s in summaries),
         "failed": sum(s["failed"] for s in summaries),
         "acks": acks,
+        "followed": [f for s in summaries for f in s.get("followed", [])],
     }
 
 
@@ -494,6 +559,28 @@ def _lag_ms(stats: _CellStats, summary: dict[str, Any]) -> list[float]:
                 worst = max(worst, (t - stamps[i]) * 1000)
         out.append(max(0.0, worst))
     return out
+
+
+def _delivered_ms(stats: _CellStats, summary: dict[str, Any]) -> tuple[list[float], int]:
+    """Per acknowledged turn of the followed project (after the warm-up): ms from its acknowledgement to
+    the follower's first answer whose through cursor covers it; and how many no answer covered."""
+    answers: dict[int, tuple[list[int], list[float]]] = {}
+    for t, p, offset in stats.follow:  # in time order; a partition's through offsets never go back
+        offsets, times = answers.setdefault(p, ([], []))
+        offsets.append(offset)
+        times.append(t)
+    out: list[float] = []
+    missed = 0
+    for p, offset, acked in summary["followed"]:
+        if acked < stats.measure_from:
+            continue
+        offsets, times = answers.get(p, ([], []))
+        i = bisect.bisect_left(offsets, offset)
+        if i == len(offsets):
+            missed += 1
+            continue
+        out.append(max(0.0, (times[i] - acked) * 1000))
+    return out, missed
 
 
 def _pct(values: list[float], missed: int, q: float) -> float:
@@ -519,6 +606,7 @@ def _figures(
     reads = sum(stats.statuses.values())
     lag_records = [float(x[1]) for x in stats.lag]
     lag_ms = _lag_ms(stats, summary)
+    delivered, undelivered = _delivered_ms(stats, summary)
     return {
         "label": label,
         "rate": rate,
@@ -546,6 +634,11 @@ def _figures(
         "lag_ms_p50": percentile(lag_ms, 50),
         "lag_ms_max": max(lag_ms) if lag_ms else math.nan,
         "lag_samples": len(lag_records),
+        "follow_samples": len(delivered),
+        "follow_missed": undelivered,
+        "follow_p50": _pct(delivered, undelivered, 50),
+        "follow_p99": _pct(delivered, undelivered, 99),
+        "follow_statuses": dict(stats.follow_statuses),
         "profile": profile,
     }
 

@@ -49,7 +49,8 @@ def test_quick_bench_writes_a_report(kafka_bootstrap: str, tmp_path: Path) -> No
 _CELL = re.compile(
     r"^\| (?P<rate>[\d,]+/s) \| (?P<projects>\d+) \| [\d,]+ \(\d+\) \| [^|]+ \| [^|]+ "
     r"\| (?P<samples>[\d,]+) \((?P<missed>[\d,]+), [\d,]+\) \| [^|]+ "
-    r"\| (?P<ok>[\d,]+) of (?P<reads>[\d,]+) \([^|]*\) \| [^|]+ \| [^|]+ \| (?:PASS|MISS[^|]*) \|$",
+    r"\| (?P<ok>[\d,]+) of (?P<reads>[\d,]+) \([^|]*\) \| (?P<follow_p50>[^|/]+)/ (?P<follow_p99>[^|(]+) "
+    r"\((?P<followed>[\d,]+)\) \| [^|]+ \| [^|]+ \| (?:PASS|MISS[^|]*) \|$",
     flags=re.M,
 )
 
@@ -79,6 +80,9 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
         reads, ok = _n(c["reads"]), _n(c["ok"])
         assert reads > 0
         assert ok >= 0.999 * reads, f"{where}: {reads - ok} of {reads} first-page reads were not ok\n{section}"
+        # The long-poll follower (issue 15 item 4) was delivered every turn of its project: a finite p99.
+        late = c["follow_p99"].strip()
+        assert _n(c["followed"]) > 0 and not late.startswith((">", "n/a")), f"{where}: the long-poll missed turns\n{section}"
     # Five targets with a verdict each: the sweep's three (the half-capacity cells are not part of the
     # quick sweep) and the idle serve's two.
     verdicts = re.findall(r"^\| 4 \| .+ \| \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
