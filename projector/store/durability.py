@@ -36,7 +36,8 @@ from pathlib import Path
 
 import duckdb
 
-from throughline.projector.store.files import wal_path
+from throughline.projector.exceptions import ProjectionStorageError
+from throughline.projector.store.files import STORAGE_FAULTS, wal_path
 
 #: A writable handle checkpoints its WAL into the file when the WAL reaches this size. DuckDB's default
 #: (16 MiB) checkpoints every ~12k turns of 1 KB under sustained ingest: measured on 200k turns, commits
@@ -76,7 +77,13 @@ class CommitDurability:
         after each commit, outside any transaction."""
         if self.sync_commits or self.wal_size() < self.wal_bytes:
             return False
-        self.checkpoint(cur)
+        try:
+            self.checkpoint(cur)
+        except STORAGE_FAULTS as exc:
+            raise ProjectionStorageError(
+                f"cannot checkpoint the projection's WAL {self.wal_path}: {type(exc).__name__}: {exc}; what was "
+                "applied is in the WAL: free space or fix permissions, then start the projector again"
+            ) from exc
         return True
 
     def checkpoint(self, cur: duckdb.DuckDBPyConnection) -> None:
@@ -97,4 +104,3 @@ class CommitDurability:
             con.execute("SET fsync_mode = 'STANDARD'")
         except duckdb.Error:
             pass
-

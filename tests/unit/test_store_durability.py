@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pytest
 from projector_histories import TOPIC, place, to_log, turn
 
+from throughline.projector.exceptions import ProjectionStorageError
 from throughline.projector.store import DuckProjection, wal_path
 from throughline.projector.store.durability import CommitDurability
 
@@ -79,3 +81,20 @@ def test_an_explicit_checkpoint_is_synced_and_leaves_commits_unsynced(tmp_path: 
         projection.checkpoint()
         assert not wal_path(path).exists() or wal_path(path).stat().st_size == 0
         assert _setting(projection._con, "fsync_mode") == "NONE"
+
+
+def test_a_checkpoint_the_disk_refuses_is_a_typed_storage_error(tmp_path: Path) -> None:
+    class Refusing:
+        def __init__(self) -> None:
+            self.statements: list[str] = []
+
+        def execute(self, sql: str) -> None:
+            self.statements.append(sql)
+            if sql == "CHECKPOINT":
+                raise duckdb.IOException("No space left on device")
+
+    wal_path(tmp_path / "p.duckdb").write_bytes(b"x" * 100)
+    cur = Refusing()
+    with pytest.raises(ProjectionStorageError, match="cannot checkpoint"):
+        CommitDurability(tmp_path / "p.duckdb", wal_bytes=10).after_commit(cur)  # type: ignore[arg-type]
+    assert cur.statements[-1] == "SET fsync_mode = 'NONE'"  # commits stay unsynced after the failure
