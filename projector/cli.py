@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from throughline.runtime import StopOnSignals
 from throughline.serve.client import ENV_URL, add_http_options
-from throughline.settings import add_connection_options, settings_from
+from throughline.settings import add_connection_options, add_sync_commits, settings_from
 
 T = TypeVar("T")
 
@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="exit once the end offsets seen at start are applied",
     )
+    add_sync_commits(project)
     _add_tuning(project)
 
     replay = _command(
@@ -195,7 +196,9 @@ def _cmd_project(args: argparse.Namespace) -> int:
     headroom = _memory_headroom(args)
     kafka_config = settings.kafka_config()  # a broken file fails before the projection is opened
     with (
-        DuckProjection.open(settings.db, topic=settings.topic, memory_headroom=headroom) as projection,
+        DuckProjection.open(
+            settings.db, topic=settings.topic, memory_headroom=headroom, sync_commits=args.sync_commits
+        ) as projection,
         _stop_on_signals() as (stop, signals),
     ):
         projector = Projector(projection, servers, settings.topic, options=options, kafka_config=kafka_config)

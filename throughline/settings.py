@@ -88,3 +88,13 @@ def seconds_argument(text: str) -> float:
     if value is None:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
     return value
+
+
+def add_sync_commits(parser: argparse.ArgumentParser) -> None:
+    """``--sync-commits``, for the commands that keep a projection up to date (``project``, ``serve``)."""
+    parser.add_argument(
+        "--sync-commits",
+        action="store_true",
+        help="fsync every commit, not only checkpoints: survives a power loss without re-applying the last "
+        "commits from the log, at the cost of freshness (docs/design.md, 'Commits are not fsynced')",
+    )

@@ -26,8 +26,8 @@ An operating-system crash or power loss can lose the transactions committed sinc
 (DuckDB replays the WAL up to its last complete entry); the file then holds an earlier, consistent
 state with its own applied offsets, and the projector re-applies those records from the log. Readers
 who were served a turn that went back may get ``projection_pending`` for it until it is re-applied,
-never another chain. ``sync_commits=True`` restores an ``fsync`` at every commit (DuckDB's own
-automatic checkpoints then run as usual).
+never another chain. ``sync_commits=True`` (``--sync-commits`` on ``project`` and ``serve``) restores
+an ``fsync`` at every commit (DuckDB's own automatic checkpoints then run as usual).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
 from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
-from throughline.settings import add_connection_options, seconds_argument, settings_from
+from throughline.settings import add_connection_options, add_sync_commits, seconds_argument, settings_from
 from throughline.settings import count_argument as _count
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="partitions of the topic if serve has to create it (default: the log's default)",
     )
+    add_sync_commits(p)
     p.add_argument(
         "--allow-lossy-topic",
         action="store_true",
@@ -178,6 +179,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         projector=not args.no_projector,
         allow_lossy_topic=args.allow_lossy_topic,
+        sync_commits=args.sync_commits,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
         access_log=args.access_log,

@@ -74,6 +74,7 @@ class ServeOptions:
     partitions: int | None = None  # partitions of the topic when serve creates it
     projector: bool = True  # False: serve a projection read-only, without advancing it
     allow_lossy_topic: bool = False
+    sync_commits: bool = False  # fsync every commit (``DuckProjection.open``), not only checkpoints
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     log_level: str = "warning"
     access_log: bool = False
@@ -283,7 +284,9 @@ def run_service(
                 allow_lossy=options.allow_lossy_topic,
                 kafka_config=kafka_config,
             )
-        projection = DuckProjection.open(settings.db, read_only=not options.projector, topic=settings.topic)
+        projection = DuckProjection.open(
+            settings.db, read_only=not options.projector, topic=settings.topic, sync_commits=options.sync_commits
+        )
         stack.callback(projection.close)
         log = KafkaLog(servers, settings.topic, kafka_config=kafka_config)
         stack.callback(log.close)
