@@ -11,7 +11,9 @@ client it opens one connection itself, the way the client would, and says exactl
    certificate, a host-name mismatch, a listener that does not speak TLS;
 3. a ``SaslHandshake`` request (api key 17, v1): a SASL listener answers with its mechanisms, any other
    listener with ``ILLEGAL_SASL_STATE``; a TLS listener sent plain text answers with a TLS alert or
-   closes. That tells a SASL listener from a plain one, both ways;
+   closes. That tells a SASL listener from a plain one, both ways. A close is only called TLS when a
+   second connection completes (or is refused by) a TLS handshake: a broker that is starting or
+   stopping accepts connections and closes them too, and that is a retriable outage, not a setting;
 4. with SASL, the login itself through kafka-python's own mechanism (``SaslAuthenticate``, api key
    36, v0): a wrong user name or password.
 
@@ -56,6 +58,10 @@ class _Undecided(Exception):
     """The probe could not tell (a timeout, a reset): the client itself decides."""
 
 
+class _ClosedAtFirstRequest(Exception):
+    """A plain-text listener closed the connection at the first request: TLS, or a broker not yet serving."""
+
+
 def split_server(server: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port``) as a (host, port) pair; the default port is 9092."""
     host, sep, port = server.rpartition(":")
@@ -85,9 +91,42 @@ def check_listener(
             _check(sock, host, server, kafka_config, context, deadline)
         except _Undecided:
             pass
+        except _ClosedAtFirstRequest:
+            if _speaks_tls(host, port, deadline):
+                raise ProtocolMismatchError(
+                    f"the listener at {server} speaks TLS but security.protocol is "
+                    f"{kafka_config.security_protocol}{_in(kafka_config)}: use SSL or SASL_SSL (with "
+                    "ssl.ca.location), or the plain-text port"
+                ) from None
         finally:
             sock.close()
         return
+
+
+def _speaks_tls(host: str, port: int, deadline: float) -> bool:
+    """Whether a new connection to ``host:port`` answers a TLS ClientHello with a TLS handshake.
+
+    Nothing is verified (no certificate, no name): the question is only which protocol the port speaks.
+    A refused connection, a close, a plain-text answer or a timeout is "no": the client then decides.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=remaining) as sock:
+            with context.wrap_socket(sock, do_handshake_on_connect=False) as channel:
+                channel.settimeout(max(0.001, deadline - time.monotonic()))
+                channel.do_handshake()
+    except ssl.SSLError as exc:
+        # A TLS alert (say, "certificate required" from a listener that wants a client certificate)
+        # is a TLS answer; an EOF or a plain-text reply is not.
+        return not isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError) and exc.reason not in _NOT_TLS
+    except OSError:
+        return False
+    return True
 
 
 def _check(
@@ -244,10 +283,10 @@ def _sasl_handshake(
         raise _Undecided("no SaslHandshake answer") from None
     except OSError:
         if not config.uses_tls:
-            raise ProtocolMismatchError(
-                f"the listener at {server} closed the connection at the first request: it most likely speaks "
-                f"TLS, but security.protocol is {config.security_protocol}{_in(config)}"
-            ) from None
+            # A TLS listener may close on plain text, but so does a broker that is still starting (or
+            # stopping): its port accepts before it serves. Only a TLS handshake on a new connection
+            # tells the two apart (``check_listener``).
+            raise _ClosedAtFirstRequest() from None
         raise _Undecided("closed after TLS") from None
     code = struct.unpack_from(">h", body, 0)[0]
     return code, _strings(body, 2) if len(body) >= 6 else []
