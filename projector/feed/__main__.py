@@ -15,5 +15,9 @@ import sys
 from throughline.projector.feed.worker import worker_main
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle; it stops us
+    # A Ctrl-C, and a SIGTERM sent to the whole process group (``timeout``, systemd's default
+    # ``KillMode=control-group``), are the parent's to handle: it stops us with SIGKILL when it is done.
+    # Dying first would make a stopping projector warn, and start a new worker, on its way out.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(worker_main(int(sys.argv[1]), int(sys.argv[2])))

@@ -165,6 +165,23 @@ class TestWorkerFeed(FeedContract):
             feed.restart({})
             assert sum(len(b.items) for b in _drain(feed, len(turns))) >= len(turns)
 
+    def test_the_worker_leaves_sigterm_and_sigint_to_its_parent(
+        self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]
+    ) -> None:
+        # ``timeout``, a terminal's Ctrl-C and systemd's default KillMode signal the whole process group:
+        # the worker must outlive them so that the stopping projector stops it, not restarts it.
+        topic, turns = filled_topic
+        with closing(WorkerFeed(self.spec(kafka_bootstrap, topic))) as feed:
+            worker = feed.worker
+            assert worker is not None
+            first = _drain(feed, 1)  # a frame came: the worker runs, past installing its handlers
+            worker.proc.send_signal(signal.SIGTERM)
+            worker.proc.send_signal(signal.SIGINT)
+            rest = _drain(feed, len(turns) - sum(len(b.items) for b in first))
+            assert sum(len(b.items) for b in first + rest) >= len(turns)
+            time.sleep(0.5)
+            assert worker.proc.poll() is None, f"the worker exited with {worker.proc.returncode}"
+
     def test_a_worker_that_raises_is_reported_as_fetch_worker_failed_and_a_restart_resumes(
         self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch,
