@@ -258,6 +258,34 @@ def test_an_unexpected_failure_is_500_without_a_trace(http_world: World) -> None
     assert "alice" not in response.text and "RuntimeError" not in response.text
 
 
+def test_a_get_read_skips_the_framework_and_answers_as_it_would(http_world: World) -> None:
+    """GET reads take ``ReadRoute`` (the hot path), POST reads FastAPI's route: same bytes, same headers."""
+    threads: list[str] = []
+
+    def recording(request: ReadRequest, **options: Any) -> ObserverRead:
+        threads.append(threading.current_thread().name)
+        return read_page(request, **options)
+
+    http_world.append(seq=9)  # a quarantined source: an error answer too
+    app = create_app(
+        projection=http_world.projection, log=http_world.log, token_key=KEY, read_page=recording,
+        settings=ApiSettings(read_wait=0.0),
+    )
+    with TestClient(app, raise_server_exceptions=False) as c:
+        for params in ({"project": PROJECT}, {"project": OTHER_PROJECT, "limit": 1}, {"project": ""}):
+            got = c.get(READ_PATH, params=params)
+            framework = c.post(READ_PATH, json=params)
+            assert (got.status_code, got.content) == (framework.status_code, framework.content)
+            same = {"content-type", "cache-control", REASON_HEADER.lower(), "retry-after", "www-authenticate"}
+            assert {k: v for k, v in got.headers.items() if k in same} == {
+                k: v for k, v in framework.headers.items() if k in same
+            }
+        samples = parse_metrics(c.get("/metrics").text)
+    assert threads and threads[0].startswith("read") and not threads[1].startswith("read"), threads
+    counted = {dict(labels).get("route") for name, labels in samples if name == "throughline_http_requests_total"}
+    assert READ_PATH in counted and "unmatched" not in counted
+
+
 def test_unknown_paths_and_methods_answer_json(client: TestClient) -> None:
     assert error_code(client.get("/v2/whatever")) == "not_found"
     response = client.delete(READ_PATH)

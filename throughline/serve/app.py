@@ -59,6 +59,7 @@ from throughline.serve.read_api import (
     ReadApi,
     ReadPage,
 )
+from throughline.serve.read_route import ReadRoute
 from throughline.serve.responses import ErrorDocument, install_error_handlers, read_response, too_large
 
 if TYPE_CHECKING:
@@ -145,7 +146,6 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.api = api
-    app.add_middleware(RequestGuard, settings=settings, metrics=metrics)
 
     async def require_token(request: Request) -> None:
         # async: a sync dependency would cost every request a hop to the worker threads and back.
@@ -245,6 +245,10 @@ def create_app(
     def metrics_endpoint() -> Response:
         return Response(content=metrics.render(), media_type=CONTENT_TYPE)
 
+    # Inner first: GET reads skip the framework (``read_route``); the guard stays in front of both.
+    read_route = next(r for r in app.routes if getattr(r, "path", None) == READ_PATH and "GET" in getattr(r, "methods", ()))
+    app.add_middleware(ReadRoute, api=api, auth=auth, route=read_route)
+    app.add_middleware(RequestGuard, settings=settings, metrics=metrics)
     return app
 
 

@@ -1,0 +1,100 @@
+"""``ReadRoute``: ``GET /v1/projects/read`` answered by a plain ASGI handler, ahead of FastAPI's router.
+
+A read is the API's hot path, and FastAPI's machinery around one (routing, dependency resolution, the
+request object, its exception wrappers and anyio's thread hop) cost more CPU than the read itself: a
+profile of an idle ``serve`` answering first pages put the framework at about 40% of the process's
+busy time and ``read_page`` at under 10% (docs/benchmarks.md, bench/ANALYSIS.md). That CPU is taken
+from the projector thread too (one interpreter lock), so it slows freshness as well as reads.
+
+This handler does exactly what the FastAPI route does, in the same order, and nothing else:
+
+1. the bearer token (``BearerAuth.check``);
+2. the query string, parsed the way Starlette parses it (``parse_qsl``, blank values kept, Latin-1),
+   into a ``ReadRequest`` (``request_from_query``), a limit out of range counted as a refused read;
+3. ``ReadApi.answer`` on a worker thread (a read waits for the projector, and a long-poll for the
+   project's chain, neither of which may block the event loop): a read that cannot long-poll on the
+   route's own threads (a plain executor costs the event loop less than anyio's hop), one that can on
+   anyio's worker threads, whose limit ``serve`` raises for ``max_waiters``;
+4. the answer as ``read_response`` / ``error_response`` make it, the same bytes and headers.
+
+Anything else (POST, another path, a ``serve --group`` member, which may forward a read) goes on to the
+FastAPI application unchanged; so does an unexpected exception, to be answered by its error handler.
+The route's OpenAPI description stays on the FastAPI route, which this handler shadows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qsl
+
+import anyio.to_thread
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from throughline.core.exceptions import InvalidLimitError
+from throughline.errors import ThroughlineError
+from throughline.reader.wire import ObserverRead
+from throughline.serve import READ_PATH
+from throughline.serve.auth import BearerAuth
+from throughline.serve.params import request_from_query
+from throughline.serve.read_api import ReadApi
+from throughline.serve.responses import error_response, http_status, read_response
+
+_log = logging.getLogger("throughline.serve")
+
+
+class ReadRoute:
+    """ASGI middleware: answers ``GET`` reads itself, passes every other request to ``app``.
+
+    ``route``: the FastAPI route object of ``GET`` reads, put into the scope so that the request counter
+    (``RequestGuard``) labels these answers as it labels the framework's.
+    """
+
+    def __init__(self, app: ASGIApp, *, api: ReadApi, auth: BearerAuth, route: object) -> None:
+        self.app = app
+        self.api = api
+        self.auth = auth
+        self.route = route
+        # As many reads may wait for the projector at once as the FastAPI route allowed (anyio's
+        # limit, which ``serve`` raises to ``max_waiters`` + 32); threads start only when needed.
+        self._threads = ThreadPoolExecutor(max_workers=api.settings.max_waiters + 32, thread_name_prefix="read")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "GET"
+            or scope["path"] != READ_PATH
+            or self.api.router is not None
+        ):
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = self.route
+        try:
+            response = read_response(await self._answer(scope))
+        except ThroughlineError as exc:
+            if http_status(exc) >= 500:
+                _log.warning("read failed: %s (%s)", exc.code, exc.message)
+            response = error_response(exc)
+        await response(scope, receive, send)
+
+    async def _answer(self, scope: Scope) -> ObserverRead:
+        api = self.api
+        self.auth.check(_header(scope, b"authorization"))
+        pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        try:
+            read = request_from_query(pairs, max_wait=api.settings.max_wait)
+        except InvalidLimitError as exc:
+            api.refused(exc)  # a limit out of range is the request's value refused, as the reader did
+            raise
+        if read.wait > 0 and read.first_page:
+            return await anyio.to_thread.run_sync(api.answer, read)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, api.answer, read)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The first value of header ``name`` (lower case), decoded as Starlette decodes it."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
