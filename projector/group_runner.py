@@ -31,6 +31,7 @@ from typing import Any
 from throughline.log import KafkaLog, LogError
 from throughline.log.group import GroupConsumer, GroupView
 from throughline.projector.feed.poller import prepare_poll
+from throughline.projector.periodic_check import PeriodicCheck
 from throughline.projector.prepare import PreparedBatch
 from throughline.projector.runner import Progress, Projector, RunSummary, Tally
 
@@ -95,19 +96,18 @@ class GroupProjector(Projector):
                 **extra,
             )
             log.info("member %s of group %s on topic %s (%d partitions)", spec.url, spec.group, self._topic, info.partitions)
-            next_check = time.monotonic() + o.check_interval
             partitions = info.partitions
-            while not stop.is_set():
-                try:
-                    if time.monotonic() >= next_check:
-                        self._check_running(log_view)
-                        next_check = time.monotonic() + o.check_interval
-                    batches = self._fetch(consumer, partitions)
-                except LogError as exc:
-                    self._explain(log_view, exc, stop)
-                    continue
-                if batches:
-                    tally.add(self._projection.apply_prepared(self._topic, batches))
+            checked = log_view
+            with PeriodicCheck(lambda: self._check_running(checked), o.check_interval) as check:
+                while not stop.is_set():
+                    try:
+                        check.raise_pending()
+                        batches = self._fetch(consumer, partitions)
+                    except LogError as exc:
+                        self._explain(log_view, exc, stop)
+                        continue
+                    if batches:
+                        tally.add(self._projection.apply_prepared(self._topic, batches))
         finally:
             if on_leave is not None:
                 on_leave()  # before leaving: from now on this member's file may fall behind on everything

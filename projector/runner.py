@@ -2,7 +2,8 @@
 
 Correctness never depends on consumer-group offsets: the projector joins no group, ``assign``s every
 partition of the topic and seeks each one to the offset the projection committed with its rows. Before
-it reads, and every ``check_interval`` seconds while it runs, it compares the log with the projection:
+it reads, and every ``check_interval`` seconds while it runs (on a thread of its own, so that applying
+never waits for the broker's answers: ``PeriodicCheck``), it compares the log with the projection:
 
 - a partition whose end offset is below the applied offset, a topic id other than the recorded one,
   or a topic deleted under the running projector: ``LogRewoundError`` (two histories must not mix);
@@ -54,6 +55,7 @@ from throughline.projector.feed import (
     spawn_worker,
 )
 from throughline.projector.feed import ProjectorOptions as ProjectorOptions
+from throughline.projector.periodic_check import PeriodicCheck
 from throughline.projector.store import BatchSummary, DuckProjection
 from throughline.runtime import fewer_gc_passes, prompt_gil_handoffs
 
@@ -187,16 +189,23 @@ class Projector:
             )
 
     def _check_offsets(self, log: KafkaLog) -> dict[int, int]:
-        """Compare the log's offsets with the applied ones; return the end offsets."""
+        """Compare the log's offsets with the applied ones; return the end offsets.
+
+        Safe beside a running projector (``PeriodicCheck``): the applied offsets compared with the end
+        ones are read before them (what was applied then was below the end then, so below any end read
+        later), and those compared with the first ones after them (a record deleted before it was
+        applied stays unapplied).
+        """
+        applied_before = self._projection.applied_offsets()
         ends = log.end_offsets()
         begins = log.beginning_offsets()
         applied = self._projection.applied_offsets()
         for p in sorted(ends):
             done = applied.get(p, 0)
-            if ends[p] < done:
+            if ends[p] < applied_before.get(p, 0):
                 raise LogRewoundError(
                     f"partition {p} of topic {self._topic!r} ends at offset {ends[p]} but projection "
-                    f"{self._projection.path} already applied up to offset {done}: the topic was deleted and "
+                    f"{self._projection.path} already applied up to offset {applied_before[p]}: the topic was deleted and "
                     "recreated, or this is another cluster. Refusing to mix two histories; rebuild with "
                     "`throughline replay --db NEW_FILE`"
                 )
@@ -328,35 +337,45 @@ class Projector:
         targets: Mapping[int, int] | None,
     ) -> bool:
         o = self._options
-        next_check = time.monotonic() + o.check_interval
-        while not stop.is_set():
-            if targets is not None and self._caught_up(targets):
-                return True
-            try:
-                if time.monotonic() >= next_check:
-                    self._check_running(log_view)
-                    next_check = time.monotonic() + o.check_interval
-                batches = feed.next(o.poll_timeout)
-            except LogError as exc:
-                self._explain(log_view, exc, stop)
-                self._restart(feed)
-                continue
-            except FetchWorkerError as exc:
-                # The worker died (killed, out of memory): the log decides whether that was the log's
-                # fault; otherwise start it again, at most a few times in a row.
-                self._check_running(log_view)
-                self._worker_failures += 1
-                if self._worker_failures > _WORKER_RESTARTS:
-                    raise
-                log.warning("restarting the fetch worker: %s", exc)
-                self._restart(feed)
-                continue
-            if batches:
-                self._worker_failures = 0
-                # Readers may now answer for projects none of these records belong to (``wait_settled``).
-                self._projection.fetched(batches)
-                on_applied(self._projection.apply_prepared(self._topic, batches))
+        with PeriodicCheck(lambda: self._check_running(log_view), o.check_interval) as check:
+            while not stop.is_set():
+                if targets is not None and self._caught_up(targets):
+                    return True
+                self._turn(log_view, feed, on_applied, stop, check)
         return self._caught_up(targets)
+
+    def _turn(
+        self,
+        log_view: KafkaLog,
+        feed: Feed,
+        on_applied: Callable[[BatchSummary], None],
+        stop: threading.Event,
+        check: PeriodicCheck,
+    ) -> None:
+        """One turn of the loop: the periodic check's verdict, one fetch, its transaction."""
+        o = self._options
+        try:
+            check.raise_pending()
+            batches = feed.next(o.poll_timeout)
+        except LogError as exc:
+            self._explain(log_view, exc, stop)
+            self._restart(feed)
+            return
+        except FetchWorkerError as exc:
+            # The worker died (killed, out of memory): the log decides whether that was the log's
+            # fault; otherwise start it again, at most a few times in a row.
+            self._check_running(log_view)
+            self._worker_failures += 1
+            if self._worker_failures > _WORKER_RESTARTS:
+                raise
+            log.warning("restarting the fetch worker: %s", exc)
+            self._restart(feed)
+            return
+        if batches:
+            self._worker_failures = 0
+            # Readers may now answer for projects none of these records belong to (``wait_settled``).
+            self._projection.fetched(batches)
+            on_applied(self._projection.apply_prepared(self._topic, batches))
 
     def _restart(self, feed: Feed) -> None:
         """Fetch again from the applied offsets (what was fetched and not applied is dropped)."""
