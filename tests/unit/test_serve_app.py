@@ -286,6 +286,23 @@ def test_a_get_read_skips_the_framework_and_answers_as_it_would(http_world: Worl
     assert READ_PATH in counted and "unmatched" not in counted
 
 
+def test_the_read_threads_go_with_the_lifespan_and_come_back_with_the_next(http_world: World) -> None:
+    app = create_app(projection=http_world.projection, log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
+
+    def read_threads() -> set[str]:
+        return {t.name for t in threading.enumerate() if t.name.startswith("read_")}
+
+    before = read_threads()
+    for _ in range(2):  # served twice, as a test suite may
+        with TestClient(app, raise_server_exceptions=False) as c:
+            assert c.get(READ_PATH, params={"project": PROJECT}).status_code == 200
+            assert read_threads() - before
+        deadline = time.monotonic() + 10
+        while read_threads() - before:
+            assert time.monotonic() < deadline, f"read threads outlived the app: {read_threads() - before}"
+            time.sleep(0.01)
+
+
 def test_unknown_paths_and_methods_answer_json(client: TestClient) -> None:
     assert error_code(client.get("/v2/whatever")) == "not_found"
     response = client.delete(READ_PATH)

@@ -59,7 +59,7 @@ from throughline.serve.read_api import (
     ReadApi,
     ReadPage,
 )
-from throughline.serve.read_route import ReadRoute
+from throughline.serve.read_route import ReadRoute, ReadThreads
 from throughline.serve.responses import ErrorDocument, install_error_handlers, read_response, too_large
 
 if TYPE_CHECKING:
@@ -128,13 +128,17 @@ def create_app(
     )
     metrics.registry.on_scrape(api.refresh_metrics)
     auth = BearerAuth(settings.auth_token)
+    threads = ReadThreads(settings.max_waiters + 32)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # Each waiting long-poll holds a worker thread; leave room for everything else beside them.
         limiter = anyio.to_thread.current_default_thread_limiter()
         limiter.total_tokens = max(limiter.total_tokens, settings.max_waiters + 32)
-        yield
+        try:
+            yield
+        finally:
+            threads.close()
 
     app = FastAPI(
         title="throughline",
@@ -247,7 +251,7 @@ def create_app(
 
     # Inner first: GET reads skip the framework (``read_route``); the guard stays in front of both.
     read_route = next(r for r in app.routes if getattr(r, "path", None) == READ_PATH and "GET" in getattr(r, "methods", ()))
-    app.add_middleware(ReadRoute, api=api, auth=auth, route=read_route)
+    app.add_middleware(ReadRoute, api=api, auth=auth, route=read_route, threads=threads)
     app.add_middleware(RequestGuard, settings=settings, metrics=metrics)
     return app
 

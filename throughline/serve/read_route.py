@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qsl
 
@@ -34,6 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from throughline.core.exceptions import InvalidLimitError
 from throughline.errors import ThroughlineError
+from throughline.reader.request import ReadRequest
 from throughline.reader.wire import ObserverRead
 from throughline.serve import READ_PATH
 from throughline.serve.auth import BearerAuth
@@ -44,6 +47,33 @@ from throughline.serve.responses import error_response, http_status, read_respon
 _log = logging.getLogger("throughline.serve")
 
 
+class ReadThreads:
+    """The worker threads of ``ReadRoute``: as many reads may wait for the projector at once as the
+    FastAPI route allowed (anyio's limit, which ``serve`` raises to ``max_waiters`` + 32). A thread
+    starts only when a read finds none idle; ``close`` (the app's lifespan ends) lets them go, and a
+    later read (an app served again, as tests do) starts a new pool."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    async def run(self, call: Callable[[ReadRequest], ObserverRead], read: ReadRequest) -> ObserverRead:
+        """``call(read)`` on one of the threads, awaited."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._size, thread_name_prefix="read")
+            pool = self._pool
+        return await asyncio.get_running_loop().run_in_executor(pool, call, read)
+
+    def close(self) -> None:
+        """Let the threads go once the reads they run are answered (idempotent)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+
 class ReadRoute:
     """ASGI middleware: answers ``GET`` reads itself, passes every other request to ``app``.
 
@@ -51,14 +81,14 @@ class ReadRoute:
     (``RequestGuard``) labels these answers as it labels the framework's.
     """
 
-    def __init__(self, app: ASGIApp, *, api: ReadApi, auth: BearerAuth, route: object) -> None:
+    def __init__(
+        self, app: ASGIApp, *, api: ReadApi, auth: BearerAuth, route: object, threads: ReadThreads
+    ) -> None:
         self.app = app
         self.api = api
         self.auth = auth
         self.route = route
-        # As many reads may wait for the projector at once as the FastAPI route allowed (anyio's
-        # limit, which ``serve`` raises to ``max_waiters`` + 32); threads start only when needed.
-        self._threads = ThreadPoolExecutor(max_workers=api.settings.max_waiters + 32, thread_name_prefix="read")
+        self._threads = threads
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -89,7 +119,7 @@ class ReadRoute:
             raise
         if read.wait > 0 and read.first_page:
             return await anyio.to_thread.run_sync(api.answer, read)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, api.answer, read)
+        return await self._threads.run(api.answer, read)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
