@@ -1,7 +1,8 @@
 """``KafkaLog``: the reader's and projector's view of the log right now (the ``LogView`` port).
 
 "The log at the time of the call" is a partition's end offset, so ``end_offset`` asks the broker on
-every call (a ListOffsets request, bounded in time) and never answers from a cache. One long-lived
+every call (a ListOffsets request, bounded in time) and never answers from a cache; calls that overlap
+share a request sent after each of them began (``NextAnswer``). One long-lived
 ``KafkaConsumer`` without a group serves those requests: it joins no group, commits nothing and
 fetches no records. kafka-python consumers are not thread-safe, so every use goes through a lock.
 
@@ -23,6 +24,7 @@ from kafka import TopicPartition
 from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
 from throughline.log.exceptions import LogError, TopicMissingError
+from throughline.log.next_answer import NextAnswer
 from throughline.log.placement import TopicClient
 from throughline.log.topic import bootstrap_list
 from throughline.log.translate import KafkaErrors
@@ -82,6 +84,8 @@ class KafkaLog(TopicClient):
             self._consumer.close()
             raise TopicMissingError(f"topic {topic!r} does not exist on {', '.join(self._servers)}")
         self._partitions = len(ids)
+        every = range(self._partitions)
+        self._ends: NextAnswer[dict[int, int]] = NextAnswer(lambda: self._ask(every, first=False))
         if set(ids) != set(range(self._partitions)):
             self._consumer.close()
             raise LogError(f"topic {topic!r} reports partitions {sorted(ids)}", code="kafka_error")
@@ -106,6 +110,13 @@ class KafkaLog(TopicClient):
                     f"partition {p!r} is not one of topic {self._topic!r}'s {self._partitions} partitions",
                     code="unknown_partition",
                 )
+        if first:
+            return self._ask(wanted, first=True)
+        # Every partition's end in one request, shared by the calls that overlap (``NextAnswer``).
+        ends = self._ends.get()
+        return {p: ends[p] for p in wanted}
+
+    def _ask(self, wanted: Sequence[int], *, first: bool) -> dict[int, int]:
         tps = [TopicPartition(self._topic, p) for p in wanted]
         with self._lock:
             if self._closed:
