@@ -164,5 +164,7 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
             holder.append(summarise(out, label))
         else:
             message = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            holder.append(Profile(label, error=f"py-spy: {message[0]}"))
-            log(f"py-spy failed for {label}: {message}")
+            # The exit status tells a py-spy that died (a signal, a failed attach) from one that ran and
+            # wrote nothing: full runs have met the second, which runs by hand did not reproduce.
+            holder.append(Profile(label, error=f"py-spy: {message[0]} (exit status {proc.returncode})"))
+            log(f"py-spy failed for {label}: {message}, exit status {proc.returncode}, output {out}")
