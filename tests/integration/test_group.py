@@ -208,6 +208,18 @@ def test_three_members_two_copies_overlap_and_know_every_url(
         assert member.error is None
 
 
+def test_a_first_generation_maps_the_whole_topic(
+    kafka_bootstrap: str, group_topic: str, kafka_group_id: str, members: list[Member]
+) -> None:
+    # The member learns the topic's partitions before it subscribes, so even the first assignment
+    # (its own, as the lone leader) covers every partition instead of none.
+    members.append(Member(kafka_bootstrap, group_topic, kafka_group_id, "m0"))
+    _wait("a first generation", lambda: bool(members[0].views))
+    first = members[0].views[0]
+    assert first.owner_map is not None and first.owner_map.partitions == PARTITIONS, first
+    assert first.assigned == frozenset(range(PARTITIONS))
+
+
 def test_a_member_whose_polls_end_in_the_middle_of_a_join_still_finishes_it(
     kafka_bootstrap: str, group_topic: str, kafka_group_id: str, members: list[Member]
 ) -> None:

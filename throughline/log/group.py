@@ -252,6 +252,9 @@ class GroupConsumer(FetchingConsumer):
         )
         try:
             with self._errors:
+                # The topic's metadata first: a leader that assigns before it knows the partitions
+                # hands every member an owner map of none, for a whole generation.
+                self._consumer.partitions_for_topic(topic)
                 self._consumer.subscribe(topics=[topic], listener=_Listener(self))
         except BaseException:
             self._consumer.close(autocommit=False)
