@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,6 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from throughline.core.exceptions import InvalidLimitError
 from throughline.core.ports import LogView, Projection
 from throughline.errors import ThroughlineError
 from throughline.reader import page as reader_page
@@ -82,16 +81,6 @@ def _package_version() -> str:
         return version("throughline")
     except PackageNotFoundError:  # pragma: no cover - running from a checkout without an install
         return "0"
-
-
-def _counted(api: ReadApi, parse: Callable[[], ReadRequest]) -> ReadRequest:
-    # A limit out of range is the request's value refused, not its wire: it counts as a refused read,
-    # as it did when the reader refused it.
-    try:
-        return parse()
-    except InvalidLimitError as exc:
-        api.refused(exc)
-        raise
 
 
 def create_app(
@@ -192,7 +181,7 @@ def create_app(
     )
     async def read_get(request: Request) -> Response:
         pairs = request.query_params.multi_items()
-        read = _counted(api, lambda: request_from_query(pairs, max_wait=settings.max_wait))
+        read = api.parse(lambda: request_from_query(pairs, max_wait=settings.max_wait))
         return await _read_or_forward(request, read, None)
 
     @app.post(
@@ -216,7 +205,7 @@ def create_app(
                 raise too_large(f"the request body is larger than {limit} bytes", 413)
             chunks.append(chunk)
         body = b"".join(chunks)
-        read = _counted(api, lambda: request_from_json(body, max_wait=settings.max_wait))
+        read = api.parse(lambda: request_from_json(body, max_wait=settings.max_wait))
         return await _read_or_forward(request, read, body)
 
     @app.get("/healthz", summary="Liveness", tags=["operations"], responses={503: {"model": ErrorDocument}})

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from throughline.core.exceptions import InvalidLimitError
 from throughline.core.identity import project_sha256
 from throughline.core.ports import LogView, Projection
 from throughline.errors import ThroughlineError
@@ -117,6 +118,15 @@ class ReadApi:
             self.metrics.read_latency.observe(spent[0])
         self.metrics.reads.inc(status=result.status)
         return result
+
+    def parse(self, parse: Callable[[], ReadRequest]) -> ReadRequest:
+        """``parse()`` (the wire into a ``ReadRequest``), counting a limit out of range as a refused read:
+        it is the request's value refused, not its wire, as it was when the reader refused it."""
+        try:
+            return parse()
+        except InvalidLimitError as exc:
+            self.refused(exc)
+            raise
 
     def refused(self, error: ThroughlineError) -> None:
         """Count a read whose values were refused before it reached ``answer`` (a ``limit`` out of range)."""

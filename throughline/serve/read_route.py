@@ -34,7 +34,6 @@ from urllib.parse import parse_qsl
 import anyio.to_thread
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from throughline.core.exceptions import InvalidLimitError
 from throughline.errors import ThroughlineError
 from throughline.reader.request import ReadRequest
 from throughline.reader.wire import ObserverRead
@@ -112,11 +111,7 @@ class ReadRoute:
         api = self.api
         self.auth.check(_header(scope, b"authorization"))
         pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-        try:
-            read = request_from_query(pairs, max_wait=api.settings.max_wait)
-        except InvalidLimitError as exc:
-            api.refused(exc)  # a limit out of range is the request's value refused, as the reader did
-            raise
+        read = api.parse(lambda: request_from_query(pairs, max_wait=api.settings.max_wait))
         if read.wait > 0 and read.first_page:
             return await anyio.to_thread.run_sync(api.answer, read)
         return await self._threads.run(api.answer, read)
