@@ -93,11 +93,7 @@ def check_listener(
             pass
         except _ClosedAtFirstRequest:
             if _speaks_tls(host, port, deadline):
-                raise ProtocolMismatchError(
-                    f"the listener at {server} speaks TLS but security.protocol is "
-                    f"{kafka_config.security_protocol}{_in(kafka_config)}: use SSL or SASL_SSL (with "
-                    "ssl.ca.location), or the plain-text port"
-                ) from None
+                raise _tls_to_plain_text(server, kafka_config) from None
         finally:
             sock.close()
         return
@@ -123,7 +119,7 @@ def _speaks_tls(host: str, port: int, deadline: float) -> bool:
     except ssl.SSLError as exc:
         # A TLS alert (say, "certificate required" from a listener that wants a client certificate)
         # is a TLS answer; an EOF or a plain-text reply is not.
-        return not isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError) and exc.reason not in _NOT_TLS
+        return not _not_tls(exc)
     except OSError:
         return False
     return True
@@ -197,9 +193,23 @@ def _tls(
         ) from None
 
 
+def _not_tls(exc: ssl.SSLError) -> bool:
+    """Whether a failed handshake means the peer does not speak TLS (it closed, or answered plain bytes)."""
+    reason = str(getattr(exc, "reason", "") or "")
+    return isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError) or reason in _NOT_TLS
+
+
+def _tls_to_plain_text(server: str, config: KafkaClientConfig) -> ProtocolMismatchError:
+    """A TLS listener reached with a plain-text ``security.protocol``."""
+    return ProtocolMismatchError(
+        f"the listener at {server} speaks TLS but security.protocol is {config.security_protocol}"
+        f"{_in(config)}: use SSL or SASL_SSL (with ssl.ca.location), or the plain-text port"
+    )
+
+
 def _tls_failure(exc: ssl.SSLError, server: str, config: KafkaClientConfig) -> KafkaSecurityError:
     reason = str(getattr(exc, "reason", "") or "")
-    if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError) or reason in _NOT_TLS:
+    if _not_tls(exc):
         return ProtocolMismatchError(
             f"the listener at {server} does not speak TLS ({reason or type(exc).__name__}); is it a PLAINTEXT "
             f"or SASL_PLAINTEXT listener? Check the port and security.protocol={config.security_protocol}{_in(config)}"
@@ -272,10 +282,7 @@ def _sasl_handshake(
         body = _exchange(channel, _request(_SASL_HANDSHAKE, 1, struct.pack(">h", len(encoded)) + encoded), deadline)
     except _NotKafka as exc:
         if not config.uses_tls and exc.head[:1] == b"\x15":
-            raise ProtocolMismatchError(
-                f"the listener at {server} speaks TLS but security.protocol is {config.security_protocol}"
-                f"{_in(config)}: use SSL or SASL_SSL (with ssl.ca.location), or the plain-text port"
-            ) from None
+            raise _tls_to_plain_text(server, config) from None
         raise _Undecided("not a Kafka answer") from None
     except ssl.SSLError as exc:  # a TLS 1.3 server refuses a client certificate after the handshake
         raise _tls_failure(exc, server, config) from None
