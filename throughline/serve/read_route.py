@@ -11,10 +11,10 @@ This handler does exactly what the FastAPI route does, in the same order, and no
 1. the bearer token (``BearerAuth.check``);
 2. the query string, parsed the way Starlette parses it (``parse_qsl``, blank values kept, Latin-1),
    into a ``ReadRequest`` (``request_from_query``), a limit out of range counted as a refused read;
-3. ``ReadApi.answer`` on a worker thread (a read waits for the projector, and a long-poll for the
-   project's chain, neither of which may block the event loop): a read that cannot long-poll on the
-   route's own threads (a plain executor costs the event loop less than anyio's hop), one that can on
-   anyio's worker threads, whose limit ``serve`` raises for ``max_waiters``;
+3. ``ReadApi.answer`` on one of the route's own threads (a read waits for the projector, and a
+   long-poll for the project's chain, neither of which may block the event loop; a plain executor
+   costs the event loop less than anyio's hop), as many as anyio's limit that ``serve`` raises for
+   the framework's routes (``max_waiters`` + 32);
 4. the answer as ``read_response`` / ``error_response`` make it, the same bytes and headers.
 
 Anything else (POST, another path, a ``serve --group`` member, which may forward a read) goes on to the
@@ -31,7 +31,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qsl
 
-import anyio.to_thread
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from throughline.errors import ThroughlineError
@@ -47,9 +46,10 @@ _log = logging.getLogger("throughline.serve")
 
 
 class ReadThreads:
-    """The worker threads of ``ReadRoute``: as many reads may wait for the projector at once as the
-    FastAPI route allowed (anyio's limit, which ``serve`` raises to ``max_waiters`` + 32). A thread
-    starts only when a read finds none idle; ``close`` (the app's lifespan ends) lets them go, and a
+    """The worker threads of ``ReadRoute``: as many reads and long-polls may wait at once as the FastAPI
+    route allowed (anyio's limit, which ``serve`` raises to ``max_waiters`` + 32: the long-polls, at
+    most ``max_waiters``, leave 32 threads to the other reads). A thread starts only when a read finds
+    none idle; ``close`` (the app's lifespan ends) lets them go, and a
     later read (an app served again, as tests do) starts a new pool."""
 
     def __init__(self, size: int) -> None:
@@ -112,8 +112,6 @@ class ReadRoute:
         self.auth.check(_header(scope, b"authorization"))
         pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         read = api.parse(lambda: request_from_query(pairs, max_wait=api.settings.max_wait))
-        if read.wait > 0 and read.first_page:
-            return await anyio.to_thread.run_sync(api.answer, read)
         return await self._threads.run(api.answer, read)
 
 
