@@ -218,7 +218,8 @@ def measure(cfg: Config, bootstrap: str, capacity: float | None, workdir: Path) 
                 f"{_fmt(r['fresh_p50'], '{:.1f}')} p99 {_fmt(r['fresh_p99'], '{:.1f}')} ms ({r['samples']} samples, "
                 f"{r['missed']} missed, {r['stale']} skipped), reads {r['reads']:,} {r['statuses']} p50 "
                 f"{_fmt(r['read_p50'], '{:.1f}')} p99 {_fmt(r['read_p99'], '{:.1f}')} ms, lag {_fmt(r['lag_records_p50'])}"
-                f"/{_fmt(r['lag_records_max'])} records {_fmt(r['lag_ms_p50'])}/{_fmt(r['lag_ms_max'])} ms"
+                f"/{_fmt(r['lag_records_max'])} records {_fmt(r['lag_ms_p50'])}/{_fmt(r['lag_ms_max'])} ms, "
+                f"long-poll answers {r['follow_statuses']}"
             )
         sec.targets = targets(cells)
         sec.targets += _idle_http(sec, sweep, plan, cfg.freshness_idle_reads)

@@ -482,8 +482,8 @@ class Rig:
         sampler.start()
         follower.start()
         try:
-            summaries = self._results(cell, n, seconds * 4 + 120)
-            _wait_covered(stats, [f for s in summaries for f in s.get("followed", [])], POLL_BOUND_S)
+            summary = _merge(self._results(cell, n, seconds * 4 + 120), start)
+            _wait_covered(stats, summary["followed"], POLL_BOUND_S)
         finally:
             follow_stop.set()
             until.set()
@@ -497,7 +497,6 @@ class Rig:
             if recorder is not None:
                 recorder.__exit__(None, None, None)
             self.current = None
-        summary = _merge(summaries, start)
         return _figures(stats, summary, rate=rate, projects=projects, label=label, drained_s=drained,
                         producers=n, profile=profile[0] if profile else None)
 
