@@ -1,10 +1,11 @@
 """The cost of a small transaction's row writes, side by side, without a broker.
 
-``.venv/bin/python -m bench.small_writes [--rounds N]`` applies the same batches (1 to 100 records,
-the sizes a caught-up projector commits under steady ingest) to two fresh projections in alternation:
-one chooses between a bound ``VALUES`` list and a registered Arrow table by row count (up to 32 rows a
-statement, the store before this change), the other as the store does now (``writes.fits_values``: by
-bound-parameter count, ``writes.VALUES_PARAMS``). It prints the median CPU time of a transaction of
+``.venv/bin/python -m bench.small_writes [--rounds N]`` applies the same batches (1 to 400 records,
+the sizes a projector that keeps up commits under steady ingest) to two fresh projections in
+alternation: one writes as the store did before this change (every Arrow table ``register``-ed and
+``unregister``-ed around its statement, and a bound ``VALUES`` list up to 128 parameters), the other as
+the store does now (``writes.execute_over``: the table found by DuckDB's replacement scan, and a
+``VALUES`` list up to ``writes.VALUES_PARAMS``). It prints the median CPU time of a transaction of
 each and their ratio, then checks that both projections' ``table_digests`` are equal. Alternating the
 two in one run cancels most of a shared machine's drift; CPU time (``time.process_time``) rather than
 wall time, since the writer is on-CPU.
@@ -17,26 +18,48 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
 
 import throughline.projector.prepare as prepare
 from bench.common import Workload, encode_workload
 from throughline.projector.store import DuckProjection, transaction, writes
 
-_ROWS_BEFORE = 32  # the row bound of a VALUES list before writes.VALUES_PARAMS
-SIZES = (1, 2, 5, 10, 20, 32, 100)
+_PARAMS_BEFORE = 128  # writes.VALUES_PARAMS before this change
+SIZES = (1, 2, 5, 10, 20, 40, 100, 400)
 
 
-def _by_rows(width: int, rows: int) -> bool:
-    """The rule before ``writes.fits_values``: up to 32 rows whatever their width."""
-    return rows <= _ROWS_BEFORE
+def _registered(
+    cur: duckdb.DuckDBPyConnection, sql: str, rows: pa.Table | None, params: Sequence[Any] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """``writes.execute_over`` as the store did it before: a temporary view around the statement."""
+    if rows is None:
+        return cur.execute(sql, params)
+    cur.register("tl_rows", rows)
+    try:
+        return cur.execute(sql, params)
+    finally:
+        try:
+            cur.unregister("tl_rows")
+        except duckdb.Error:
+            pass  # gone with a failed transaction
 
 
-def _use(rule: Callable[[int, int], bool]) -> None:
-    # Both modules bind the rule by name (transaction.py imports it from writes).
-    writes.fits_values = rule
-    transaction.fits_values = rule
+def _by_params_before(width: int, rows: int) -> bool:
+    return width * rows <= _PARAMS_BEFORE
+
+
+_Way = tuple[Callable[..., duckdb.DuckDBPyConnection], Callable[[int, int], bool]]
+
+
+def _use(way: _Way) -> None:
+    # Both modules bind the two by name (transaction.py imports them from writes).
+    writes.execute_over, writes.fits_values = way
+    transaction.execute_over, transaction.fits_values = way
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,13 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     need = sum(SIZES) * a.rounds
     data = encode_workload(Workload(need), 1)
     recs = [prepare.LogRecord(0, i, k, v) for i, (k, v) in enumerate(zip(data.keys, data.values, strict=True))]
-    now = writes.fits_values
-    print(f"| records a transaction | VALUES up to {_ROWS_BEFORE} rows ms CPU | VALUES up to {writes.VALUES_PARAMS} "
-          "parameters ms CPU | ratio |")
+    now: _Way = (writes.execute_over, writes.fits_values)
+    before: _Way = (_registered, _by_params_before)
+    print(f"| records a transaction | registered tables, VALUES up to {_PARAMS_BEFORE} parameters ms CPU | "
+          f"replacement scans, VALUES up to {writes.VALUES_PARAMS} parameters ms CPU | ratio |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        old = DuckProjection.open(Path(tmp) / "rows.duckdb", topic="bench")
-        new = DuckProjection.open(Path(tmp) / "params.duckdb", topic="bench")
+        old = DuckProjection.open(Path(tmp) / "before.duckdb", topic="bench")
+        new = DuckProjection.open(Path(tmp) / "now.duckdb", topic="bench")
         try:
             for proj in (old, new):
                 proj.bind_log("bench", None, 1)
@@ -64,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                 for r in range(a.rounds):
                     chunk = recs[i : i + size]
                     i += size
-                    order = [("old", old, _by_rows), ("new", new, now)]
-                    for name, proj, rule in order if r % 2 else order[::-1]:
-                        _use(rule)
+                    order = [("old", old, before), ("new", new, now)]
+                    for name, proj, way in order if r % 2 else order[::-1]:
+                        _use(way)
                         batch = proj.prepare(0, chunk)
                         t = time.process_time()
                         proj.apply_prepared("bench", [batch])

@@ -2,13 +2,12 @@
 
 Every function runs inside the batch's transaction (``throughline.projector.store.transaction``) on its
 cursor. Rows go into one ``INSERT ... VALUES`` with bound parameters while they need at most
-``VALUES_PARAMS`` parameters (``fits_values``), more through a registered Arrow table (set-based).
+``VALUES_PARAMS`` parameters (``fits_values``), more through an Arrow table (set-based, ``execute_over``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -72,19 +71,20 @@ _ARROW_QUARANTINE = (
 
 
 #: Rows needing up to this many bound parameters are written by one statement with a ``VALUES`` list,
-#: more through a registered Arrow table. A ``VALUES`` list costs DuckDB about the same per parameter
-#: whatever the table (binding each one), a registered table a fixed ~2-3 ms and little per row, so the
-#: break-even is a parameter count, not a row count. Measured one statement inside a transaction under
-#: load, threads=1 (VALUES against Arrow, ms of CPU): turns (12 a row) 10 rows 5.4/5.6, 20 rows 9.3/5.7,
-#: 32 rows 15.3/6.4; sources UPDATE (9 a row) 10 rows 7.0/8.0, 20 rows 9.9/8.7; sources INSERT 16 rows
-#: 5.7/5.4, 32 rows 9.7/5.8; turn_ids (2 a row) 32 rows 3.1/4.5, 64 rows 4.3/4.4. A batch under steady
-#: ingest holds a few records, and for one row VALUES is ~2 ms cheaper than registering a table.
-VALUES_PARAMS = 128
+#: more through an Arrow table (``execute_over``). A ``VALUES`` list costs DuckDB about the same per
+#: parameter whatever the table (binding each one), an Arrow table a fixed ~0.6-1 ms and little per row,
+#: so the break-even is a parameter count, not a row count. Measured one statement inside a
+#: transaction, threads=1 (VALUES against Arrow by replacement scan, ms of CPU): turns (12 a row) 1 row
+#: 0.78/1.20, 3 rows 1.17/1.29, 10 rows 2.46/1.72, 40 rows 8.0/1.9; sources UPDATE (9 a row) 3 rows
+#: 2.57/2.46, 10 rows 3.67/3.13, 40 rows 7.4/3.7; turn_ids (2 a row) 10 rows 0.98/1.20, 40 rows
+#: 1.72/1.37. (Before ``execute_over`` a registered table cost ~2-3 ms, and the bound was 128.) One
+#: row, the usual batch at a trickle, stays a VALUES list everywhere.
+VALUES_PARAMS = 48
 
 
 def fits_values(width: int, rows: int) -> bool:
     """Whether ``rows`` rows of ``width`` columns are written with a bound ``VALUES`` list (else through
-    a registered Arrow table)."""
+    an Arrow table, ``execute_over``)."""
     return width * rows <= VALUES_PARAMS
 
 _TURNS_INSERT = (
@@ -144,17 +144,20 @@ SOURCE_COLUMNS = (
 )
 
 
-@contextmanager
-def registered(cur: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
-    """``table`` visible to the SQL of ``cur`` as ``name`` while the block runs."""
-    cur.register(name, table)
-    try:
-        yield
-    finally:
-        try:
-            cur.unregister(name)
-        except duckdb.Error:
-            pass  # the transaction failed: the registration goes with its rollback, keep the first error
+def execute_over(
+    cur: duckdb.DuckDBPyConnection, sql: str, rows: pa.Table | None, params: Sequence[Any] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Run ``sql`` on ``cur``, in which the table ``tl_rows`` is the Arrow table ``rows`` (when given).
+
+    DuckDB's replacement scan finds ``tl_rows`` among the locals of the Python frame that runs the
+    statement (this one; ``python_scan_all_frames`` is off) when no table of the database has that
+    name. ``register`` and ``unregister`` cost twice as much: each is a statement of its own (a
+    temporary view created and dropped in the transaction). Measured inside a transaction, threads=1,
+    ms of CPU for an insert of 1 / 10 / 100 rows of two columns: 0.67 / 0.65 / 1.03 this way, 1.36 /
+    1.41 / 1.93 registered (``python -m bench.small_writes`` compares whole transactions).
+    """
+    tl_rows = rows  # noqa: F841  (read by DuckDB's replacement scan, not by Python)
+    return cur.execute(sql, params)
 
 
 def fix_turn_ids(
@@ -182,8 +185,7 @@ def supersede_stored(
         )
     # Each row is (row_id, *TURN_COLUMNS): the stored turn, then who superseded it.
     table = _rows_table(_ARROW_SUPERSEDED, [(*r[1:], by_partition, by_offset) for r in rows])
-    with registered(cur, "tl_old", table):
-        cur.execute("INSERT INTO superseded_turns BY NAME SELECT * FROM tl_old")
+    execute_over(cur, "INSERT INTO superseded_turns BY NAME SELECT * FROM tl_rows", table)
     row_ids = [int(r[0]) for r in rows]
     if len(row_ids) <= 16:
         for rid in row_ids:  # a point delete by rowid skips to its row group
@@ -200,8 +202,7 @@ def insert_superseded(cur: duckdb.DuckDBPyConnection, superseded: list[tuple[byt
             _ARROW_SUPERSEDED,
             [(source, row[0], project, *row[1:], by_p, by_o) for source, project, row, by_p, by_o in superseded],
         )
-        with registered(cur, "tl_superseded", table):
-            cur.execute("INSERT INTO superseded_turns BY NAME SELECT * FROM tl_superseded")
+        execute_over(cur, "INSERT INTO superseded_turns BY NAME SELECT * FROM tl_rows", table)
 
 
 def insert_turns(cur: duckdb.DuckDBPyConnection, pending: Sequence[tuple[bytes, bytes, list[Row]]]) -> None:
@@ -223,8 +224,7 @@ def insert_turns(cur: duckdb.DuckDBPyConnection, pending: Sequence[tuple[bytes, 
             all_rows.extend(rows)
         seq, *rest = zip(*all_rows, strict=True)
         table = _arrow_table(_ARROW_TURNS, [keys, srcs, seq, projects, *rest])
-        with registered(cur, "tl_turns", table):
-            cur.execute("INSERT INTO turns BY NAME SELECT * FROM tl_turns")
+        execute_over(cur, "INSERT INTO turns BY NAME SELECT * FROM tl_rows", table)
 
 
 def _values_rows(width: int, rows: int, names: str) -> str:
@@ -246,14 +246,14 @@ def write_sources(
             rows = _values_rows(len(_ARROW_SOURCES), len(stored), SOURCE_COLUMNS)
             cur.execute(_SOURCES_UPDATE.format(rows=rows), [v for r in stored for v in r])
         else:
-            with registered(cur, "tl_sources_stored", _rows_table(_ARROW_SOURCES, stored)):
-                cur.execute(_SOURCES_UPDATE.format(rows="tl_sources_stored v"))
+            execute_over(cur, _SOURCES_UPDATE.format(rows="tl_rows v"), _rows_table(_ARROW_SOURCES, stored))
     if new:
         if fits_values(len(_ARROW_SOURCES), len(new)):
             cur.execute(values_sql(_SOURCES_INSERT, len(_ARROW_SOURCES), len(new)), [v for r in new for v in r])
         else:
-            with registered(cur, "tl_sources_new", _rows_table(_ARROW_SOURCES, new)):
-                cur.execute(f"INSERT INTO sources BY NAME SELECT {SOURCE_COLUMNS} FROM tl_sources_new")  # noqa: S608
+            execute_over(
+                cur, f"INSERT INTO sources BY NAME SELECT {SOURCE_COLUMNS} FROM tl_rows", _rows_table(_ARROW_SOURCES, new)  # noqa: S608
+            )
 
 
 def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes]) -> None:
@@ -266,8 +266,7 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes]) ->
         updated = cur.execute(_HEADS_UPDATE.format(rows=rows), [v for pair in moved.items() for v in pair]).fetchall()
     else:
         table = _arrow_table(_ARROW_HEADS, [list(moved), list(moved.values())])
-        with registered(cur, "tl_heads", table):
-            updated = cur.execute(_HEADS_UPDATE.format(rows="tl_heads v")).fetchall()
+        updated = execute_over(cur, _HEADS_UPDATE.format(rows="tl_rows v"), table).fetchall()
     done = {bytes(r[0]) for r in updated}
     new = {p: s for p, s in moved.items() if p not in done}
     if not new:
@@ -276,16 +275,13 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes]) ->
         cur.execute(values_sql(_HEADS_INSERT, 2, len(new)), [v for pair in new.items() for v in pair])
     else:
         table = _arrow_table(_ARROW_HEADS, [list(new), list(new.values())])
-        with registered(cur, "tl_heads_new", table):
-            cur.execute("INSERT INTO project_heads BY NAME SELECT * FROM tl_heads_new")
+        execute_over(cur, "INSERT INTO project_heads BY NAME SELECT * FROM tl_rows", table)
 
 
 def insert_quarantine(cur: duckdb.DuckDBPyConnection, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert the batch's ``quarantine`` rows (columns in the table's order)."""
     if rows:
-        table = _rows_table(_ARROW_QUARANTINE, rows)
-        with registered(cur, "tl_quarantine", table):
-            cur.execute("INSERT INTO quarantine BY NAME SELECT * FROM tl_quarantine")
+        execute_over(cur, "INSERT INTO quarantine BY NAME SELECT * FROM tl_rows", _rows_table(_ARROW_QUARANTINE, rows))
 
 
 def write_offsets(cur: duckdb.DuckDBPyConnection, topic: str, counters: Mapping[int, PartitionCounters]) -> None:

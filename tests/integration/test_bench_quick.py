@@ -95,8 +95,9 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
 
 
 def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
-    """``python -m bench.small_writes``: VALUES lists bounded by rows (the store before) and by bound
-    parameters (the store now), applied to the same batches, leave equal tables (exit 1 if they differ)."""
+    """``python -m bench.small_writes``: the writes of the store before (registered Arrow tables, VALUES
+    up to 128 parameters) and now (``execute_over``), applied to the same batches, leave equal tables
+    (exit 1 if they differ)."""
     proc = subprocess.run(
         [sys.executable, "-m", "bench.small_writes", "--rounds", "2"],
         cwd=REPO, capture_output=True, text=True, timeout=120,

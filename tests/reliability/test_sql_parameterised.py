@@ -49,6 +49,7 @@ _SQL_TEXT = re.compile(
 CONSTANT_PARAMETERS: dict[tuple[str, str, str], str] = {
     ("projector/store/view.py", "_bucket_sql", "columns"): "a tuple of fixed column names of the turns table",
     ("projector/store/view.py", "turn_rows", "columns"): "a tuple of fixed column names of the turns table",
+    ("projector/store/writes.py", "execute_over", "sql"): "the statement of a write, built by its caller from constants",
 }
 #: (module path, function) -> why its result may enter SQL text.
 SANITIZERS: dict[tuple[str, str], str] = {
@@ -334,13 +335,18 @@ class ModuleScan:
 
     def _check_constant_parameters(self) -> None:
         for (path, function, parameter), _why in self.constant_parameters.items():
-            if path != self.path:
-                continue
-            fn = self.functions.get(function)
-            if fn is None:
-                if self.constant_parameters is CONSTANT_PARAMETERS:  # keep the reviewed list current
-                    self.violations.append(Violation(path, 1, f"allow-listed function {function} no longer exists"))
-                continue
+            if path == self.path:
+                name, fn = function, self.functions.get(function)
+                if fn is None:
+                    if self.constant_parameters is CONSTANT_PARAMETERS:  # keep the reviewed list current
+                        self.violations.append(Violation(path, 1, f"allow-listed function {function} no longer exists"))
+                    continue
+            else:
+                # A module that imports the function by name must pass it constants too.
+                found = self._imported_function(path, function)
+                if found is None:
+                    continue
+                name, fn = found
             names = [p.arg for p in (*fn.args.posonlyargs, *fn.args.args)]
             index = names.index(parameter)
             for caller in self.all_functions:
@@ -349,16 +355,26 @@ class ModuleScan:
                 scope.params = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
                 _collect(caller.body, scope)
                 for node in ast.walk(caller):
-                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == function:
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
                         given = [k.value for k in node.keywords if k.arg == parameter]
                         if not given and index < len(node.args):
                             given = [node.args[index]]
                         for value in given:
                             if not self.const(value, scope):
                                 self.violations.append(
-                                    Violation(path, node.lineno, f"{function}({parameter}=...) called with data: "
+                                    Violation(self.path, node.lineno, f"{function}({parameter}=...) called with data: "
                                               f"{ast.unparse(value)[:80]}")
                                 )
+
+    def _imported_function(self, path: str, function: str) -> tuple[str, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+        """The local name and definition of ``function`` of module ``path`` when this module imports it by name."""
+        for local, (module, original) in self.imports.items():
+            if original != function:
+                continue
+            other = _scan_of(module)
+            if other is not None and other.path == path and function in other.functions:
+                return local, other.functions[function]
+        return None
 
 
 #: Where the installed package names of the scanned folders live (pyproject's package-dir).
@@ -486,3 +502,15 @@ def test_the_scanner_accepts_parameterised_and_constant_sql() -> None:
     for name, source in GOOD.items():
         found = scan_source("snippet.py", source)
         assert not found, f"{name}: {[str(v) for v in found]}"
+
+
+def test_an_allow_listed_function_imported_elsewhere_is_checked_there_too() -> None:
+    """``execute_over`` (projector/store/writes.py) takes SQL text; a module that imports it by name
+    must hand it constants, as writes.py's own callers must."""
+    imports = "from throughline.projector.store.writes import execute_over as run\n"
+    bad = imports + "def f(cur, req):\n    run(cur, req.args['sql'], None)\n"
+    good = imports + "SQL = 'SELECT 1'\ndef f(cur, rows):\n    run(cur, SQL + ' FROM tl_rows', rows)\n"
+    assert [v.what for v in ModuleScan("projector/snippet.py", bad).scan()] == [
+        "execute_over(sql=...) called with data: req.args['sql']"
+    ]
+    assert ModuleScan("projector/snippet.py", good).scan() == []
