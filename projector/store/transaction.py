@@ -362,4 +362,4 @@ class ApplyTransaction:
         known = self._known_heads
         writes.write_heads(cur, {project: source for project, source in heads.items() if known.get(project) != source})
         writes.insert_quarantine(cur, quarantine)
-        writes.write_offsets(cur, self.topic, self.counters)
+        writes.write_offsets(cur, self.topic, self.counters, self._counters.keys())

@@ -7,7 +7,7 @@ cursor. Rows go into one ``INSERT ... VALUES`` with bound parameters while they 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -284,19 +284,42 @@ def insert_quarantine(cur: duckdb.DuckDBPyConnection, rows: Sequence[tuple[Any, 
         execute_over(cur, "INSERT INTO quarantine BY NAME SELECT * FROM tl_rows", _rows_table(_ARROW_QUARANTINE, rows))
 
 
-def write_offsets(cur: duckdb.DuckDBPyConnection, topic: str, counters: Mapping[int, PartitionCounters]) -> None:
-    """Write each partition's next offset and counters (``applied_offsets``)."""
-    for part, counter in counters.items():
-        c = counter.applied
-        # An UPDATE of the existing row: DuckDB's INSERT OR REPLACE costs ~2 ms a statement (its
-        # conflict handling), three times an UPDATE's; a partition's first batch inserts the row.
-        updated = cur.execute(
-            "UPDATE applied_offsets SET next_offset = ?, records = ?, appended = ?, rewinds = ?, duplicates = ?, "
-            "quarantined = ? WHERE topic = ? AND log_partition = ?",
-            [counter.next_offset, c.records, c.appended, c.rewinds, c.duplicates, c.quarantined, topic, part],
-        ).fetchone()
-        if not updated or not updated[0]:
-            cur.execute(
-                "INSERT INTO applied_offsets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [topic, part, counter.next_offset, c.records, c.appended, c.rewinds, c.duplicates, c.quarantined],
+#: The columns of ``applied_offsets`` a batch rewrites (after its key, ``topic`` and ``log_partition``).
+_OFFSET_COLUMNS = ("next_offset", "records", "appended", "rewinds", "duplicates", "quarantined")
+
+
+def _offset_values(counter: PartitionCounters) -> tuple[int, ...]:
+    c = counter.applied
+    return (counter.next_offset, c.records, c.appended, c.rewinds, c.duplicates, c.quarantined)
+
+
+def write_offsets(
+    cur: duckdb.DuckDBPyConnection, topic: str, counters: Mapping[int, PartitionCounters], stored: Collection[int]
+) -> None:
+    """Write each partition's next offset and counters (``applied_offsets``): the partitions in
+    ``stored`` (committed before, so their rows exist) by one UPDATE, the others by one INSERT.
+
+    One UPDATE for every partition, its values chosen by ``CASE log_partition``: a batch under steady
+    ingest holds records of every partition, and one statement a partition cost 2.7 ms of CPU for
+    three partitions against 2.0 ms (measured inside a transaction, threads=1). An UPDATE, not
+    ``INSERT OR REPLACE``: DuckDB's conflict handling costs ~2 ms a statement, three times an UPDATE's.
+    """
+    update = [p for p in counters if p in stored]
+    if update:
+        n = len(update)
+        sets = ", ".join(f"{column} = CASE log_partition {' '.join('WHEN ? THEN ?' for _ in range(n))} END" for column in _OFFSET_COLUMNS)
+        params: list[Any] = []
+        values = [_offset_values(counters[p]) for p in update]
+        for i in range(len(_OFFSET_COLUMNS)):
+            for part, row in zip(update, values, strict=True):
+                params += (part, row[i])
+        sql = f"UPDATE applied_offsets SET {sets} WHERE topic = ? AND log_partition IN ({', '.join('?' for _ in range(n))})"  # noqa: S608
+        changed = cur.execute(sql, [*params, topic, *update]).fetchone()
+        if not changed or changed[0] != n:
+            raise InvalidBatchError(
+                f"applied_offsets holds {changed[0] if changed else 0} of the {n} partition rows the projection "
+                "committed before (corrupt projection?)"
             )
+    new = [(topic, p, *_offset_values(counters[p])) for p in counters if p not in stored]
+    if new:
+        cur.execute(values_sql("INSERT INTO applied_offsets", 8, len(new)), [v for r in new for v in r])

@@ -1,7 +1,10 @@
-"""``writes.execute_over``: a statement over an Arrow table found by DuckDB's replacement scan.
+"""The batch's writes (``projector/store/writes.py``) that the store's property tests cannot tell apart.
 
-The store's set-based writes depend on it (DuckDB pinned in pyproject); these tests pin the seam: the
-table is seen under ``tl_rows``, each call sees its own table, and nothing stays in the catalog.
+``execute_over`` runs a statement over an Arrow table found by DuckDB's replacement scan; the store's
+set-based writes depend on it (DuckDB pinned in pyproject), so these tests pin the seam: the table is
+seen under ``tl_rows``, each call sees its own table, and nothing stays in the catalog.
+``write_offsets`` trusts the projection's committed counters to know which rows exist; a row missing
+under them must fail the batch, never lose its offsets.
 """
 
 from __future__ import annotations
@@ -10,8 +13,13 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pytest
 
-from throughline.projector.store.writes import execute_over
+from throughline.projector.exceptions import InvalidBatchError
+from throughline.projector.store.schema import SCHEMA
+from throughline.projector.store.state import PartitionCounters
+from throughline.projector.store.values import BatchSummary
+from throughline.projector.store.writes import execute_over, write_offsets
 
 
 def _table(keys: list[int]) -> pa.Table:
@@ -56,5 +64,44 @@ def test_nothing_of_the_table_stays_behind(tmp_path: Path) -> None:
             raise AssertionError("tl_rows resolved outside execute_over")
         except duckdb.CatalogException:
             pass
+    finally:
+        con.close()
+
+
+def _offsets_db(tmp_path: Path) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(str(tmp_path / "o.duckdb"))
+    for statement in SCHEMA:
+        con.execute(statement)
+    return con
+
+
+def _counters(next_offset: int, records: int) -> PartitionCounters:
+    return PartitionCounters(next_offset, BatchSummary(records, records - 1, 0, 1, 0))
+
+
+def test_offsets_of_stored_and_new_partitions_are_written_in_one_statement_each(tmp_path: Path) -> None:
+    con = _offsets_db(tmp_path)
+    try:
+        write_offsets(con, "t", {0: _counters(5, 5), 2: _counters(7, 7)}, stored=())
+        write_offsets(con, "t", {0: _counters(9, 9), 1: _counters(3, 3), 2: _counters(8, 8)}, stored=(0, 2))
+        write_offsets(con, "u", {0: _counters(1, 1)}, stored=())  # another topic's row is left alone
+        write_offsets(con, "t", {2: _counters(10, 10)}, stored=(0, 1, 2))
+        rows = con.execute("SELECT * FROM applied_offsets ORDER BY topic, log_partition").fetchall()
+        assert rows == [
+            ("t", 0, 9, 9, 8, 0, 1, 0),
+            ("t", 1, 3, 3, 2, 0, 1, 0),
+            ("t", 2, 10, 10, 9, 0, 1, 0),
+            ("u", 0, 1, 1, 0, 0, 1, 0),
+        ]
+    finally:
+        con.close()
+
+
+def test_a_stored_partition_without_its_row_is_an_error_not_a_lost_offset(tmp_path: Path) -> None:
+    con = _offsets_db(tmp_path)
+    try:
+        write_offsets(con, "t", {0: _counters(5, 5)}, stored=())
+        with pytest.raises(InvalidBatchError, match="1 of the 2 partition rows"):
+            write_offsets(con, "t", {0: _counters(6, 6), 1: _counters(2, 2)}, stored=(0, 1))
     finally:
         con.close()
