@@ -144,6 +144,18 @@ class PendingSend:
         """True once the broker acknowledged the record or the send failed."""
         return bool(self._future.is_done)
 
+    def acknowledged(self) -> LogPosition | None:
+        """Where the turn landed if the broker already acknowledged it, else ``None`` (not waiting).
+
+        ``send_many`` reads its positions this way after the flush: ``result`` would set up a wait
+        and the error translation for each turn (~2 us a turn, measured).
+        """
+        future = self._future
+        if future.is_done and future.exception is None:
+            meta = future.value
+            return LogPosition(int(meta.partition), int(meta.offset))
+        return None
+
     def result(self, timeout: float | None = None) -> LogPosition:
         """Wait for the acknowledgement (at most ``timeout``, default the producer's send timeout + 5 s)."""
         wait = self._owner.send_timeout + 5.0 if timeout is None else timeout
@@ -258,6 +270,10 @@ class TurnProducer(TopicClient):
         positions: list[LogPosition] = []
         first_error: Exception | None = None
         for p in pending:
+            acked = p.acknowledged()
+            if acked is not None:
+                positions.append(acked)
+                continue
             try:
                 positions.append(p.result())
             except (ProducerError, LogError) as exc:

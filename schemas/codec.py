@@ -126,6 +126,12 @@ def encode_turn(record: TurnRecord) -> bytes:
     seq = record.seq
     producer = record.producer
     attributes = producer.attributes
+    body = record.body
+    if type(body) is not str:
+        raise TypeError(f"expected a str for an Avro string, got {type(body).__name__}")
+    text = body.encode("utf-8")
+    # The body goes into the final join on its own: prefixing it with its length first would copy it
+    # once more (the record's largest field).
     parts = [
         _CURRENT_HEADER,
         _string(record.project),
@@ -135,7 +141,8 @@ def encode_turn(record: TurnRecord) -> bytes:
         _string(record.turn_id),
         b"\x00" if seq is None else b"\x02" + _long(seq),
         _long(record.completed_at_micros),
-        _string(record.body),
+        _long(len(text)),
+        text,
         _fixed32(record.content_digest),
         _string(producer.name),
         _string(producer.version),
@@ -179,10 +186,13 @@ def _string(s: str) -> bytes:
     if type(s) is not str:
         raise TypeError(f"expected a str for an Avro string, got {type(s).__name__}")
     data = s.encode("utf-8")
-    return _long(len(data)) + data
+    n = len(data)
+    return (_SMALL_LONGS[n] if n < 1024 else _long(n)) + data
 
 
 def _fixed32(b: bytes) -> bytes:
+    if type(b) is bytes and len(b) == 32:
+        return b  # the usual case, without the isinstance of a union and a copy
     if not isinstance(b, bytes | bytearray | memoryview) or len(b) != 32:
         raise ValueError("expected 32 bytes for a Sha256 fixed")
     return bytes(b)
