@@ -9,6 +9,10 @@ the store does now (``writes.execute_over``: the table found by DuckDB's replace
 each and their ratio, then checks that both projections' ``table_digests`` are equal. Alternating the
 two in one run cancels most of a shared machine's drift; CPU time (``time.process_time``) rather than
 wall time, since the writer is on-CPU.
+
+``--contended N`` runs N busy Python threads beside the writer, with the GIL switch interval a projector
+run sets, and prints wall time instead: what the writer pays in ``serve``, where HTTP threads hold the
+GIL whenever DuckDB's binding gives it up (a statement that takes it back mid-way then waits).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +33,7 @@ import pyarrow as pa
 import throughline.projector.prepare as prepare
 from bench.common import Workload, encode_workload
 from throughline.projector.store import DuckProjection, transaction, writes
+from throughline.runtime import prompt_gil_handoffs
 
 _PARAMS_BEFORE = 128  # writes.VALUES_PARAMS before this change
 SIZES = (1, 2, 5, 10, 20, 40, 100, 400)
@@ -62,18 +68,42 @@ def _use(way: _Way) -> None:
     transaction.execute_over, transaction.fits_values = way
 
 
+def _busy(stop: threading.Event) -> None:
+    """Hold the GIL as an HTTP thread does: Python work, until ``stop``."""
+    x = 0
+    while not stop.is_set():
+        for i in range(2000):
+            x += i
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the side-by-side table; exit 1 if the two projections differ."""
     p = argparse.ArgumentParser(prog="python -m bench.small_writes", description=__doc__)
     p.add_argument("--rounds", type=int, default=60, help="transactions of each size per projection (default 60)")
+    p.add_argument("--contended", type=int, default=0, metavar="N",
+                   help="busy Python threads beside the writer; wall time instead of CPU (default 0)")
     a = p.parse_args(argv)
-    need = sum(SIZES) * a.rounds
+    stop = threading.Event()
+    busy = [threading.Thread(target=_busy, args=(stop,), daemon=True) for _ in range(max(0, a.contended))]
+    try:
+        with prompt_gil_handoffs():
+            for t in busy:
+                t.start()
+            return _compare(a.rounds, time.perf_counter if busy else time.process_time, "ms wall" if busy else "ms CPU")
+    finally:
+        stop.set()
+        for t in busy:
+            t.join(timeout=5)
+
+
+def _compare(rounds: int, clock: Callable[[], float], unit: str) -> int:
+    need = sum(SIZES) * rounds
     data = encode_workload(Workload(need), 1)
     recs = [prepare.LogRecord(0, i, k, v) for i, (k, v) in enumerate(zip(data.keys, data.values, strict=True))]
     now: _Way = (writes.execute_over, writes.fits_values)
     before: _Way = (_registered, _by_params_before)
-    print(f"| records a transaction | registered tables, VALUES up to {_PARAMS_BEFORE} parameters ms CPU | "
-          f"replacement scans, VALUES up to {writes.VALUES_PARAMS} parameters ms CPU | ratio |")
+    print(f"| records a transaction | registered tables, VALUES up to {_PARAMS_BEFORE} parameters {unit} | "
+          f"replacement scans, VALUES up to {writes.VALUES_PARAMS} parameters {unit} | ratio |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         old = DuckProjection.open(Path(tmp) / "before.duckdb", topic="bench")
@@ -85,16 +115,16 @@ def main(argv: list[str] | None = None) -> int:
             i = 0
             for size in SIZES:
                 spent: dict[str, list[float]] = {"old": [], "new": []}
-                for r in range(a.rounds):
+                for r in range(rounds):
                     chunk = recs[i : i + size]
                     i += size
                     order = [("old", old, before), ("new", new, now)]
                     for name, proj, way in order if r % 2 else order[::-1]:
                         _use(way)
                         batch = proj.prepare(0, chunk)
-                        t = time.process_time()
+                        t = clock()
                         proj.apply_prepared("bench", [batch])
-                        spent[name].append(time.process_time() - t)
+                        spent[name].append(clock() - t)
                 o, n = statistics.median(spent["old"]) * 1e3, statistics.median(spent["new"]) * 1e3
                 print(f"| {size} | {o:.2f} | {n:.2f} | {n / o:.2f} |", flush=True)
         finally:

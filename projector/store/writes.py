@@ -72,14 +72,16 @@ _ARROW_QUARANTINE = (
 
 #: Rows needing up to this many bound parameters are written by one statement with a ``VALUES`` list,
 #: more through an Arrow table (``execute_over``). A ``VALUES`` list costs DuckDB about the same per
-#: parameter whatever the table (binding each one), an Arrow table a fixed ~0.6-1 ms and little per row,
-#: so the break-even is a parameter count, not a row count. Measured one statement inside a
-#: transaction, threads=1 (VALUES against Arrow by replacement scan, ms of CPU): turns (12 a row) 1 row
-#: 0.78/1.20, 3 rows 1.17/1.29, 10 rows 2.46/1.72, 40 rows 8.0/1.9; sources UPDATE (9 a row) 3 rows
-#: 2.57/2.46, 10 rows 3.67/3.13, 40 rows 7.4/3.7; turn_ids (2 a row) 10 rows 0.98/1.20, 40 rows
-#: 1.72/1.37. (Before ``execute_over`` a registered table cost ~2-3 ms, and the bound was 128.) One
-#: row, the usual batch at a trickle, stays a VALUES list everywhere.
-VALUES_PARAMS = 48
+#: parameter whatever the table (binding each one), an Arrow table a fixed ~0.6-1 ms of CPU and little
+#: per row. By CPU alone the break-even is ~48 parameters (one statement inside a transaction,
+#: threads=1, VALUES against Arrow ms of CPU: turns, 12 a row, 3 rows 1.17/1.29, 10 rows 2.46/1.72;
+#: sources UPDATE, 9 a row, 3 rows 2.57/2.46, 10 rows 3.67/3.13; turn_ids, 2 a row, 10 rows 0.98/1.20,
+#: 40 rows 1.72/1.37). But an Arrow scan takes the GIL back while its statement runs, and in ``serve``
+#: other threads hold it: with two busy Python threads beside the writer (``python -m
+#: bench.small_writes --contended 2``) transactions of 5-10 records took 13-23% longer in wall time
+#: with the bound at 48 than with registered tables and 128, and no longer with 128. So 128: the
+#: bound for what a busy ``serve`` pays, not a quiet projector.
+VALUES_PARAMS = 128
 
 
 def fits_values(width: int, rows: int) -> bool:
