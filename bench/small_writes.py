@@ -3,9 +3,9 @@
 ``.venv/bin/python -m bench.small_writes [--rounds N]`` applies the same batches (1 to 400 records,
 the sizes a projector that keeps up commits under steady ingest) to two fresh projections in
 alternation: one writes as the store did before this change (every Arrow table ``register``-ed and
-``unregister``-ed around its statement, and a bound ``VALUES`` list up to 128 parameters), the other as
-the store does now (``writes.execute_over``: the table found by DuckDB's replacement scan, and a
-``VALUES`` list up to ``writes.VALUES_PARAMS``). It prints the median CPU time of a transaction of
+``unregister``-ed around its statement), the other as the store does now (``writes.execute_over``: the
+table found by DuckDB's replacement scan). Both choose between a bound ``VALUES`` list and an Arrow
+table by ``writes.fits_values``. It prints the median CPU time of a transaction of
 each and their ratio, then checks that both projections' ``table_digests`` are equal. Alternating the
 two in one run cancels most of a shared machine's drift; CPU time (``time.process_time``) rather than
 wall time, since the writer is on-CPU.
@@ -35,7 +35,6 @@ from bench.common import Workload, encode_workload
 from throughline.projector.store import DuckProjection, transaction, writes
 from throughline.runtime import prompt_gil_handoffs
 
-_PARAMS_BEFORE = 128  # writes.VALUES_PARAMS before this change
 SIZES = (1, 2, 5, 10, 20, 40, 100, 400)
 
 
@@ -55,17 +54,12 @@ def _registered(
             pass  # gone with a failed transaction
 
 
-def _by_params_before(width: int, rows: int) -> bool:
-    return width * rows <= _PARAMS_BEFORE
+_Execute = Callable[..., duckdb.DuckDBPyConnection]
 
 
-_Way = tuple[Callable[..., duckdb.DuckDBPyConnection], Callable[[int, int], bool]]
-
-
-def _use(way: _Way) -> None:
-    # Both modules bind the two by name (transaction.py imports them from writes).
-    writes.execute_over, writes.fits_values = way
-    transaction.execute_over, transaction.fits_values = way
+def _use(execute: _Execute) -> None:
+    # Both modules bind it by name (transaction.py imports it from writes).
+    writes.execute_over = transaction.execute_over = execute
 
 
 def _busy(stop: threading.Event) -> None:
@@ -100,10 +94,10 @@ def _compare(rounds: int, clock: Callable[[], float], unit: str) -> int:
     need = sum(SIZES) * rounds
     data = encode_workload(Workload(need), 1)
     recs = [prepare.LogRecord(0, i, k, v) for i, (k, v) in enumerate(zip(data.keys, data.values, strict=True))]
-    now: _Way = (writes.execute_over, writes.fits_values)
-    before: _Way = (_registered, _by_params_before)
-    print(f"| records a transaction | registered tables, VALUES up to {_PARAMS_BEFORE} parameters {unit} | "
-          f"replacement scans, VALUES up to {writes.VALUES_PARAMS} parameters {unit} | ratio |")
+    now: _Execute = writes.execute_over
+    before: _Execute = _registered
+    print(f"| records a transaction (VALUES up to {writes.VALUES_PARAMS} parameters) | registered tables {unit} | "
+          f"replacement scans {unit} | ratio |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         old = DuckProjection.open(Path(tmp) / "before.duckdb", topic="bench")
@@ -119,8 +113,8 @@ def _compare(rounds: int, clock: Callable[[], float], unit: str) -> int:
                     chunk = recs[i : i + size]
                     i += size
                     order = [("old", old, before), ("new", new, now)]
-                    for name, proj, way in order if r % 2 else order[::-1]:
-                        _use(way)
+                    for name, proj, execute in order if r % 2 else order[::-1]:
+                        _use(execute)
                         batch = proj.prepare(0, chunk)
                         t = clock()
                         proj.apply_prepared("bench", [batch])

@@ -95,8 +95,8 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
 
 
 def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
-    """``python -m bench.small_writes``: the writes of the store before (registered Arrow tables, VALUES
-    up to 128 parameters) and now (``execute_over``), applied to the same batches, leave equal tables
+    """``python -m bench.small_writes``: the writes of the store before (registered Arrow tables) and now
+    (``execute_over``), both with the store's VALUES bound, applied to the same batches, leave equal tables
     (exit 1 if they differ), timed by CPU alone and by wall time beside a busy thread."""
     for extra, unit in (([], "ms CPU"), (["--contended", "1"], "ms wall")):
         proc = subprocess.run(
