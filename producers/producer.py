@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import metadata
@@ -49,6 +49,7 @@ from throughline.log import (
     clients,
     describe_topic,
     ensure_topic,
+    translate_kafka_error,
 )
 from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
 from throughline.runtime import fewer_gc_passes
@@ -155,6 +156,29 @@ class PendingSend:
             meta = future.value
             return LogPosition(int(meta.partition), int(meta.offset))
         return None
+
+    def when_done(
+        self, on_acknowledged: Callable[[LogPosition], None], on_failed: Callable[[Exception], None]
+    ) -> None:
+        """Call ``on_acknowledged(position)`` once the broker acknowledged the turn, or ``on_failed(error)``
+        (the error ``result`` would raise) once the send failed; at once, on this thread, if it is done.
+
+        The callback runs on the producer's network thread, at the instant its acknowledgement is read:
+        keep it short and never block there (every other send waits behind it). An exception it raises
+        is logged by kafka-python and otherwise ignored. This is how a caller follows many sends without
+        a thread waiting on each (``result``).
+        """
+        owner = self._owner
+
+        def acknowledged(meta: Any) -> None:
+            on_acknowledged(LogPosition(int(meta.partition), int(meta.offset)))
+
+        def failed(exc: BaseException) -> None:
+            errors = owner.kafka_errors
+            on_failed(owner.send_error(translate_kafka_error(exc, errors.servers, errors.config)))
+
+        self._future.add_callback(acknowledged)
+        self._future.add_errback(failed)
 
     def result(self, timeout: float | None = None) -> LogPosition:
         """Wait for the acknowledgement (at most ``timeout``, default the producer's send timeout + 5 s)."""
