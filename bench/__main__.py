@@ -73,7 +73,7 @@ def parse_args(argv: Sequence[str]) -> Config:
     p.add_argument(
         "--ratio-repeat",
         type=int,
-        help="interleaved repetitions of item 1's target ratios (ceiling, projector, replay; default 7, --quick 1)",
+        help="interleaved repetitions of the target ratios of item 1 (ceiling, projector, replay) and item 5 (default 7, --quick 1)",
     )
     p.add_argument(
         "--freshness-rates",

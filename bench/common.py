@@ -47,7 +47,7 @@ class Config:
     reader_body_bytes: int = 64
     reader_sources: int = 50
     reader_reads: int = 200  # timed reads per (size, kind, limit)
-    ratio_repeat: int = 7  # repetitions of item 1's target ratios (ceiling, projector, replay interleaved)
+    ratio_repeat: int = 7  # repetitions of the target ratios of item 1 (ceiling, projector, replay) and item 5
     freshness_rates: tuple[float | None, ...] = (10.0, 100.0, 1_000.0, 5_000.0, None)  # None: half capacity
     freshness_projects: tuple[int, ...] = (1, 64)
     freshness_seconds: float = 10.0  # measured seconds per cell of the sweep

@@ -9,6 +9,7 @@ outside the clock for both.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 from bench.common import (
@@ -17,6 +18,7 @@ from bench.common import (
     Figure,
     Section,
     Target,
+    against_noise,
     bare_producer,
     create_topic,
     delete_topics,
@@ -61,13 +63,14 @@ def run_bare_producer(bootstrap: str, topic: str, data: Encoded, partitions: int
 
 
 def measure(cfg: Config, bootstrap: str, turns: list[TurnRecord], data: Encoded) -> Section:
-    """Interleave the two producers ``cfg.repeat`` times; report rates and the ratio."""
+    """Interleave the two producers (``--ratio-repeat`` times, at least ``--repeat``); report their rates
+    and the median of the per-repetition ratios, with the interval that tells a miss from noise."""
     ours: list[float] = []
     bare: list[float] = []
     ratios: list[float] = []
     topics: list[str] = []
     n = len(turns)
-    for rep in range(cfg.repeat):
+    for rep in range(max(cfg.repeat, cfg.ratio_repeat)):
         t_bare = new_topic_name("producer-bare")
         t_ours = new_topic_name("producer-turn")
         topics += [t_bare, t_ours]
@@ -89,9 +92,9 @@ def measure(cfg: Config, bootstrap: str, turns: list[TurnRecord], data: Encoded)
         ours_fig,
         Figure("TurnProducer / bare producer (per repetition)", ratios, "ratio", "{:.2f}"),
     ]
-    median_ratio = ours_fig.median / bare_fig.median if ours else None
+    median_ratio = statistics.median(ratios) if ratios else None
     section.targets = [
-        Target("TurnProducer >= 0.8 of the bare producer", median_ratio, 0.8, text="ratio of median rates")
+        Target("TurnProducer >= 0.8 of the bare producer", median_ratio, 0.8, text=against_noise(ratios, 0.8))
     ]
     if wants_profile(cfg, section.targets):
         topic = new_topic_name("producer-profile")
@@ -104,6 +107,9 @@ def measure(cfg: Config, bootstrap: str, turns: list[TurnRecord], data: Encoded)
     section.notes = [
         f"{n:,} turns of ~{data.value_bytes // max(1, n):,} encoded bytes, {cfg.partitions} partitions, "
         "acks=all, idempotent, linger 5 ms, 128 KiB batches (TurnProducer's settings) for both.",
+        f"The target ratio is the median of {len(ratios)} per-repetition ratios (each repetition's two "
+        "producers run back to back, the bare one first), with a distribution-free interval of that median; "
+        "the bare producer's rate alone varies by up to 1.5x between repetitions on this machine.",
         "TurnProducer starts from `TurnRecord` values and re-validates (`build_turn`: canonical project, "
         "SHA-256 content digest) and Avro-encodes each; the bare producer sends pre-encoded bytes.",
     ]

@@ -125,8 +125,9 @@ def render(
     out.append(
         f"- Every figure is the median of {cfg.repeat} repetition{'s' if cfg.repeat != 1 else ''}"
         + (" (min..max in brackets)" if cfg.repeat > 1 else "")
-        + f", except item 1's target ratios (medians of {cfg.ratio_repeat} paired repetitions, with a "
-        "confidence interval that tells a miss from noise) and item 4's sweep (one run of every cell); "
+        + f", except the target ratios of items 1 and 5 (medians of {max(cfg.repeat, cfg.ratio_repeat)} paired "
+        "repetitions, with a confidence interval that tells a miss from noise; item 5's rates are over the "
+        "same repetitions) and item 4's sweep (one run of every cell); "
         "other ratios are ratios of medians. Measurements are interleaved per repetition so that drifting "
         "load hits every contender alike."
     )

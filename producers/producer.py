@@ -283,25 +283,27 @@ class TurnProducer(TopicClient):
         the first failure (in input order) is raised; turns before it may be in the log, and sending
         them again is harmless (the projector applies a turn id once).
         """
+        positions: list[LogPosition] = []
+        first_error: Exception | None = None
+        # The positions too: one per turn, allocated while every future is still alive (measured: ~5%
+        # of send_many's time at 50k turns when the collector walked them at its default threshold).
         with fewer_gc_passes():
             prepared = [self._prepare(t) for t in turns]
             pending = [self._submit(turn, value) for turn, value in prepared]
-        try:
-            with self.kafka_errors:
-                self._producer.flush(timeout=self.send_timeout + 5.0)
-        except LogError:
-            pass  # each pending send below reports its own failure
-        positions: list[LogPosition] = []
-        first_error: Exception | None = None
-        for p in pending:
-            acked = p.acknowledged()
-            if acked is not None:
-                positions.append(acked)
-                continue
             try:
-                positions.append(p.result())
-            except (ProducerError, LogError) as exc:
-                first_error = first_error or exc
+                with self.kafka_errors:
+                    self._producer.flush(timeout=self.send_timeout + 5.0)
+            except LogError:
+                pass  # each pending send below reports its own failure
+            for p in pending:
+                acked = p.acknowledged()
+                if acked is not None:
+                    positions.append(acked)
+                    continue
+                try:
+                    positions.append(p.result())
+                except (ProducerError, LogError) as exc:
+                    first_error = first_error or exc
         if first_error is not None:
             raise first_error
         return positions
