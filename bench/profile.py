@@ -128,11 +128,42 @@ def summarise(raw: Path, label: str) -> Profile:
     )
 
 
+def _children(pid: int) -> list[tuple[int, str]]:
+    """The processes whose parent is ``pid`` (from ``/proc``), with their command lines."""
+    out: list[tuple[int, str]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            if ppid == pid:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                out.append((int(entry.name), cmdline))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return out
+
+
+def _merge_raw(parts: list[tuple[Path, str]], out: Path) -> None:
+    """One raw file of several recordings, each stack led by its ``process`` frames (``summarise``
+    names a child's threads by them)."""
+    lines: list[str] = []
+    for raw, lead in parts:
+        if raw.exists():
+            lines += [lead + line for line in raw.read_text(errors="replace").splitlines() if line.strip()]
+    out.write_text("\n".join(lines) + ("\n" if lines else ""))
+
+
 @contextlib.contextmanager
 def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Profile]]:
     """Record a process (this one by default) with py-spy, every thread, while the block runs.
 
-    Yields a list that holds the ``Profile`` once the block has finished.
+    This process is recorded with ``--subprocesses`` (the projector's fetch worker starts inside the
+    block). Another process (``pid``: ``serve``) and each of its children at the start get a py-spy of
+    their own: in full runs py-spy ``--subprocesses`` on ``serve`` died of a segmentation fault (exit
+    status -11) in most sweeps, while one py-spy a process never did here. Yields a list that holds the
+    ``Profile`` once the block has finished.
     """
     holder: list[Profile] = []
     try:
@@ -144,27 +175,49 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
     py_spy = str(peers.PY_SPY.bin("py-spy"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [py_spy, "record", "--pid", str(pid or os.getpid()), "--rate", "200", "--format", "raw", "--threads",
-         "--subprocesses", "--nonblocking", "-o", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    targets: list[tuple[int, Path, str, list[str]]] = []  # pid, raw file, lead frames, extra flags
+    if pid is None:
+        targets.append((os.getpid(), out, "", ["--subprocesses"]))
+    else:
+        targets.append((pid, out.with_suffix(".0"), "", []))
+        for i, (child, cmdline) in enumerate(_children(pid), 1):
+            lead = f"process {pid}:\"serve\";process {child}:\"{cmdline}\";"
+            targets.append((child, out.with_suffix(f".{i}"), lead, []))
+    procs = []
+    for target, raw, _, extra in targets:
+        raw.unlink(missing_ok=True)
+        procs.append(subprocess.Popen(
+            [py_spy, "record", "--pid", str(target), "--rate", "200", "--format", "raw", "--threads",
+             *extra, "--nonblocking", "-o", str(raw)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        ))
     time.sleep(1.0)  # let py-spy attach before the work starts
     try:
         yield holder
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate(timeout=10)
+        errors: list[str] = []
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                _, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate(timeout=10)
+            if proc.returncode not in (0, None):
+                message = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+                errors.append(f"{message[0]} (exit status {proc.returncode})")
+        if pid is not None:
+            _merge_raw([(raw, lead) for _, raw, lead, _ in targets], out)
+            for _, raw, _, _ in targets:
+                raw.unlink(missing_ok=True)
         if out.exists() and out.stat().st_size:
             holder.append(summarise(out, label))
+            if errors:
+                log(f"py-spy failed for part of {label}: {errors}")
         else:
-            message = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
             # The exit status tells a py-spy that died (a signal, a failed attach) from one that ran and
-            # wrote nothing: full runs have met the second, which runs by hand did not reproduce.
-            holder.append(Profile(label, error=f"py-spy: {message[0]} (exit status {proc.returncode})"))
-            log(f"py-spy failed for {label}: {message}, exit status {proc.returncode}, output {out}")
+            # wrote nothing.
+            holder.append(Profile(label, error=f"py-spy: {errors[0] if errors else 'no output'}"))
+            log(f"py-spy failed for {label}: {errors or 'no output'}, output {out}")
