@@ -39,6 +39,10 @@ class Profile:
     raw_path: Path | None = None
     idle: int = 0  # samples whose leaf frame was a wait (left out of every share)
     error: str | None = None
+    missing: str | None = None  # the processes of a recording whose py-spy recorded nothing, and why
+
+    def _incomplete(self) -> str:
+        return f"; incomplete, py-spy failed for {self.missing}" if self.missing else ""
 
     def markdown(self, top: int = 12) -> str:
         """The profile as a markdown block."""
@@ -46,7 +50,7 @@ class Profile:
             return f"**{self.label}**: no profile ({self.error})."
         lines = [
             f"**{self.label}** ({self.samples:,} working samples over all threads, py-spy at 200 Hz; "
-            f"{self.idle:,} samples waiting in a lock, queue, select or sleep left out)",
+            f"{self.idle:,} samples waiting in a lock, queue, select or sleep left out{self._incomplete()})",
             "",
         ]
         if self.threads:
@@ -65,7 +69,7 @@ class Profile:
             return f"no profile ({self.error})"
         frames = ", ".join(f"`{f}` {s:.0%}" for f, s in self.self_top[:top])
         threads = ", ".join(f"{t} {s:.0%}" for t, s in self.threads[:3])
-        return f"py-spy, on-CPU self time: {frames} (threads: {threads})"
+        return f"py-spy, on-CPU self time: {frames} (threads: {threads}{self._incomplete()})"
 
 
 def _short(frame: str) -> str:
@@ -161,9 +165,10 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
 
     This process is recorded with ``--subprocesses`` (the projector's fetch worker starts inside the
     block). Another process (``pid``: ``serve``) and each of its children at the start get a py-spy of
-    their own: in full runs py-spy ``--subprocesses`` on ``serve`` died of a segmentation fault (exit
-    status -11) in most sweeps, while one py-spy a process never did here. Yields a list that holds the
-    ``Profile`` once the block has finished.
+    their own: in full runs py-spy on ``serve`` died of a segmentation fault (exit status -11) in most
+    sweeps, with ``--subprocesses`` taking the fetch worker's samples down with it; apart, what the
+    others recorded is kept, and the profile names the process it lacks (``Profile.missing``). Yields
+    a list that holds the ``Profile`` once the block has finished.
     """
     holder: list[Profile] = []
     try:
@@ -175,16 +180,18 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
     py_spy = str(peers.PY_SPY.bin("py-spy"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    targets: list[tuple[int, Path, str, list[str]]] = []  # pid, raw file, lead frames, extra flags
+    # pid, what it is, raw file, lead frames, extra flags
+    targets: list[tuple[int, str, Path, str, list[str]]] = []
     if pid is None:
-        targets.append((os.getpid(), out, "", ["--subprocesses"]))
+        targets.append((os.getpid(), "this process", out, "", ["--subprocesses"]))
     else:
-        targets.append((pid, out.with_suffix(".0"), "", []))
+        targets.append((pid, "serve", out.with_suffix(".0"), "", []))
         for i, (child, cmdline) in enumerate(_children(pid), 1):
             lead = f"process {pid}:\"serve\";process {child}:\"{cmdline}\";"
-            targets.append((child, out.with_suffix(f".{i}"), lead, []))
+            name = "the fetch worker" if "projector.feed" in cmdline else f"child {child}"
+            targets.append((child, name, out.with_suffix(f".{i}"), lead, []))
     procs = []
-    for target, raw, _, extra in targets:
+    for target, _, raw, _, extra in targets:
         raw.unlink(missing_ok=True)
         procs.append(subprocess.Popen(
             [py_spy, "record", "--pid", str(target), "--rate", "200", "--format", "raw", "--threads",
@@ -196,10 +203,10 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
     try:
         yield holder
     finally:
-        errors: list[str] = []
+        errors: list[str] = []  # "<process>: <why>" of each py-spy that failed
         for proc in procs:
             proc.send_signal(signal.SIGINT)
-        for proc in procs:
+        for proc, (_, name, _, _, _) in zip(procs, targets, strict=True):
             try:
                 _, err = proc.communicate(timeout=60)
             except subprocess.TimeoutExpired:
@@ -207,17 +214,19 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
                 _, err = proc.communicate(timeout=10)
             if proc.returncode not in (0, None):
                 message = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-                errors.append(f"{message[0]} (exit status {proc.returncode})")
+                errors.append(f"{name}: {message[0]} (exit status {proc.returncode})")
         if pid is not None:
-            _merge_raw([(raw, lead) for _, raw, lead, _ in targets], out)
-            for _, raw, _, _ in targets:
+            _merge_raw([(raw, lead) for _, _, raw, lead, _ in targets], out)
+            for _, _, raw, _, _ in targets:
                 raw.unlink(missing_ok=True)
         if out.exists() and out.stat().st_size:
-            holder.append(summarise(out, label))
+            profile = summarise(out, label)
             if errors:
+                profile.missing = "; ".join(errors)
                 log(f"py-spy failed for part of {label}: {errors}")
+            holder.append(profile)
         else:
             # The exit status tells a py-spy that died (a signal, a failed attach) from one that ran and
             # wrote nothing.
-            holder.append(Profile(label, error=f"py-spy: {errors[0] if errors else 'no output'}"))
+            holder.append(Profile(label, error=f"py-spy: {'; '.join(errors) if errors else 'no output'}"))
             log(f"py-spy failed for {label}: {errors or 'no output'}, output {out}")
