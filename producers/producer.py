@@ -78,10 +78,23 @@ PRODUCER_VERSION = _version()
 
 @dataclass(frozen=True, slots=True)
 class LogPosition:
-    """Where the log acknowledged a record: its partition and offset."""
+    """Where the log acknowledged a record: its partition and offset (what makes two positions equal),
+    and the record's timestamp as the log keeps it.
+
+    ``timestamp_ms``: milliseconds since the epoch; on a topic with ``message.timestamp.type =
+    LogAppendTime`` the broker's clock when it appended the record's batch, else the producer's create
+    time; ``None`` when the broker did not say.
+    """
 
     partition: int
     offset: int
+    timestamp_ms: int | None = dataclasses.field(default=None, compare=False)
+
+
+def _position(meta: Any) -> LogPosition:
+    """The ``LogPosition`` of kafka-python's ``RecordMetadata``."""
+    stamp = meta.timestamp
+    return LogPosition(int(meta.partition), int(meta.offset), int(stamp) if stamp is not None and stamp >= 0 else None)
 
 
 def completed_at_micros(value: datetime | str | int) -> int:
@@ -153,8 +166,7 @@ class PendingSend:
         """
         future = self._future
         if future.is_done and future.exception is None:
-            meta = future.value
-            return LogPosition(int(meta.partition), int(meta.offset))
+            return _position(future.value)
         return None
 
     def when_done(
@@ -171,7 +183,7 @@ class PendingSend:
         owner = self._owner
 
         def acknowledged(meta: Any) -> None:
-            on_acknowledged(LogPosition(int(meta.partition), int(meta.offset)))
+            on_acknowledged(_position(meta))
 
         def failed(exc: BaseException) -> None:
             errors = owner.kafka_errors
@@ -188,7 +200,7 @@ class PendingSend:
                 meta = self._future.get(timeout=wait)
         except LogError as exc:
             raise self._owner.send_error(exc) from exc
-        return LogPosition(int(meta.partition), int(meta.offset))
+        return _position(meta)
 
 
 class TurnProducer(TopicClient):

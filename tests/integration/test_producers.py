@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
@@ -232,3 +233,42 @@ def test_kafka_log_end_offsets_follow_the_producer(kafka_bootstrap: str, kafka_t
         assert log.end_offset(extra.partition) == expected[extra.partition] + 1
         with pytest.raises(Exception, match="not one of"):
             log.end_offset(3)
+
+
+def test_an_acknowledgement_carries_the_log_append_time(kafka_bootstrap: str, kafka_topic_name: str) -> None:
+    """On a ``LogAppendTime`` topic a position's ``timestamp_ms`` is the broker's append instant (the
+    freshness bench counts from it): the timestamp the record is read back with, of that type."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    ensure_topic(kafka_bootstrap, kafka_topic_name, partitions=1)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=30_000)
+    try:
+        admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, kafka_topic_name, {"message.timestamp.type": "LogAppendTime"})]
+        )
+    finally:
+        admin.close()
+    positions: list[LogPosition] = []
+    with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1) as producer:
+        for i in range(20):  # the topic's new config reaches its log within moments, not at once
+            before = int(datetime.now(UTC).timestamp() * 1000)
+            turn = producer.build(project="/p", host="h", thread="t", turn_id=f"t{i}", completed_at=0, body="b")
+            positions.append(producer.send(turn))
+            assert positions[-1].timestamp_ms is not None and positions[-1].timestamp_ms >= before - 1
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    stamps: dict[int, tuple[int, int]] = {}
+    try:
+        tp = TopicPartition(kafka_topic_name, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        deadline = time.monotonic() + 30
+        while len(stamps) < len(positions) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                stamps.update((r.offset, (r.timestamp_type, r.timestamp)) for r in records)
+    finally:
+        consumer.close()
+    appended = [p for p in positions if stamps[p.offset][0] == 1]  # 1: LogAppendTime
+    assert appended, stamps  # the config took effect within the 20 sends
+    assert all(stamps[p.offset][1] == p.timestamp_ms for p in appended)
+    assert appended[-1] == positions[-1]  # once in effect, it stays

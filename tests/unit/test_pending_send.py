@@ -61,3 +61,29 @@ def test_when_done_reports_a_failure_as_the_typed_error_result_raises() -> None:
     with pytest.raises(BrokerUnavailableError) as raised:
         sends[0].result(timeout=0.1)
     assert str(raised.value) == str(failures[0])
+
+
+def test_a_position_carries_the_log_append_time_the_broker_answered() -> None:
+    batch, sends = _sends(2)
+    batch.success((40, 1_767_225_600_123, None))  # a LogAppendTime topic: the broker's append instant
+    got: list[LogPosition] = []
+    sends[1].when_done(got.append, lambda _exc: None)
+    assert [s.acknowledged() for s in sends] == [LogPosition(2, 40), LogPosition(2, 41)]
+    sends[0]._owner.kafka_errors = KafkaErrors(["127.0.0.1:9"])
+    assert [p.timestamp_ms for p in (sends[0].acknowledged(), got[0], sends[0].result(timeout=0.1))] == [
+        1_767_225_600_123
+    ] * 3
+
+
+def test_a_position_carries_the_create_time_on_a_create_time_topic_and_none_when_unknown() -> None:
+    owner = TurnProducer.__new__(TurnProducer)
+    batch = FutureProduceResult(TopicPartition("t", 0))
+    created = PendingSend(owner, FutureRecordMetadata(batch, 0, 1_767_225_600_000, None, 1, 10, -1), "a")
+    unknown = PendingSend(owner, FutureRecordMetadata(batch, 1, -1, None, 1, 10, -1), "b")
+    batch.success((5, -1, None))  # CreateTime: the broker answers -1
+    assert created.acknowledged() == LogPosition(0, 5)
+    assert created.acknowledged().timestamp_ms == 1_767_225_600_000  # type: ignore[union-attr]
+    assert unknown.acknowledged().timestamp_ms is None  # type: ignore[union-attr]
+    # The timestamp is not part of a position's identity.
+    assert LogPosition(0, 5, 1) == LogPosition(0, 5, 2) == LogPosition(0, 5)
+    assert hash(LogPosition(0, 5, 1)) == hash(LogPosition(0, 5))
