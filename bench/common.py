@@ -355,9 +355,21 @@ def kafka_version(bootstrap: str) -> str:
     return f"Apache Kafka {KAFKA_VERSION} (single KRaft node, harness `throughline.testing.kafka`)"
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create the topic the way throughline does (``ensure_topic``: infinite retention, big records)."""
+def create_topic(bootstrap: str, topic: str, partitions: int, *, log_append_time: bool = False) -> None:
+    """Create the topic the way throughline does (``ensure_topic``: infinite retention, big records);
+    with ``log_append_time``, records are stamped with the broker's clock as it appends them
+    (``message.timestamp.type = LogAppendTime``: an acknowledgement's ``LogPosition.timestamp_ms``)."""
     ensure_topic(bootstrap, topic, partitions=partitions, timeout=30.0)
+    if not log_append_time:
+        return
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    try:
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, {"message.timestamp.type": "LogAppendTime"})
+        admin.alter_configs([resource])
+    finally:
+        admin.close()
 
 
 def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:

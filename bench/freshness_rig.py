@@ -7,15 +7,28 @@ open-loop rate: turn ``i`` of a cell is sent at ``start + i / rate`` whatever th
 the offered rate stays steady when the system slows down; the rate achieved is reported. One process
 per ``PER_PRODUCER_RATE`` turns/s, each sending whole sources (a source's turns keep their order). A
 turn's acknowledgement instant is stamped by a callback on its producer's network thread as that thread
-reads the broker's answer (``PendingSend.when_done``); a turn due less than ``PACE_TICK_S`` ahead is sent
-at once instead of after a sleep that short.
+reads the broker's answer (``PendingSend.when_done``), and every figure counts from an earlier instant
+still: the broker's append of the turn's batch (the topic's ``message.timestamp.type`` is
+``LogAppendTime``; ``LogPosition.timestamp_ms``, milliseconds, rounded down), which precedes the
+acknowledgement, so no delay inside a producer process can shorten ack -> readable. A turn due less than
+``PACE_TICK_S`` ahead is sent at once instead of after a sleep that short.
+
+The producers are the load, not the system measured, yet on this machine they share its two cores with
+``serve``: at 10,000 turns/s their four processes took ~85% of a core, and ``serve``'s projector thread
+waited for a core (runnable, in the run queue: ``/proc/<pid>/task/<tid>/schedstat``) 58% of its wall
+time. Agent hosts run elsewhere. So each producer process's main thread (encoding and pacing the sends)
+runs at ``PRODUCER_NICE``: it takes the CPU ``serve`` leaves. Its network thread, started before, keeps
+the normal priority. The figures count from the broker's append, so a producer that reads its
+acknowledgements late cannot flatter them; each cell reports how long after the append the producer
+stamped them (``stamp_after_append``, p50 / p99), and 'achieved' says whether the producers still sent
+the rate asked.
 
 Pollers (one keep-alive HTTP connection each) take acknowledgements as the producers get them
 (``(partition, offset, instant)`` of a sample of the turns, at most ``ACK_SAMPLES_PER_S`` a second) and
 re-read that project's first page (``GET /v1/projects/read``, limit 10) until its through cursor covers
 the acknowledged offset: the delay from the acknowledgement to that answer is ack -> readable. Every read
 they make is a first-page read under that ingest (latency and status are recorded). An acknowledgement
-no poller could take within ``STALE_S`` is skipped, so queueing inside the benchmark is not counted; one
+no poller could take within ``STALE_S`` of its stamp is skipped, so queueing inside the benchmark is not counted; one
 not readable within ``POLL_BOUND_S`` counts as missed (an infinite latency in the percentiles). A sampler
 reads ``/readyz`` every ``LAG_EVERY_S`` for the projector's lag: records (the log's end minus the applied
 offset, summed over partitions) and milliseconds (since the acknowledgement of the oldest record not yet
@@ -34,6 +47,7 @@ import http.client
 import json
 import math
 import multiprocessing as mp
+import os
 import queue
 import signal
 import subprocess
@@ -70,6 +84,9 @@ PER_PRODUCER_RATE = 2_500.0  # turns/s one producer process is asked for at most
 DRAIN_BOUND_S = 90.0  # the wait for the projector to catch up between cells
 FIRST_PAGE_LIMIT = 10
 FOLLOW_WAIT_S = 5.0  # the follower's long-poll wait (serve caps it at --max-wait)
+#: The niceness of a producer process's main thread (see the module's docstring; raising it needs no
+#: privilege). Its network thread keeps the process's own.
+PRODUCER_NICE = 10
 
 # ------------------------------------------------------------------------------------------ the producers
 
@@ -82,6 +99,8 @@ def _producer_main(bootstrap: str, topic: str, partitions: int, commands: Any, a
     from throughline.producers.producer import TurnProducer
 
     with TurnProducer(bootstrap, topic, partitions=partitions) as producer:
+        # After the producer started its network thread, which keeps the normal priority.
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRODUCER_NICE)
         built: tuple[Any, ...] | None = None
         while True:
             cmd = commands.get()
@@ -123,6 +142,7 @@ def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: floa
     # that thread reads the broker's answer: no later than any waiting thread could see it (so no
     # delay of ours shortens ack -> readable), and without a thread woken per turn on these two cores.
     times: dict[int, tuple[array[int], array[float]]] = {p: (array("q"), array("d")) for p in set(partition_of.values())}
+    after_append = array("d")  # per acknowledgement: ms from the broker's append to its stamp here
     failures = [0]
 
     def failed(_exc: Exception) -> None:
@@ -131,13 +151,18 @@ def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: floa
     def stamper(project: str, sampled: bool, follow: bool) -> Any:
         def acknowledged(pos: Any) -> None:
             now = time.monotonic()
+            appended = now
+            if pos.timestamp_ms is not None:  # the broker's append, on this process's monotonic clock
+                behind = max(0.0, time.time() * 1000.0 - pos.timestamp_ms)
+                after_append.append(behind)
+                appended = now - behind / 1000.0
             offsets, stamps = times[pos.partition]
             offsets.append(pos.offset)
-            stamps.append(now)
+            stamps.append(appended)
             if follow:
-                followed.append((pos.partition, pos.offset, now))
+                followed.append((pos.partition, pos.offset, appended))
             if sampled:
-                acks.put((cell, project, pos.partition, pos.offset, now))
+                acks.put((cell, project, pos.partition, pos.offset, appended, now))
 
         return acknowledged
 
@@ -159,6 +184,7 @@ def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: floa
     return {
         "cell": cell, "sent": len(mine), "last": last, "behind_s": behind, "failed": failures[0],
         "acks": {p: _by_offset(*pair) for p, pair in times.items()}, "followed": followed,
+        "after_append": after_append,
     }
 
 
@@ -257,7 +283,7 @@ class Rig:
         self.stop = threading.Event()
         self.busy = threading.Semaphore(cfg.freshness_pollers)
         self.topic = new_topic_name("fresh")
-        create_topic(bootstrap, self.topic, cfg.partitions)
+        create_topic(bootstrap, self.topic, cfg.partitions, log_append_time=True)
         try:
             self.proc, self.url = start_serve(bootstrap, self.topic, workdir / "fresh.duckdb", cfg.partitions)
         except BaseException:
@@ -316,27 +342,31 @@ class Rig:
         try:
             while not self.stop.is_set():
                 try:
-                    cell, project, partition, offset, acked = self.acks.get(timeout=0.2)
+                    cell, project, partition, offset, acked, stamped = self.acks.get(timeout=0.2)
                 except queue.Empty:
                     continue
                 with self.busy:
                     stats = self.current
                     if stats is None or cell != stats.cell or acked < stats.measure_from:
                         continue  # another cell's or the warm-up's
-                    if not self.accepting.is_set() or time.monotonic() - acked > STALE_S:
+                    # Stale by the rig's own delay (stamp -> poller), whatever the producer's.
+                    if not self.accepting.is_set() or time.monotonic() - stamped > STALE_S:
                         with stats.lock:  # every poller was busy when this ack came
                             stats.stale += 1
                         continue
-                    self._follow(http_, stats, project, partition, offset, acked)
+                    self._follow(http_, stats, project, partition, offset, acked, stamped)
         finally:
             http_.close()
 
-    def _follow(self, http_: _Http, stats: _CellStats, project: str, partition: int, offset: int, acked: float) -> None:
-        """Re-read the project's first page until its through cursor covers ``(partition, offset)``."""
+    def _follow(
+        self, http_: _Http, stats: _CellStats, project: str, partition: int, offset: int, acked: float, stamped: float
+    ) -> None:
+        """Re-read the project's first page until its through cursor covers ``(partition, offset)``: ack ->
+        readable counts from ``acked`` (the broker's append), the pickup from ``stamped`` (the producer's)."""
         deadline = acked + POLL_BOUND_S
         path = _read_path(project)
         with stats.lock:
-            stats.pickup_ms.append((time.monotonic() - acked) * 1000)
+            stats.pickup_ms.append((time.monotonic() - stamped) * 1000)
         while time.monotonic() < deadline:
             t0 = time.perf_counter()
             code, doc = http_.get(path, timeout=POLL_BOUND_S)
@@ -538,6 +568,7 @@ def _merge(summaries: list[dict[str, Any]], start: float) -> dict[str, Any]:
         "failed": sum(s["failed"] for s in summaries),
         "acks": acks,
         "followed": [f for s in summaries for f in s.get("followed", [])],
+        "after_append": [x for s in summaries for x in s.get("after_append", ())],
     }
 
 
@@ -618,6 +649,8 @@ def _figures(
         "stale": stats.stale,
         "pickup_p50": percentile(stats.pickup_ms, 50),
         "pickup_max": max(stats.pickup_ms) if stats.pickup_ms else math.nan,
+        "stamp_after_append_p50": percentile(summary["after_append"], 50),
+        "stamp_after_append_p99": percentile(summary["after_append"], 99),
         "fresh_p50": _pct(stats.readable_ms, stats.missed, 50),
         "fresh_p99": _pct(stats.readable_ms, stats.missed, 99),
         "reads": reads,

@@ -83,10 +83,14 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
         # The long-poll follower (issue 15 item 4) was delivered every turn of its project: a finite p99.
         late = c["follow_p99"].strip()
         assert _n(c["followed"]) > 0 and not late.startswith((">", "n/a")), f"{where}: the long-poll missed turns\n{section}"
-    # Five targets with a verdict each: the sweep's three (the half-capacity cells are not part of the
-    # quick sweep) and the idle serve's two.
+    # Six targets with a verdict each: the sweep's four (the half-capacity cells are not part of the
+    # quick sweep; the last is that the producers sent the rate asked) and the idle serve's two.
     verdicts = re.findall(r"^\| 4 \| .+ \| \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
-    assert len(verdicts) == 5, section
+    assert len(verdicts) == 6, section
+    # The delays count from the broker's append (a LogAppendTime topic): every cell says how long after
+    # it the producers stamped their acknowledgements, a finite figure.
+    stamps = re.search(r"after the broker appended its batch .+? per cell: ([^.]+(?:\.\d[^.]*)*)\.", section)
+    assert stamps is not None and len(re.findall(r"[\d.]+ / [\d.]+ ms", stamps.group(1))) == 4, section
     assert not (tmp_path / "work").exists()
     # After the sweep, first pages of an idle serve over HTTP: all ok, with a verdict on both targets.
     assert re.search(r"^- Idle reads: .+: ok [\d,]+ \(issue 15", section, flags=re.M), section
