@@ -133,19 +133,25 @@ def summarise(raw: Path, label: str) -> Profile:
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
-    """The processes whose parent is ``pid`` (from ``/proc``), with their command lines."""
+    """The processes whose parent is ``pid`` (its threads' ``/proc`` children lists), with their command
+    lines (``pid_cmdline``; a child gone meanwhile is left out)."""
+    # Here, not at the top: the rig's producer processes import this module and never profile.
+    from throughline.testing.kafka.jvm import pid_cmdline
+
     out: list[tuple[int, str]] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
         try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            if ppid == pid:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                out.append((int(entry.name), cmdline))
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        for child in map(int, children):
+            cmdline = " ".join(pid_cmdline(child))
+            if cmdline:
+                out.append((child, cmdline))
     return out
 
 
