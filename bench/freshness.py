@@ -69,14 +69,9 @@ def _misses(r: dict[str, Any], half: bool) -> list[str]:
         out.append(f"p99 > {p99:g} ms")
     if not r["ok_share"] >= OK_SHARE_MIN:
         out.append(f"ok < {OK_SHARE_MIN:g}%")
-    if not _achieved_share(r) >= ACHIEVED_MIN_SHARE:
+    if not r["achieved_share"] >= ACHIEVED_MIN_SHARE:
         out.append(f"sent < {ACHIEVED_MIN_SHARE:g}% of the rate asked")
     return out
-
-
-def _achieved_share(r: dict[str, Any]) -> float:
-    """The rate the producers sent as a percentage of the rate asked."""
-    return 100.0 * r["achieved"] / r["rate"] if r["rate"] > 0 else math.nan
 
 
 def _table(cells: list[dict[str, Any]]) -> str:
@@ -131,8 +126,6 @@ def targets(cells: list[dict[str, Any]]) -> list[Target]:
     if cells:
         value, where = _worst(cells, "ok_share", higher_is_better=True)
         out.append(Target(f"reads ok >= {OK_SHARE_MIN:g}% in every cell", value, OK_SHARE_MIN, text=f"% of reads; {where}"))
-        for r in cells:
-            r["achieved_share"] = _achieved_share(r)
         value, where = _worst(cells, "achieved_share", higher_is_better=True)
         out.append(
             Target(

@@ -635,12 +635,14 @@ def _figures(
     lag_records = [float(x[1]) for x in stats.lag]
     lag_ms = _lag_ms(stats, summary)
     delivered, undelivered = _delivered_ms(stats, summary)
+    achieved = summary["sent"] / summary["send_seconds"] if summary["send_seconds"] > 0 else math.nan
     return {
         "label": label,
         "rate": rate,
         "projects": projects,
         "producers": producers,
-        "achieved": summary["sent"] / summary["send_seconds"] if summary["send_seconds"] > 0 else math.nan,
+        "achieved": achieved,
+        "achieved_share": 100.0 * achieved / rate if rate > 0 else math.nan,  # of the rate asked
         "behind_s": summary["behind_s"],
         "send_failed": summary["failed"],
         "drained_s": drained_s,
