@@ -360,6 +360,6 @@ class ApplyTransaction:
         writes.write_sources(cur, stored, new)
         # A project's head is written when it moves to another source (most appends keep it).
         known = self._known_heads
-        writes.write_heads(cur, {project: source for project, source in heads.items() if known.get(project) != source})
+        writes.write_heads(cur, {project: source for project, source in heads.items() if known.get(project) != source}, known.keys())
         writes.insert_quarantine(cur, quarantine)
         writes.write_offsets(cur, self.topic, self.counters, self._counters.keys())

@@ -3,8 +3,8 @@
 ``execute_over`` runs a statement over an Arrow table found by DuckDB's replacement scan; the store's
 set-based writes depend on it (DuckDB pinned in pyproject), so these tests pin the seam: the table is
 seen under ``tl_rows``, each call sees its own table, and nothing stays in the catalog.
-``write_offsets`` trusts the projection's committed counters to know which rows exist; a row missing
-under them must fail the batch, never lose its offsets.
+``write_offsets`` and ``write_heads`` trust the projection's committed state to know which rows
+exist; a row missing under them must fail the batch, never lose an offset or a head.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.store.schema import SCHEMA
 from throughline.projector.store.state import PartitionCounters
 from throughline.projector.store.values import BatchSummary
-from throughline.projector.store.writes import execute_over, write_offsets
+from throughline.projector.store.writes import execute_over, write_heads, write_offsets
 
 
 def _table(keys: list[int]) -> pa.Table:
@@ -97,5 +97,47 @@ def test_a_stored_partition_without_its_row_is_an_error_not_a_lost_offset(tmp_pa
         write_offsets(con, "t", {0: _counters(5, 5)}, stored=())
         with pytest.raises(InvalidBatchError, match="1 of the 2 partition rows"):
             write_offsets(con, "t", {0: _counters(6, 6), 1: _counters(2, 2)}, stored=(0, 1))
+    finally:
+        con.close()
+
+
+def test_one_stored_partition_without_its_row_is_an_error_too(tmp_path: Path) -> None:
+    con = _offsets_db(tmp_path)
+    try:
+        with pytest.raises(InvalidBatchError, match="0 of the 1 partition rows"):
+            write_offsets(con, "t", {1: _counters(6, 6)}, stored=(1,))
+    finally:
+        con.close()
+
+
+def _heads(con: duckdb.DuckDBPyConnection) -> dict[bytes, bytes]:
+    return {bytes(p): bytes(s) for p, s in con.execute("SELECT project_sha256, source_sha256 FROM project_heads").fetchall()}
+
+
+@pytest.mark.parametrize("projects", [1, 3, 80])  # one by key, a VALUES list, an Arrow table
+def test_heads_known_to_exist_are_moved_by_key_and_the_others_upserted(tmp_path: Path, projects: int) -> None:
+    con = _offsets_db(tmp_path)
+    try:
+        known = {bytes([1, i]): b"s-old" for i in range(projects)}
+        write_heads(con, known)  # none stored yet: every row is inserted
+        assert _heads(con) == known
+        moved = {p: b"s-new" for p in known}
+        stray = {bytes([2, i]): b"s-other" for i in range(projects)}  # not known: may or may not have a row
+        write_heads(con, {**moved, **stray}, stored=known.keys())
+        assert _heads(con) == {**moved, **stray}
+        write_heads(con, {next(iter(stray)): b"s-again"}, stored=())  # an unknown project with a row: updated
+        assert _heads(con)[next(iter(stray))] == b"s-again"
+    finally:
+        con.close()
+
+
+def test_a_head_known_to_exist_without_its_row_is_an_error_not_a_lost_head(tmp_path: Path) -> None:
+    con = _offsets_db(tmp_path)
+    try:
+        write_heads(con, {b"p1": b"s1"})
+        with pytest.raises(InvalidBatchError, match="1 of the 2 head rows"):
+            write_heads(con, {b"p1": b"s2", b"p2": b"s2"}, stored=(b"p1", b"p2"))
+        with pytest.raises(InvalidBatchError, match="0 of the 1 head rows"):
+            write_heads(con, {b"p3": b"s3"}, stored=(b"p3",))
     finally:
         con.close()
