@@ -42,7 +42,7 @@ from throughline.core.identity import project_sha256, source_sha256
 from throughline.core.memory import FixedLog
 from throughline.core.partitioning import partition_for
 from throughline.core.turn import build_turn
-from throughline.projector.store import TURN_COLUMNS, DuckProjection, LogRecord, page_key
+from throughline.projector.store import TURN_COLUMNS, DuckProjection, LogRecord, is_milestone, page_key
 from throughline.reader import read_observer_turn_page
 from throughline.schemas.codec import encode_turn
 
@@ -143,12 +143,16 @@ _TURN_SCHEMA = pa.schema(
 )
 
 
-def _write_source(args: tuple[Layout, int, int, int, str]) -> tuple[int, bytes, int, int, bytes]:
-    """Worker: write one source's turns to Parquet; return its head (s, digest, partition, offset, source)."""
+def _write_source(args: tuple[Layout, int, int, int, str]) -> tuple[int, int, bytes, int, int, bytes]:
+    """Worker: write one source's turns to Parquet; return its ``sources`` row as the projector writes
+    it, at the chain's last milestone (s, length, digest, partition, offset, source)."""
     layout, s, rank, n_on, out = args
     cols = _source_rows(layout, s, rank, n_on)
     pq.write_table(pa.table(cols, schema=_TURN_SCHEMA), out, compression="none")
-    return s, cols["chain_digest"][-1], cols["log_partition"][-1], cols["log_offset"][-1], cols["source_sha256"][-1]
+    # The first seq, and every seq that opens a page bucket, is a milestone of an unbroken chain.
+    at = max(seq for seq in cols["seq"] if seq == 1 or is_milestone(seq))
+    i = at - 1
+    return s, at, cols["chain_digest"][i], cols["log_partition"][i], cols["log_offset"][i], cols["source_sha256"][i]
 
 
 def build_projection(path: Path, layout: Layout, scratch: Path, *, workers: int = 2) -> float:
@@ -175,11 +179,11 @@ def build_projection(path: Path, layout: Layout, scratch: Path, *, workers: int 
         glob = str(scratch / "*.parquet")
         con.execute(f"INSERT INTO turns SELECT * FROM read_parquet('{glob}')")  # noqa: S608 (our path)
         con.execute(_INDEX_DDL)
-        for s, digest, part, offset, source in heads:
+        for s, length, digest, part, offset, source in heads:
             project_hash = project_sha256(layout.project(s))
             con.execute(
                 "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
-                [source, project_hash, layout.length, digest, part, offset],
+                [source, project_hash, length, digest, part, offset],
             )
             con.execute("INSERT INTO project_heads VALUES (?, ?)", [project_hash, source])
         for p, end in layout.ends().items():

@@ -13,6 +13,12 @@ wall time, since the writer is on-CPU.
 ``--contended N`` runs N busy Python threads beside the writer, with the GIL switch interval a projector
 run sets, and prints wall time instead: what the writer pays in ``serve``, where HTTP threads hold the
 GIL whenever DuckDB's binding gives it up (a statement that takes it back mid-way then waits).
+
+``--compare milestones`` compares another change the same way: a source's ``sources`` row written at
+every append it takes (as the store did before) against at its milestones only (``view.is_milestone``,
+as it does now); ``--projects 1`` makes every batch extend the same few sources (one busy project, the
+freshness sweep's first column). Their ``sources`` tables differ by design, so it checks that every
+other table is equal and that both projections read the same head for every source.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import pyarrow as pa
 
 import throughline.projector.prepare as prepare
 from bench.common import Workload, encode_workload
-from throughline.projector.store import DuckProjection, transaction, writes
+from throughline.projector.store import DuckProjection, is_milestone, transaction, writes
 from throughline.runtime import prompt_gil_handoffs
 
 SIZES = (1, 2, 5, 10, 20, 40, 100, 400)
@@ -62,6 +68,29 @@ def _use(execute: _Execute) -> None:
     writes.execute_over = transaction.execute_over = execute
 
 
+def _rows_at(milestone: Callable[[int], bool]) -> None:
+    # The transaction binds it by name from the view module.
+    transaction.is_milestone = milestone
+
+
+def _every_append(seq: int) -> bool:
+    """Every append rewrites its source's row (the store before milestones)."""
+    return True
+
+
+#: What each comparison sets up before applying a batch to the projection of "before" and of "now".
+_COMPARISONS: dict[str, tuple[tuple[str, Callable[[], None]], tuple[str, Callable[[], None]]]] = {
+    "scans": (
+        ("registered tables", lambda: _use(_registered)),
+        ("replacement scans", lambda: _use(writes.execute_over)),
+    ),
+    "milestones": (
+        ("a source row every append", lambda: _rows_at(_every_append)),
+        ("source rows at milestones", lambda: _rows_at(is_milestone)),
+    ),
+}
+
+
 def _busy(stop: threading.Event) -> None:
     """Hold the GIL as an HTTP thread does: Python work, until ``stop``."""
     x = 0
@@ -76,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=60, help="transactions of each size per projection (default 60)")
     p.add_argument("--contended", type=int, default=0, metavar="N",
                    help="busy Python threads beside the writer; wall time instead of CPU (default 0)")
+    p.add_argument("--compare", choices=sorted(_COMPARISONS), default="scans",
+                   help="which change to compare (default scans: registered tables against replacement scans)")
+    p.add_argument("--projects", type=int, default=64, help="projects the batches' turns go to (default 64)")
     a = p.parse_args(argv)
     stop = threading.Event()
     busy = [threading.Thread(target=_busy, args=(stop,), daemon=True) for _ in range(max(0, a.contended))]
@@ -83,21 +115,21 @@ def main(argv: list[str] | None = None) -> int:
         with prompt_gil_handoffs():
             for t in busy:
                 t.start()
-            return _compare(a.rounds, time.perf_counter if busy else time.process_time, "ms wall" if busy else "ms CPU")
+            clock, unit = (time.perf_counter, "ms wall") if busy else (time.process_time, "ms CPU")
+            return _compare(a.rounds, clock, unit, a.compare, max(1, a.projects))
     finally:
         stop.set()
         for t in busy:
             t.join(timeout=5)
 
 
-def _compare(rounds: int, clock: Callable[[], float], unit: str) -> int:
+def _compare(rounds: int, clock: Callable[[], float], unit: str, comparison: str, projects: int) -> int:
     need = sum(SIZES) * rounds
-    data = encode_workload(Workload(need), 1)
+    data = encode_workload(Workload(need, projects=projects), 1)
     recs = [prepare.LogRecord(0, i, k, v) for i, (k, v) in enumerate(zip(data.keys, data.values, strict=True))]
-    now: _Execute = writes.execute_over
-    before: _Execute = _registered
-    print(f"| records a transaction (VALUES up to {writes.VALUES_PARAMS} parameters) | registered tables {unit} | "
-          f"replacement scans {unit} | ratio |")
+    (before_name, before), (now_name, now) = _COMPARISONS[comparison]
+    print(f"| records a transaction (VALUES up to {writes.VALUES_PARAMS} parameters) | {before_name} {unit} | "
+          f"{now_name} {unit} | ratio |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         old = DuckProjection.open(Path(tmp) / "before.duckdb", topic="bench")
@@ -113,8 +145,8 @@ def _compare(rounds: int, clock: Callable[[], float], unit: str) -> int:
                     chunk = recs[i : i + size]
                     i += size
                     order = [("old", old, before), ("new", new, now)]
-                    for name, proj, execute in order if r % 2 else order[::-1]:
-                        _use(execute)
+                    for name, proj, set_up in order if r % 2 else order[::-1]:
+                        set_up()
                         batch = proj.prepare(0, chunk)
                         t = clock()
                         proj.apply_prepared("bench", [batch])
@@ -122,12 +154,33 @@ def _compare(rounds: int, clock: Callable[[], float], unit: str) -> int:
                 o, n = statistics.median(spent["old"]) * 1e3, statistics.median(spent["new"]) * 1e3
                 print(f"| {size} | {o:.2f} | {n:.2f} | {n / o:.2f} |", flush=True)
         finally:
-            _use(now)
-            same = old.table_digests() == new.table_digests()
+            _use(writes.execute_over)
+            _rows_at(is_milestone)
             old.close()
             new.close()
-    print("both projections' table_digests equal" if same else "the two projections DIFFER")
+            same = _same(Path(tmp) / "before.duckdb", Path(tmp) / "now.duckdb", comparison)
+    if comparison == "milestones":
+        print("both projections' other tables equal and every source's head read equal" if same else "the two projections DIFFER")
+    else:
+        print("both projections' table_digests equal" if same else "the two projections DIFFER")
     return 0 if same else 1
+
+
+def _same(old_path: Path, new_path: Path, comparison: str) -> bool:
+    """Whether the two projection files hold the same: every table, or, when comparing where source
+    rows are written, every other table and every source's head as a view of the file reads it (opened
+    read-only, so from its rows, not from a writer's read index)."""
+    with DuckProjection.open(old_path, read_only=True) as old, DuckProjection.open(new_path, read_only=True) as new:
+        a, b = old.table_digests(), new.table_digests()
+        if comparison != "milestones":
+            return a == b
+        a.pop("sources")
+        b.pop("sources")
+        sources = [r["source_sha256"] for r in old.table_rows("sources")]
+        if a != b or sources != [r["source_sha256"] for r in new.table_rows("sources")]:
+            return False
+        with old.view() as va, new.view() as vb:
+            return all(va.source(s) == vb.source(s) for s in sources)
 
 
 if __name__ == "__main__":

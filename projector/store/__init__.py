@@ -24,7 +24,10 @@ Tables (one projection file holds one topic; see ``schema.SCHEMA``):
 - ``turn_ids``: one row per (source, turn id) ever applied, live or superseded (``turn_key`` is a
   128-bit hash of the pair), with its content digest: the fold's duplicate check, as index probes.
 - ``sources``: each chain's head (length, ``d(length)``, log position of the record that made
-  ``seq == length``) and its broken mark (the first record of it the fold rejected).
+  ``seq == length``) and its broken mark (the first record of it the fold rejected), as of the
+  source's last *milestone* (``view.is_milestone``: its first record, a seq that opens a page bucket,
+  a rewind, a broken mark set or lifted); the turns appended since are in the bucket of the row's
+  length, and readers take the head from them (``view.heads_past_milestones``).
 - ``project_heads``: each project's head source (the source of its latest appended turn).
 - ``quarantine``: records that did not decode or that the fold refused, with the raw key and value,
   and the log position of the repair record that marked them repaired (if one did).
@@ -68,7 +71,7 @@ from throughline.projector.store.values import (
     QuarantineListing,
     RepairEntry,
 )
-from throughline.projector.store.view import PAGE_BUCKET_BITS, DuckView, page_key
+from throughline.projector.store.view import PAGE_BUCKET_BITS, DuckView, is_milestone, page_key
 
 __all__ = [
     "DEFAULT_MEMORY_HEADROOM",
@@ -95,6 +98,7 @@ __all__ = [
     "QuarantineEntry",
     "QuarantineListing",
     "RepairEntry",
+    "is_milestone",
     "page_key",
     "prepare_batch",
     "turn_key",

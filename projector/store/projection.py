@@ -490,7 +490,7 @@ class DuckProjection:
            was written yet), begun again and probed with ``RETURNING``: keys it did not insert were
            applied before, and their content digests are fetched (the fold's duplicate check).
         4. Load the heads of sources missing from the in-memory cache (index probes, or one hash join
-           when many miss).
+           when many miss): each one's row, then the last live turn past it (``heads_past_milestones``).
         5. Fold every record in log order in Python (``fold_turn``), collecting new turn rows,
            superseded rows, source heads, project heads and quarantine rows. A repair record is
            applied at its place (``_repair``): it marks the source's stored quarantine rows at once
@@ -499,7 +499,9 @@ class DuckProjection:
            the content digest where a later record of the batch appended under that key.
         7. Move stored turns that a rewind superseded into ``superseded_turns`` and delete them.
         8. Insert superseded rows of this batch, then the new live turns (Arrow tables, bulk).
-        9. Write ``sources`` and ``project_heads`` (an UPDATE of the rows that exist, an INSERT of the new); insert ``quarantine`` and ``repairs`` rows.
+        9. Write ``sources`` rows of the sources that passed a milestone (``view.is_milestone``) and
+           ``project_heads`` rows that moved (an UPDATE of the rows that exist, an INSERT of the new);
+           insert ``quarantine`` and ``repairs`` rows.
         10. Upsert ``applied_offsets`` (next offset and counters per partition).
         11. ``COMMIT``. Only now the source cache and the in-memory applied offsets take the new state
             and waiters (``wait_applied``) are notified. On any error: ``ROLLBACK``, the cache is

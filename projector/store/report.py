@@ -18,6 +18,7 @@ from throughline.projector.store.values import (
     QuarantineEntry,
     QuarantineListing,
 )
+from throughline.projector.store.view import heads_past_milestones
 
 
 def read_stats(
@@ -121,6 +122,9 @@ def read_quarantine(
             "ORDER BY s.source_sha256",
             [project_sha256],
         ).fetchall()
+        # A broken source may keep growing past its row (the fold goes on): its length is its head's.
+        past = heads_past_milestones(cur, {bytes(r[0]): int(r[2]) for r in broken})
+        broken = [(r[0], r[1], past[bytes(r[0])][0] if bytes(r[0]) in past else r[2], *r[3:]) for r in broken]
         repairs = load_repairs(cur, project_sha256)
         cur.execute("ROLLBACK")
     finally:

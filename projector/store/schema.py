@@ -14,10 +14,11 @@ import duckdb
 
 from throughline.projector.exceptions import ProjectionIncompatibleError, ProjectionMissingError
 
-#: Version 2 added ``repairs`` and the quarantine's ``repaired_partition``/``repaired_offset`` (issue 20).
+#: Version 2 added ``repairs`` and the quarantine's ``repaired_partition``/``repaired_offset`` (issue 20);
+#: version 3 writes a ``sources`` row at its milestones only (``view.is_milestone``; issue 15).
 #: A file of another version is refused (``ProjectionIncompatibleError``): the projection is a function of
 #: the log, so it is rebuilt with ``throughline replay --db NEW_FILE`` rather than migrated.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE meta (

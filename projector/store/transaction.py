@@ -32,7 +32,7 @@ from throughline.projector.store.repair_rows import (
 )
 from throughline.projector.store.state import PartitionCounters, SourceState
 from throughline.projector.store.values import BatchSummary
-from throughline.projector.store.view import turn_rows
+from throughline.projector.store.view import heads_past_milestones, is_milestone, turn_rows
 from throughline.projector.store.writes import SOURCE_COLUMNS, Row, execute_over, fits_values, values_sql
 
 _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes, more by one hash join
@@ -42,14 +42,17 @@ _ROW_DIGEST = operator.itemgetter(6)  # a Row's chain_digest
 
 
 class _SourceDelta(ChainDelta[Row]):
-    """One source while a batch is folded: the ``ChainDelta`` of its chain over the stored turns, and
-    its working state (the head as folded so far, and its broken mark)."""
+    """One source while a batch is folded: the ``ChainDelta`` of its chain over the stored turns, its
+    working state (the head as folded so far, and its broken mark) and the ``sources`` row this batch
+    writes for it (``milestone``: the state at its last milestone in the batch, ``None`` when it passed
+    none)."""
 
-    __slots__ = ("state",)
+    __slots__ = ("milestone", "state")
 
     def __init__(self, state: SourceState, stored_digest: Callable[[int], bytes]) -> None:
         super().__init__(state.length, _ROW_DIGEST, stored_digest)
         self.state = state
+        self.milestone: tuple[Any, ...] | None = None
 
 
 class ApplyTransaction:
@@ -180,6 +183,11 @@ class ApplyTransaction:
             out[bytes(r[0])] = SourceState(
                 bytes(r[1]), int(r[2]), bytes(r[3]), r[4], r[5], r[6], r[7], r[8]
             )
+        # A row is the chain as of its last milestone: the head is the last live turn past it, if any.
+        past = heads_past_milestones(self.cur, {s: st.length for s, st in out.items()})
+        for source, (length, digest, partition, offset) in past.items():
+            st = out[source]
+            st.length, st.chain_digest, st.head_partition, st.head_offset = length, digest, partition, offset
         return out
 
     def _stored_digest(self, source: bytes, seq: int) -> bytes:
@@ -230,8 +238,11 @@ class ApplyTransaction:
                     repair_rows.append(self._repair(part, it, works, loaded, quarantine, marks))
                     continue
                 w = works.get(it.source)
+                # A source's first record is a milestone: it creates the source's row.
+                milestone = False
                 if w is None:
                     state = cache.get(it.source) or loaded.get(it.source)
+                    milestone = state is None
                     state = state.copy() if state is not None else SourceState(it.project_sha256)
                     w = works[it.source] = _SourceDelta(state, partial(lookup, it.source))
                 st = w.state
@@ -245,6 +256,7 @@ class ApplyTransaction:
                     seq = outcome.seq
                     if outcome.rewound_from is not None:
                         rewinds += 1
+                        milestone = True
                         for row in w.rewind(seq, part, it.offset):
                             superseded.append((it.source, st.project_sha256, row, part, it.offset))
                     w.pending.append(
@@ -267,6 +279,7 @@ class ApplyTransaction:
                     applied_now[tk] = it.content_digest
                     heads[it.project_sha256] = it.source
                     appended += 1
+                    milestone = milestone or is_milestone(seq)
                 elif isinstance(outcome, Duplicate):
                     duplicates += 1
                 else:
@@ -278,6 +291,9 @@ class ApplyTransaction:
                         st.broken_reason = outcome.reason
                         st.broken_partition = part
                         st.broken_offset = it.offset
+                        milestone = True
+                if milestone:
+                    w.milestone = st.row(it.source)
             summary = BatchSummary(records, appended, rewinds, duplicates, quarantined)
             total = total + summary
             before = self._counters.get(part, PartitionCounters())
@@ -331,6 +347,7 @@ class ApplyTransaction:
             if w is None:
                 w = works[source] = _SourceDelta(state.copy(), partial(self._stored_digest, source))
             w.state.broken_reason = w.state.broken_partition = w.state.broken_offset = None
+            w.milestone = w.state.row(source)
         length, digest = (state.length, state.chain_digest) if known and state is not None else (0, CHAIN_ORIGIN)
         return (
             part, it.offset, project_sha256, source, it.reason, it.produced_at_micros,
@@ -353,10 +370,16 @@ class ApplyTransaction:
                 writes.supersede_stored(cur, source, first, last, by_p, by_o)
         writes.insert_superseded(cur, superseded)
         writes.insert_turns(cur, [(source, w.state.project_sha256, w.pending) for source, w in works.items() if w.pending])
-        # A source has a row when the cache holds it (every cached state was committed) or it was loaded.
+        # A source's row is written at its milestones only (``view.is_milestone``): most appends leave
+        # it as it is, and readers take the head past it from the turns. A source has a row when the
+        # cache holds it (every cached state was committed) or it was loaded; a new one has its first
+        # record's milestone at least.
         cache = self._source_cache
-        stored = [w.state.row(s) for s, w in works.items() if s in cache or s in loaded]
-        new = [w.state.row(s) for s, w in works.items() if s not in cache and s not in loaded]
+        stored: list[tuple[Any, ...]] = []
+        new: list[tuple[Any, ...]] = []
+        for s, w in works.items():
+            if w.milestone is not None:
+                (stored if s in cache or s in loaded else new).append(w.milestone)
         writes.write_sources(cur, stored, new)
         # A project's head is written when it moves to another source (most appends keep it).
         known = self._known_heads

@@ -20,7 +20,7 @@ only takes an ART index for an equality filter, not for a range.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -132,6 +132,49 @@ def turn_rows(
     return cur.execute(_bucket_sql(columns, len(keys)), [*keys, source, first, last]).fetchall()
 
 
+#: Bucket keys looked up by one ``heads_past_milestones`` statement.
+_MILESTONE_KEYS = 256
+
+
+def is_milestone(seq: int) -> bool:
+    """Whether an append at ``seq`` rewrites its source's ``sources`` row: the first seq of a page bucket
+    (``page_key``). With the other milestones (a source's first record, a rewind, a broken mark set or
+    lifted) this keeps every live head in the bucket of its row's length (``heads_past_milestones``)."""
+    return not seq & ((1 << PAGE_BUCKET_BITS) - 1)
+
+
+def heads_past_milestones(
+    cur: duckdb.DuckDBPyConnection, milestones: Mapping[bytes, int]
+) -> dict[bytes, tuple[int, bytes, int, int]]:
+    """The live head of each source whose chain grew past the length its ``sources`` row holds
+    (``milestones``: source -> that length), as (length, chain digest, log partition, log offset); a
+    source whose row is its head is absent.
+
+    A ``sources`` row is rewritten only at a milestone (``is_milestone``), so the turns appended after
+    it are all in the bucket of the row's length: one ART lookup a source, a few sources a statement.
+    """
+    out: dict[bytes, tuple[int, bytes, int, int]] = {}
+    items = list(milestones.items())
+    for start in range(0, len(items), _MILESTONE_KEYS):
+        chunk = dict(items[start : start + _MILESTONE_KEYS])
+        keys = list(dict.fromkeys(page_key(s, n) for s, n in chunk.items()))
+        sql = (
+            "SELECT source_sha256, seq, chain_digest, log_partition, log_offset FROM turns "  # noqa: S608
+            f"WHERE page_key IN ({', '.join('?' for _ in range(len(keys)))})"
+        )
+        for source_b, seq, digest, part, offset in cur.execute(sql, keys).fetchall():
+            source = bytes(source_b)
+            length = chunk.get(source)
+            # Rows of another source sharing the key, and this source's turns at or below its row's
+            # length (the same bucket), are not past it.
+            if length is None or seq <= length or seq >> PAGE_BUCKET_BITS != length >> PAGE_BUCKET_BITS:
+                continue
+            best = out.get(source)
+            if best is None or seq > best[0]:
+                out[source] = (int(seq), bytes(digest), int(part), int(offset))
+    return out
+
+
 def _stored(r: tuple[Any, ...]) -> StoredTurn:
     return StoredTurn(int(r[1]), r[2], int(r[3]), r[4], int(r[5]), bytes(r[6]), bytes(r[7]), int(r[8]), int(r[9]))
 
@@ -215,7 +258,13 @@ class DuckView:
         )
         chain = None
         if row is not None:
-            chain = ChainHead(bytes(row[0]), int(row[1]), bytes(row[2]), row[3], row[4], row[5])
+            # The row holds the chain as of its last milestone; the turns after it are in one bucket.
+            length, digest, partition, offset = int(row[1]), bytes(row[2]), row[3], row[4]
+            past = heads_past_milestones(self._cur, {source_sha256: length}).get(source_sha256)
+            self._held()
+            if past is not None:
+                length, digest, partition, offset = past
+            chain = ChainHead(bytes(row[0]), length, digest, partition, offset, row[5])
         if self._index is not None:
             self._index.learn_chain(source_sha256, chain, self._version)
         return chain

@@ -101,12 +101,19 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
 def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
     """``python -m bench.small_writes``: the writes of the store before (registered Arrow tables) and now
     (``execute_over``), both with the store's VALUES bound, applied to the same batches, leave equal tables
-    (exit 1 if they differ), timed by CPU alone and by wall time beside a busy thread."""
-    for extra, unit in (([], "ms CPU"), (["--contended", "1"], "ms wall")):
+    (exit 1 if they differ), timed by CPU alone and by wall time beside a busy thread; and source rows
+    written at every append against at milestones only leave the same heads and other tables."""
+    equal = "both projections' table_digests equal"
+    same_heads = "both projections' other tables equal and every source's head read equal"
+    for extra, unit, verdict in (
+        ([], "ms CPU", equal),
+        (["--contended", "1"], "ms wall", equal),
+        (["--compare", "milestones", "--projects", "1"], "ms CPU", same_heads),
+    ):
         proc = subprocess.run(
             [sys.executable, "-m", "bench.small_writes", "--rounds", "2", *extra],
             cwd=REPO, capture_output=True, text=True, timeout=180,
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert "| 1 |" in proc.stdout and "both projections' table_digests equal" in proc.stdout
+        assert "| 1 |" in proc.stdout and verdict in proc.stdout
         assert unit in proc.stdout.splitlines()[0]
