@@ -85,7 +85,7 @@ def _bucket_sql(columns: Sequence[str], buckets: int, ranges: int = 1) -> str:
 #: Parsed turns statements by text: a parsed statement is copied by each execution, so one serves every
 #: cursor and thread; there are at most a few dozen shapes (bucket keys x ranges of a page).
 _PARSED: dict[str, duckdb.Statement] = {}
-_PARSER = duckdb.connect(":memory:")
+_PARSER: list[duckdb.DuckDBPyConnection] = []  # opened at the first parse, not at import
 _PARSER_LOCK = threading.Lock()
 
 
@@ -95,7 +95,9 @@ def _parsed(sql: str) -> duckdb.Statement:
         # Parsing needs a connection, not a database: a private one, so no reader's cursor is used
         # from two threads; a parsed statement then runs on any connection.
         with _PARSER_LOCK:
-            statement = _PARSED[sql] = _PARSER.extract_statements(sql)[0]
+            if not _PARSER:
+                _PARSER.append(duckdb.connect(":memory:"))
+            statement = _PARSED[sql] = _PARSER[0].extract_statements(sql)[0]
     return statement
 
 

@@ -79,7 +79,21 @@ class _Metric:
         raise NotImplementedError
 
 
-class Counter(_Metric):
+class _SeriesMetric(_Metric):
+    """A metric of one value a series (a counter or a gauge)."""
+
+    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
+        super().__init__(name, help_text, labelnames)
+        self._values: dict[LabelKey, float] = {}
+
+    def render(self) -> list[str]:
+        """The metric's lines."""
+        with self._lock:
+            items = sorted(self._values.items())
+        return self._header() + [f"{self.name}{_labels_text(self.labelnames, k)} {_format_value(v)}" for k, v in items]
+
+
+class Counter(_SeriesMetric):
     """A value that only goes up (its name ends in ``_total``)."""
 
     kind = "counter"
@@ -88,7 +102,6 @@ class Counter(_Metric):
         if not name.endswith("_total"):
             raise ValueError("a counter's name ends in _total")
         super().__init__(name, help_text, labelnames)
-        self._values: dict[LabelKey, float] = {}
         if not self.labelnames:
             self._values[()] = 0.0
 
@@ -105,21 +118,11 @@ class Counter(_Metric):
         with self._lock:
             return self._values.get(self._key(labels), 0.0)
 
-    def render(self) -> list[str]:
-        """The metric's lines."""
-        with self._lock:
-            items = sorted(self._values.items())
-        return self._header() + [f"{self.name}{_labels_text(self.labelnames, k)} {_format_value(v)}" for k, v in items]
 
-
-class Gauge(_Metric):
+class Gauge(_SeriesMetric):
     """A value that goes up and down; ``replace`` swaps every series at once (per-partition values)."""
 
     kind = "gauge"
-
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labelnames)
-        self._values: dict[LabelKey, float] = {}
 
     def set(self, value: float, **labels: object) -> None:
         """Set one series."""
@@ -143,12 +146,6 @@ class Gauge(_Metric):
         """The current value of one series, or ``None`` when unset."""
         with self._lock:
             return self._values.get(self._key(labels))
-
-    def render(self) -> list[str]:
-        """The metric's lines."""
-        with self._lock:
-            items = sorted(self._values.items())
-        return self._header() + [f"{self.name}{_labels_text(self.labelnames, k)} {_format_value(v)}" for k, v in items]
 
 
 @dataclass
