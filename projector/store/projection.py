@@ -499,9 +499,8 @@ class DuckProjection:
            the content digest where a later record of the batch appended under that key.
         7. Move stored turns that a rewind superseded into ``superseded_turns`` and delete them.
         8. Insert superseded rows of this batch, then the new live turns (Arrow tables, bulk).
-        9. Write ``sources`` rows of the sources that passed a milestone (``view.is_milestone``) and
-           ``project_heads`` rows that moved (an UPDATE of the rows that exist, an INSERT of the new);
-           insert ``quarantine`` and ``repairs`` rows.
+        9. Write the ``sources`` rows at a milestone (``view.is_milestone``) and the moved ``project_heads``
+           (UPDATE the rows that exist, INSERT the new); insert ``quarantine`` and ``repairs`` rows.
         10. Upsert ``applied_offsets`` (next offset and counters per partition).
         11. ``COMMIT``. Only now the source cache and the in-memory applied offsets take the new state
             and waiters (``wait_applied``) are notified. On any error: ``ROLLBACK``, the cache is
