@@ -53,12 +53,13 @@ def long_chains(draw: st.DrawFn) -> list[TurnRecord]:
 def _reopened_heads(path: Path) -> dict[bytes, tuple[int, bytes]]:
     """Every source's (length, chain digest) as a fresh handle on ``path`` reads it (a cold index)."""
     with DuckProjection.open(path, topic=TOPIC, read_only=True) as cold, cold.view() as v:
-        out = {}
-        for (source,) in rows(cold, "sources", "source_sha256"):
-            info = v.source(source)  # type: ignore[arg-type]
+        out: dict[bytes, tuple[int, bytes]] = {}
+        for r in cold.table_rows("sources"):
+            source = bytes(r["source_sha256"])
+            info = v.source(source)
             assert info is not None
             out[source] = (info.length, info.chain_digest)
-        return out  # type: ignore[return-value]
+        return out
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -112,8 +113,8 @@ def test_the_row_holds_the_last_milestone_and_reads_take_the_head_past_it(tmp_pa
         p.apply_batch(TOPIC, 0, more)
         assert p.stats().quarantined == 0
         with p.view() as v:
-            (source,) = (r[0] for r in rows(p, "sources", "source_sha256"))
-            info = v.source(source)  # type: ignore[arg-type]
+            (source,) = (bytes(r["source_sha256"]) for r in p.table_rows("sources"))
+            info = v.source(source)
             assert info is not None and info.length == n + 1
 
 
