@@ -78,8 +78,9 @@ def _table(cells: list[dict[str, Any]]) -> str:
     rows = [
         "| ingest asked | projects | achieved /s (producers) | ack -> readable p50 / p99 ms | p50 / Kafka Streams' 100 ms "
         "| samples (missed, skipped) | first-page read p50 / p99 ms | reads `ok` | long-poll ack -> delivered "
-        "p50 / p99 ms (turns) | lag records p50 / max | lag ms p50 / max | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "p50 / p99 ms (turns) | lag records p50 / max | lag ms p50 / max | projector transactions: a second, "
+        "records and ms each, busy | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in cells:
         misses = _misses(r, r["half"])
@@ -93,9 +94,18 @@ def _table(cells: list[dict[str, Any]]) -> str:
             f"| {_fmt(r['follow_p50'], '{:,.1f}')} / {_fmt(r['follow_p99'], '{:,.1f}')} ({r['follow_samples']:,}) "
             f"| {_fmt(r['lag_records_p50'])} / {_fmt(r['lag_records_max'])} "
             f"| {_fmt(r['lag_ms_p50'])} / {_fmt(r['lag_ms_max'])} "
+            f"| {_transactions(r)} "
             f"| {'PASS' if not misses else 'MISS: ' + ', '.join(misses)} |"
         )
     return "\n".join(rows)
+
+
+def _transactions(r: dict[str, Any]) -> str:
+    """The projector's transactions in a cell, as the table and the log print them."""
+    return (
+        f"{_fmt(r['txn_per_s'])}/s, {_fmt(r['txn_records'], '{:,.1f}')}, {_fmt(r['txn_ms'], '{:,.1f}')} ms, "
+        f"{_fmt(r['busy_pct'])}%"
+    )
 
 
 def _worst(cells: list[dict[str, Any]], key: str, higher_is_better: bool = False) -> tuple[float | None, str]:
@@ -236,7 +246,7 @@ def measure(cfg: Config, bootstrap: str, capacity: float | None, workdir: Path) 
                 f"{r['missed']} missed, {r['stale']} skipped), reads {r['reads']:,} {r['statuses']} p50 "
                 f"{_fmt(r['read_p50'], '{:.1f}')} p99 {_fmt(r['read_p99'], '{:.1f}')} ms, lag {_fmt(r['lag_records_p50'])}"
                 f"/{_fmt(r['lag_records_max'])} records {_fmt(r['lag_ms_p50'])}/{_fmt(r['lag_ms_max'])} ms, "
-                f"long-poll answers {r['follow_statuses']}"
+                f"long-poll answers {r['follow_statuses']}, transactions {_transactions(r)}"
             )
         sec.targets = targets(cells)
         sec.targets += _idle_http(sec, sweep, plan, cfg.freshness_idle_reads)

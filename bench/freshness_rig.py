@@ -207,22 +207,25 @@ class _Http:
 
     def get(self, path: str, timeout: float = 30.0) -> tuple[int, dict[str, Any] | None]:
         """``(status code, JSON document or None)``; code 0 when the server did not answer."""
+        code, body = self.get_bytes(path, timeout)
+        try:
+            return code, json.loads(body) if body is not None else None
+        except ValueError:
+            return code, None
+
+    def get_bytes(self, path: str, timeout: float = 30.0) -> tuple[int, bytes | None]:
+        """``(status code, body)``; code 0 (and no body) when the server did not answer."""
         for attempt in range(2):
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
             try:
                 self._conn.request("GET", path)
                 resp = self._conn.getresponse()
-                body = resp.read()
+                return resp.status, resp.read()
             except (OSError, http.client.HTTPException):
                 self.close()
                 if attempt:
                     return 0, None
-                continue
-            try:
-                return resp.status, json.loads(body)
-            except ValueError:
-                return resp.status, None
         return 0, None  # pragma: no cover - the loop returns
 
     def close(self) -> None:
@@ -230,6 +233,51 @@ class _Http:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+#: The projector's transaction histograms in ``/metrics`` (``throughline.serve.metrics``): count, wall
+#: seconds and records summed over the transactions so far.
+_TRANSACTION_SERIES = (
+    "throughline_projector_transaction_duration_seconds_count",
+    "throughline_projector_transaction_duration_seconds_sum",
+    "throughline_projector_transaction_records_sum",
+)
+
+
+def transactions_so_far(http_: _Http) -> tuple[float, tuple[float, float, float] | None]:
+    """``(instant, (transactions, seconds in them, records))`` from serve's ``/metrics`` (``None`` when it
+    did not answer or lacks the series)."""
+    code, body = http_.get_bytes("/metrics", timeout=10)
+    now = time.monotonic()
+    if code != 200 or body is None:
+        return now, None
+    values: dict[str, float] = {}
+    for line in body.decode("utf-8", "replace").splitlines():
+        name, _, value = line.partition(" ")
+        if name in _TRANSACTION_SERIES:
+            values[name] = float(value)
+    if len(values) < len(_TRANSACTION_SERIES):
+        return now, None
+    count, seconds, records = (values[n] for n in _TRANSACTION_SERIES)
+    return now, (count, seconds, records)
+
+
+def transaction_figures(
+    before: tuple[float, tuple[float, float, float] | None], after: tuple[float, tuple[float, float, float] | None]
+) -> dict[str, float]:
+    """The projector's transactions between two ``transactions_so_far`` scrapes: a second, records and
+    milliseconds each (means), and the share of the window it spent in one (``busy_pct``; near 100 a
+    turn arriving waits for the transaction in flight, then for its own)."""
+    (t0, m0), (t1, m1) = before, after
+    if m0 is None or m1 is None or t1 <= t0 or m1[0] <= m0[0]:
+        return {"txn_per_s": math.nan, "txn_records": math.nan, "txn_ms": math.nan, "busy_pct": math.nan}
+    count, seconds, records = (b - a for a, b in zip(m0, m1, strict=True))
+    return {
+        "txn_per_s": count / (t1 - t0),
+        "txn_records": records / count,
+        "txn_ms": 1000.0 * seconds / count,
+        "busy_pct": min(100.0, 100.0 * seconds / (t1 - t0)),
+    }
 
 
 def _read_path(project: str, limit: int = FIRST_PAGE_LIMIT, *, after: str | None = None, wait: float = 0.0) -> str:
@@ -509,10 +557,14 @@ class Rig:
         time.sleep(max(0.0, stats.measure_from - time.monotonic()))
         sampler.start()
         follower.start()
+        scraper = _Http(self.url)
         try:
+            before = transactions_so_far(scraper)
             summary = _merge(self._results(cell, n, seconds * 4 + 120), start)
+            transactions = transaction_figures(before, transactions_so_far(scraper))  # while the producers sent
             _wait_covered(stats, summary["followed"], POLL_BOUND_S)
         finally:
+            scraper.close()
             follow_stop.set()
             until.set()
             self.accepting.clear()
@@ -526,7 +578,7 @@ class Rig:
                 recorder.__exit__(None, None, None)
             self.current = None
         return _figures(stats, summary, rate=rate, projects=projects, label=label, drained_s=drained,
-                        producers=n, profile=profile[0] if profile else None)
+                        producers=n, profile=profile[0] if profile else None) | transactions
 
 
 def producers_for(rate: float, projects: int, pool: int) -> int:

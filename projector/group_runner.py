@@ -107,7 +107,7 @@ class GroupProjector(Projector):
                         self._explain(log_view, exc, stop)
                         continue
                     if batches:
-                        tally.add(self._projection.apply_prepared(self._topic, batches))
+                        tally.apply(self._topic, batches)
         finally:
             if on_leave is not None:
                 on_leave()  # before leaving: from now on this member's file may fall behind on everything

@@ -56,6 +56,7 @@ from throughline.projector.feed import (
 )
 from throughline.projector.feed import ProjectorOptions as ProjectorOptions
 from throughline.projector.periodic_check import PeriodicCheck
+from throughline.projector.prepare import PreparedBatch
 from throughline.projector.store import BatchSummary, DuckProjection
 from throughline.runtime import fewer_gc_passes, prompt_gil_handoffs
 
@@ -72,6 +73,10 @@ class ProgressUpdate:
     targets: Mapping[int, int] | None
     started_at: Mapping[int, int]
     elapsed: float
+    #: The batch just applied (one transaction) and how long applying it took (seconds, wall time:
+    #: the fold and the statements, from the batch in hand to its commit).
+    batch: BatchSummary = BatchSummary()
+    batch_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +134,14 @@ class Tally:
         self._lock = threading.Lock()
         self.total = BatchSummary()
 
-    def add(self, summary: BatchSummary) -> None:
+    def apply(self, topic: str, batches: Sequence[PreparedBatch]) -> None:
+        """Apply ``batches`` in one transaction (``DuckProjection.apply_prepared``), timed, and report it."""
+        began = time.perf_counter()
+        summary = self._projection.apply_prepared(topic, batches)
+        self.add(summary, time.perf_counter() - began)
+
+    def add(self, summary: BatchSummary, seconds: float = 0.0) -> None:
+        """Count one applied batch (``seconds``: how long applying it took) and report the run's totals."""
         with self._lock:
             self.total = self.total + summary
             current = self.total
@@ -141,6 +153,8 @@ class Tally:
                     self._targets,
                     self._start_offsets,
                     time.monotonic() - self._started,
+                    summary,
+                    seconds,
                 )
             )
 
@@ -308,7 +322,7 @@ class Projector:
                 start_offsets,
             )
             with fewer_gc_passes(self._options.gc_threshold), prompt_gil_handoffs(self._options.switch_interval):
-                caught_up = self._loop(log_view, feed, tally.add, stop, targets)
+                caught_up = self._loop(log_view, feed, tally, stop, targets)
         finally:
             if worker is not None:  # the checks failed before the feed took it
                 worker.stop()
@@ -332,7 +346,7 @@ class Projector:
         self,
         log_view: KafkaLog,
         feed: Feed,
-        on_applied: Callable[[BatchSummary], None],
+        tally: Tally,
         stop: threading.Event,
         targets: Mapping[int, int] | None,
     ) -> bool:
@@ -341,14 +355,14 @@ class Projector:
             while not stop.is_set():
                 if targets is not None and self._caught_up(targets):
                     return True
-                self._turn(log_view, feed, on_applied, stop, check)
+                self._turn(log_view, feed, tally, stop, check)
         return self._caught_up(targets)
 
     def _turn(
         self,
         log_view: KafkaLog,
         feed: Feed,
-        on_applied: Callable[[BatchSummary], None],
+        tally: Tally,
         stop: threading.Event,
         check: PeriodicCheck,
     ) -> None:
@@ -375,7 +389,7 @@ class Projector:
             self._worker_failures = 0
             # Readers may now answer for projects none of these records belong to (``wait_settled``).
             self._projection.fetched(batches)
-            on_applied(self._projection.apply_prepared(self._topic, batches))
+            tally.apply(self._topic, batches)
 
     def _restart(self, feed: Feed) -> None:
         """Fetch again from the applied offsets (what was fetched and not applied is dropped)."""

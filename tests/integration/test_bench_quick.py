@@ -50,7 +50,8 @@ _CELL = re.compile(
     r"^\| (?P<rate>[\d,]+/s) \| (?P<projects>\d+) \| [\d,]+ \(\d+\) \| [^|]+ \| [^|]+ "
     r"\| (?P<samples>[\d,]+) \((?P<missed>[\d,]+), [\d,]+\) \| [^|]+ "
     r"\| (?P<ok>[\d,]+) of (?P<reads>[\d,]+) \([^|]*\) \| (?P<follow_p50>[^|/]+)/ (?P<follow_p99>[^|(]+) "
-    r"\((?P<followed>[\d,]+)\) \| [^|]+ \| [^|]+ \| (?:PASS|MISS[^|]*) \|$",
+    r"\((?P<followed>[\d,]+)\) \| [^|]+ \| [^|]+ "
+    r"\| (?P<txn_per_s>[\d,]+)/s, (?P<txn_records>[\d,.]+), [\d,.]+ ms, (?P<busy>\d+)% \| (?:PASS|MISS[^|]*) \|$",
     flags=re.M,
 )
 
@@ -83,6 +84,9 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
         # The long-poll follower (issue 15 item 4) was delivered every turn of its project: a finite p99.
         late = c["follow_p99"].strip()
         assert _n(c["followed"]) > 0 and not late.startswith((">", "n/a")), f"{where}: the long-poll missed turns\n{section}"
+        # serve's transaction histograms (/metrics) measured the projector while the producers sent.
+        assert _n(c["txn_per_s"]) > 0 and float(c["txn_records"].replace(",", "")) >= 1, section
+        assert 0 < int(c["busy"]) <= 100, section
     # Six targets with a verdict each: the sweep's four (the half-capacity cells are not part of the
     # quick sweep; the last is that the producers sent the rate asked) and the idle serve's two.
     verdicts = re.findall(r"^\| 4 \| .+ \| \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)

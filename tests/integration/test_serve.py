@@ -355,6 +355,8 @@ def test_health_readiness_and_metrics(world: dict[str, Any]) -> None:
     assert status == 200 and health == {"status": "alive", "projector": "running"}
     report = serve.wait_caught_up()
     assert report["projector"] == "running" and len(report["partitions"]) == 3
+    status, _ = serve.get(READ_PATH, project=PROJECT)  # one read of its own: the test runs alone too
+    assert status == 200
     samples = parse_metrics(serve.metrics())
     for p in report["partitions"]:
         labels = frozenset({("partition", str(p["partition"]))})
@@ -365,6 +367,11 @@ def test_health_readiness_and_metrics(world: dict[str, Any]) -> None:
     assert samples[("throughline_reads_total", frozenset({("status", "ok")}))] >= 1
     assert samples[("throughline_read_duration_seconds_count", frozenset())] >= 1
     assert ("throughline_read_duration_seconds_bucket", frozenset({("le", "+Inf")})) in samples
+    # Every record committed was in one counted transaction, each with a wall time.
+    none = frozenset()
+    assert samples[("throughline_projector_transaction_records_sum", none)] == samples[("throughline_projector_records_total", none)]
+    assert samples[("throughline_projector_transaction_duration_seconds_count", none)] >= 1
+    assert samples[("throughline_projector_transaction_duration_seconds_sum", none)] > 0
     _, openapi = serve.get("/openapi.json")
     assert READ_PATH in openapi["paths"]
 

@@ -24,6 +24,9 @@ _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 #: Read latency buckets (seconds): a read is a few DuckDB queries, so most land in the millisecond
 #: buckets; the upper ones catch reads that waited for the projector (the freshness wait, 2 s default).
 READ_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Records in one projector transaction: one a commit when caught up at a trickle, up to a poll's
+#: ``max_poll_records`` (10,000 by default) behind a backlog.
+TRANSACTION_RECORD_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000)
 
 LabelKey = tuple[str, ...]
 
@@ -292,6 +295,19 @@ class ServeMetrics:
         self.records_applied = r.counter(
             "throughline_projector_records_total",
             "Log records the projector consumed and committed since the service started.",
+        )
+        # Together they say why turns wait: the rate of ``_sum`` is the share of the time the projector
+        # spends in a transaction (a turn arriving meanwhile waits for it to end), ``_count`` the commits.
+        self.transaction_duration = r.histogram(
+            "throughline_projector_transaction_duration_seconds",
+            "Wall time of one projector transaction that applied records, from the fetched batch in hand "
+            "to its commit (the fold and every statement).",
+            READ_BUCKETS,
+        )
+        self.transaction_records = r.histogram(
+            "throughline_projector_transaction_records",
+            "Log records applied in one projector transaction.",
+            TRANSACTION_RECORD_BUCKETS,
         )
         self.quarantined = r.counter(
             "throughline_projector_quarantined_records_total",

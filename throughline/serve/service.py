@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from throughline.log import KafkaClientConfig
     from throughline.log.group import GroupView
     from throughline.projector.group_runner import GroupSpec
+    from throughline.projector.runner import ProgressUpdate
     from throughline.serve.group import GroupRouter
 
 _log = logging.getLogger("throughline.serve")
@@ -408,8 +409,22 @@ def projector_loop(
     """The projector's consume loop over ``projection``, counting what it applies into ``metrics``
     (with ``group``: only the partitions the group assigns this member, ``GroupProjector``)."""
     from throughline.projector.group_runner import GroupProjector
-    from throughline.projector.runner import ProgressUpdate, Projector
+    from throughline.projector.runner import Projector
 
+    progress = metered_progress(metrics)
+
+    def loop(stop: threading.Event) -> object:
+        if group is not None:
+            member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
+            return member.run_group(group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress)
+        return Projector(projection, servers, topic, kafka_config=kafka_config).run(stop=stop, progress=progress)
+
+    return loop
+
+
+def metered_progress(metrics: ServeMetrics) -> Callable[[ProgressUpdate], None]:
+    """The projector run's ``progress`` callback that counts what it applies into ``metrics``: the
+    record, turn and quarantine counters, and each transaction's duration and records."""
     seen = [0, 0, 0]  # records, appended, quarantined already counted
 
     def progress(update: ProgressUpdate) -> None:
@@ -422,11 +437,8 @@ def projector_loop(
             if after > before:
                 counter.inc(after - before)
         seen[:] = now
+        if update.batch.records:
+            metrics.transaction_duration.observe(update.batch_seconds)
+            metrics.transaction_records.observe(update.batch.records)
 
-    def loop(stop: threading.Event) -> object:
-        if group is not None:
-            member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
-            return member.run_group(group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress)
-        return Projector(projection, servers, topic, kafka_config=kafka_config).run(stop=stop, progress=progress)
-
-    return loop
+    return progress
