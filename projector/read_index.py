@@ -20,14 +20,18 @@ one was not changed by any commit after ``w``, in particular by none up to ``n``
 key is read from the snapshot and learnt only while the index is still at ``n`` (under the lock), so a
 later commit that changes it always overwrites it. Dropping an entry is always safe.
 
-Quiet reads (``DuckProjection.quiet_view``). The writer announces each write before its transaction
-begins (``writing``) and ends the announcement when it publishes (or, after a failure, once it has
-checked that the file is still at the index's version: ``settle``). Each announcement and each end
-moves a *generation* forward, odd while a write is under way. A read that captures an even generation
-and finds it unchanged after a statement knows that no COMMIT ran during that statement, and that every
+Quiet reads (``DuckProjection.quiet_view``). The writer announces each write just before its COMMIT
+(``writing``) and ends the announcement when it publishes (or, after a failure, once it has checked
+that the file is still at the index's version: ``settle``). Each announcement and each end moves a
+*generation* forward, odd while a commit is under way. A read that captures an even generation and
+finds it unchanged after a statement knows that no COMMIT ran during that statement, and that every
 earlier COMMIT was published before it: the statement read exactly the index's version. Such a read
 needs no transaction and no version statement; when the generation moved, its caller reads again in a
-snapshot (``DuckProjection.view``).
+snapshot (``DuckProjection.view``). The announcement waits for the COMMIT because a transaction's
+writes are invisible to every other cursor until then: a statement that runs beside the rest of the
+transaction reads the index's version all the same. (Announced at BEGIN, a projector in a transaction
+80-88% of the time under steady ingest sent almost every read to the snapshot: BEGIN, the version,
+the page, ROLLBACK, four statements for one.)
 """
 
 from __future__ import annotations
@@ -114,7 +118,7 @@ class ReadIndex:
             return self._generation == generation
 
     def writing(self) -> None:
-        """A write's transaction is about to begin: no quiet read holds from now until it is published."""
+        """A write is about to COMMIT: no quiet read holds from now until it is published."""
         with self._lock:
             if self._generation % 2 == 0:
                 self._generation += 1

@@ -75,6 +75,8 @@ DEFAULT_BODY_LIMIT = 64 * 1024
 DEFAULT_WAIT_TIMEOUT = 2.0
 #: Shortest page-token key accepted (HMAC-SHA-256 keys shorter than the hash weaken it).
 MIN_TOKEN_KEY_BYTES = 32
+#: Quiet views a read tries before its snapshot view (each may be overtaken by a commit).
+QUIET_TRIES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,15 +195,18 @@ def read_page(
             view, request, project_hash, after, through, offset, token_key=token_key, body_limit=body_limit
         )
 
-    # The projection's quiet view reads without a transaction when nothing is being written; when a
-    # commit lands meanwhile it says so and the page is read again in a snapshot (``view``).
+    # The projection's quiet view reads without a transaction while no commit is under way; when a
+    # commit lands meanwhile it says so and the page is read again: quiet once more (a commit published
+    # by then costs one statement again; one still under way makes it the snapshot view), then in a
+    # snapshot (``view``).
     quiet = getattr(projection, "quiet_view", None)
     if callable(quiet):
-        try:
-            with quiet() as view:
-                return in_view(view)
-        except SnapshotMovedError:
-            pass
+        for _ in range(QUIET_TRIES):
+            try:
+                with quiet() as view:
+                    return in_view(view)
+            except SnapshotMovedError:
+                pass
     with projection.view() as view:
         return in_view(view)
 

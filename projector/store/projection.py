@@ -342,7 +342,7 @@ class DuckProjection:
 
     @contextmanager
     def quiet_view(self) -> Iterator[DuckView]:
-        """``view``, without a transaction while no write is under way: its statements are each their own
+        """``view``, without a transaction while no commit is under way: its statements are each their own
         snapshot, checked to have read the index's version, and it raises ``SnapshotMovedError`` when a
         commit lands meanwhile (the caller then reads again in ``view``). What the reader asks for: on an
         idle projection a page is one statement, not BEGIN, the version, the turns and ROLLBACK."""
@@ -583,9 +583,9 @@ class DuckProjection:
 
     def _execute(self, work: ApplyTransaction) -> BatchSummary:
         """Run one batch's transaction; on any error forget the cached heads (they may be ahead of the file)."""
-        self._index.writing()  # quiet views stop answering from the index until this write is published
         try:
-            return work.execute()
+            # Nothing of a write is visible before its COMMIT: quiet views pause from there to publication.
+            return work.execute(before_commit=self._index.writing)
         except BaseException:
             self._cache.clear()
             self._head_cache.clear()

@@ -93,12 +93,15 @@ class ApplyTransaction:
                 self.batches.append((b, fresh))
         self.changes_anything = changes
 
-    def execute(self) -> BatchSummary:
-        """BEGIN, fold and write, COMMIT; on any error ROLLBACK and re-raise (nothing of the batch applied)."""
+    def execute(self, before_commit: Callable[[], None] | None = None) -> BatchSummary:
+        """BEGIN, fold and write, ``before_commit()``, COMMIT; on any error ROLLBACK and re-raise (nothing of
+        the batch applied)."""
         cur = self.cur
         cur.execute("BEGIN TRANSACTION")
         try:
             summary = self.fold_and_write()
+            if before_commit is not None:
+                before_commit()
             cur.execute("COMMIT")
         except BaseException:
             try:

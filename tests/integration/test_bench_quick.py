@@ -121,3 +121,16 @@ def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "| 1 |" in proc.stdout and verdict in proc.stdout
         assert unit in proc.stdout.splitlines()[0]
+
+
+def test_busy_reads_bench_reads_ok_beside_a_writer_both_ways() -> None:
+    """``python -m bench.busy_reads``: first pages beside a busy writer with quiet views stopped at BEGIN
+    (as before) and at COMMIT (as now), alternated; every read answers ok (exit 1 otherwise)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.busy_reads", "--rounds", "1", "--seconds", "0.5"],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = re.findall(r"^\| at (BEGIN|COMMIT) \| ([\d,]+) \|", proc.stdout, flags=re.M)
+    assert [way for way, _ in rows] == ["BEGIN", "COMMIT"] and all(int(n.replace(",", "")) > 0 for _, n in rows), proc.stdout
+    assert "ratio (at COMMIT / at BEGIN)" in proc.stdout and "every read ok" in proc.stdout

@@ -172,10 +172,52 @@ def test_a_quiet_view_that_a_commit_overtakes_says_so(tmp_path: Path) -> None:
         projection.close()
 
 
+def test_a_quiet_view_holds_beside_an_open_write_and_not_across_its_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer announces its write just before COMMIT: until then its rows are invisible to other
+    cursors, so a quiet view beside the open transaction reads the published version exactly; one
+    whose statement comes after the COMMIT is overtaken and says so."""
+    from throughline.projector.store import transaction
+
+    projection, log, project, source = _projected(tmp_path)
+    folded, resume = threading.Event(), threading.Event()
+    fold = transaction.ApplyTransaction.fold_and_write
+
+    def paused(self: transaction.ApplyTransaction) -> object:
+        summary = fold(self)  # every row of the batch written, not committed
+        folded.set()
+        assert resume.wait(10)
+        return summary
+
+    monkeypatch.setattr(transaction.ApplyTransaction, "fold_and_write", paused)
+    writer = threading.Thread(target=projection.apply_batch, args=(TOPIC, 0, log[4:]))
+    try:
+        writer.start()
+        assert folded.wait(10)
+        with projection.quiet_view() as quiet:
+            assert quiet._check is not None  # the quiet path, not a snapshot
+            head = quiet.head(project)
+            assert head is not None and head.length == 4 and quiet.applied_offset(0) == 4
+            assert [t.seq for t in quiet.turns(source, 1, 5)] == [1, 2, 3, 4]  # not the uncommitted 5
+        with projection.quiet_view() as overtaken:
+            assert overtaken.head(project) is not None
+            resume.set()
+            writer.join(10)
+            with pytest.raises(SnapshotMovedError):
+                overtaken.turns(source, 1, 5)
+        with projection.quiet_view() as after:
+            assert [t.seq for t in after.turns(source, 1, 5)] == [1, 2, 3, 4, 5]
+    finally:
+        resume.set()
+        writer.join(10)
+        projection.close()
+
+
 def test_a_quiet_view_is_a_snapshot_while_a_write_is_under_way(tmp_path: Path) -> None:
     projection, _log, project, _source = _projected(tmp_path)
     try:
-        projection._index.writing()  # as the writer does before its transaction begins
+        projection._index.writing()  # as the writer does just before its COMMIT
         with projection.quiet_view() as view:
             assert view._check is None  # the snapshot view (BEGIN ... ROLLBACK), never raises
             assert view.head(project) is not None
@@ -183,12 +225,23 @@ def test_a_quiet_view_is_a_snapshot_while_a_write_is_under_way(tmp_path: Path) -
         projection.close()
 
 
-def test_a_read_that_a_commit_overtakes_is_read_again_in_a_snapshot(tmp_path: Path) -> None:
-    projection, log, _project, _source = _projected(tmp_path)
+@pytest.mark.parametrize(
+    ("overtaking", "calls_made", "seqs"),
+    [
+        (1, ["quiet", "quiet"], [1, 2, 3, 4, 5]),  # the second quiet view reads the published commit
+        (2, ["quiet", "quiet", "snapshot"], [1, 2, 3, 4, 5, 6]),  # commits keep landing: a snapshot
+    ],
+)
+def test_a_read_that_commits_overtake_is_read_again_quiet_then_in_a_snapshot(
+    tmp_path: Path, overtaking: int, calls_made: list[str], seqs: list[int]
+) -> None:
+    projection, _log, _project, _source = _projected(tmp_path)
+    log = to_log(place([turn("/p/one", turn_id=f"t{i}", body=f"b{i}") for i in range(6)], 1))  # _projected's, and one more
+    commits = iter(log[4 : 4 + overtaking])
     calls: list[str] = []
 
     class Overtaken:
-        """The projection, with a commit landing inside the reader's quiet view."""
+        """The projection, with a commit landing inside the reader's first ``overtaking`` quiet views."""
 
         def __getattr__(self, name: str) -> object:
             return getattr(projection, name)
@@ -197,7 +250,9 @@ def test_a_read_that_a_commit_overtakes_is_read_again_in_a_snapshot(tmp_path: Pa
         def quiet_view(self) -> Iterator[DuckView]:
             calls.append("quiet")
             with projection.quiet_view() as view:
-                projection.apply_batch(TOPIC, 0, log[4:])
+                record = next(commits, None)
+                if record is not None:
+                    projection.apply_batch(TOPIC, 0, [record])
                 yield view
 
         def view(self) -> AbstractContextManager[DuckView]:
@@ -213,8 +268,8 @@ def test_a_read_that_a_commit_overtakes_is_read_again_in_a_snapshot(tmp_path: Pa
             token_key=b"k" * 32,
             wait_timeout=0.0,
         )
-        assert calls == ["quiet", "snapshot"]
-        assert page.status == "ok" and [t.seq for t in page.turns] == [1, 2, 3, 4, 5]
+        assert calls == calls_made
+        assert page.status == "ok" and [t.seq for t in page.turns] == seqs
     finally:
         projection.close()
 
