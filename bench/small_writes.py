@@ -19,6 +19,9 @@ every append it takes (as the store did before) against at its milestones only (
 as it does now); ``--projects 1`` makes every batch extend the same few sources (one busy project, the
 freshness sweep's first column). Their ``sources`` tables differ by design, so it checks that every
 other table is equal and that both projections read the same head for every source.
+
+``--compare parsed``: the writer's statements parsed by each execution (as before) against parsed once
+per text (``statements.parsed``, as now); the tables must be equal.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import pyarrow as pa
 
 import throughline.projector.prepare as prepare
 from bench.common import Workload, encode_workload
-from throughline.projector.store import DuckProjection, is_milestone, transaction, writes
+from throughline.projector.store import DuckProjection, is_milestone, statements, transaction, writes
 from throughline.runtime import prompt_gil_handoffs
 
 SIZES = (1, 2, 5, 10, 20, 40, 100, 400)
@@ -78,6 +81,16 @@ def _every_append(seq: int) -> bool:
     return True
 
 
+def _parse_once(once: bool) -> None:
+    # Both modules bind it by name from the statements module.
+    writes.parsed = transaction.parsed = statements.parsed if once else _text
+
+
+def _text(sql: str) -> str:
+    """The statement's text, parsed by each execution (the store before ``statements.parsed``)."""
+    return sql
+
+
 #: What each comparison sets up before applying a batch to the projection of "before" and of "now".
 _COMPARISONS: dict[str, tuple[tuple[str, Callable[[], None]], tuple[str, Callable[[], None]]]] = {
     "scans": (
@@ -87,6 +100,10 @@ _COMPARISONS: dict[str, tuple[tuple[str, Callable[[], None]], tuple[str, Callabl
     "milestones": (
         ("a source row every append", lambda: _rows_at(_every_append)),
         ("source rows at milestones", lambda: _rows_at(is_milestone)),
+    ),
+    "parsed": (
+        ("statements parsed by each execution", lambda: _parse_once(False)),
+        ("statements parsed once", lambda: _parse_once(True)),
     ),
 }
 
@@ -156,6 +173,7 @@ def _compare(rounds: int, clock: Callable[[], float], unit: str, comparison: str
         finally:
             _use(writes.execute_over)
             _rows_at(is_milestone)
+            _parse_once(True)
             old.close()
             new.close()
             same = _same(Path(tmp) / "before.duckdb", Path(tmp) / "now.duckdb", comparison)

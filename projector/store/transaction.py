@@ -31,6 +31,7 @@ from throughline.projector.store.repair_rows import (
     mark_quarantined,
 )
 from throughline.projector.store.state import PartitionCounters, SourceState
+from throughline.projector.store.statements import parsed
 from throughline.projector.store.values import BatchSummary
 from throughline.projector.store.view import heads_past_milestones, is_milestone, turn_rows
 from throughline.projector.store.writes import SOURCE_COLUMNS, Row, execute_over, fits_values, values_sql
@@ -97,12 +98,12 @@ class ApplyTransaction:
         """BEGIN, fold and write, ``before_commit()``, COMMIT; on any error ROLLBACK and re-raise (nothing of
         the batch applied)."""
         cur = self.cur
-        cur.execute("BEGIN TRANSACTION")
+        cur.execute(parsed("BEGIN TRANSACTION"))
         try:
             summary = self.fold_and_write()
             if before_commit is not None:
                 before_commit()
-            cur.execute("COMMIT")
+            cur.execute(parsed("COMMIT"))
         except BaseException:
             try:
                 cur.execute("ROLLBACK")

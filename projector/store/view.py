@@ -11,7 +11,7 @@ A view of a quiet projection (``DuckProjection.quiet_view``) has no transaction:
 is its own snapshot, and ``check`` says after each one whether it read the index's version (see "Quiet
 reads" in ``throughline.projector.read_index``); when it did not, the view raises
 ``SnapshotMovedError`` and its caller reads again in a snapshot. The turns statement's text is parsed
-once per shape (``_parsed``): DuckDB then only binds and plans it.
+once per shape (``statements.parsed``): DuckDB then only binds and plans it.
 
 ``turns`` buckets 64 consecutive seqs of one source under one indexed ``page_key``, because DuckDB
 only takes an ART index for an equality filter, not for a range.
@@ -19,7 +19,6 @@ only takes an ART index for an equality filter, not for a range.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from throughline.core.exceptions import SnapshotMovedError
 from throughline.core.ports import SourceInfo, StoredTurn
 from throughline.projector.read_index import ChainHead, Missing, ReadIndex
 from throughline.projector.store.schema import TURN_COLUMNS
+from throughline.projector.store.statements import parsed
 
 #: Seqs per ``page_key`` bucket (a power of two): a page of up to 100 seqs spans at most 3 buckets.
 PAGE_BUCKET_BITS = 6
@@ -80,25 +80,6 @@ def _bucket_sql(columns: Sequence[str], buckets: int, ranges: int = 1) -> str:
         f"WITH b AS MATERIALIZED (SELECT {inner} FROM turns WHERE page_key IN ({keys})) "  # noqa: S608
         f"SELECT {', '.join(columns)} FROM b WHERE {where} ORDER BY source_sha256, seq"
     )
-
-
-#: Parsed turns statements by text: a parsed statement is copied by each execution, so one serves every
-#: cursor and thread; there are at most a few dozen shapes (bucket keys x ranges of a page).
-_PARSED: dict[str, duckdb.Statement] = {}
-_PARSER: list[duckdb.DuckDBPyConnection] = []  # opened at the first parse, not at import
-_PARSER_LOCK = threading.Lock()
-
-
-def _parsed(sql: str) -> duckdb.Statement:
-    statement = _PARSED.get(sql)
-    if statement is None:
-        # Parsing needs a connection, not a database: a private one, so no reader's cursor is used
-        # from two threads; a parsed statement then runs on any connection.
-        with _PARSER_LOCK:
-            if not _PARSER:
-                _PARSER.append(duckdb.connect(":memory:"))
-            statement = _PARSED[sql] = _PARSER[0].extract_statements(sql)[0]
-    return statement
 
 
 def _ranges_sql(buckets: int, ranges: int) -> str:
@@ -312,7 +293,7 @@ class DuckView:
         for source, first, last in live:
             params += [source, first, last]
         by_source: dict[bytes, list[StoredTurn]] = {}
-        found = self._cur.execute(_parsed(_ranges_sql(len(keys), len(live))), params).fetchall()
+        found = self._cur.execute(parsed(_ranges_sql(len(keys), len(live))), params).fetchall()
         self._held()
         for r in found:
             if r[4] is not None:  # a row of a range (the others come without their body)

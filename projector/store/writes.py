@@ -16,6 +16,7 @@ import pyarrow as pa
 from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.store.schema import TURN_COLUMNS
 from throughline.projector.store.state import PartitionCounters
+from throughline.projector.store.statements import parsed
 from throughline.projector.store.view import page_key, turn_rows
 
 #: A turn row while a batch is folded: (seq, turn_id, completed_at_us, body, body_bytes,
@@ -166,7 +167,7 @@ def execute_over(
     1.41 / 1.93 registered (``python -m bench.small_writes`` compares whole transactions).
     """
     tl_rows = rows  # noqa: F841  (read by DuckDB's replacement scan, not by Python)
-    return cur.execute(sql, params)
+    return cur.execute(parsed(sql), params)
 
 
 def fix_turn_ids(
@@ -177,9 +178,9 @@ def fix_turn_ids(
     for key in inserted:
         content = applied_now.get(key)
         if content is None:
-            cur.execute("DELETE FROM turn_ids WHERE turn_key = ?", [key])
+            cur.execute(parsed("DELETE FROM turn_ids WHERE turn_key = ?"), [key])
         elif content != first[key]:
-            cur.execute("UPDATE turn_ids SET content_digest = ? WHERE turn_key = ?", [content, key])
+            cur.execute(parsed("UPDATE turn_ids SET content_digest = ? WHERE turn_key = ?"), [content, key])
 
 
 def supersede_stored(
@@ -198,9 +199,9 @@ def supersede_stored(
     row_ids = [int(r[0]) for r in rows]
     if len(row_ids) <= 16:
         for rid in row_ids:  # a point delete by rowid skips to its row group
-            cur.execute("DELETE FROM turns WHERE rowid = ?", [rid])
+            cur.execute(parsed("DELETE FROM turns WHERE rowid = ?"), [rid])
     else:
-        cur.execute("DELETE FROM turns WHERE rowid IN (SELECT unnest(?::BIGINT[]))", [row_ids])
+        cur.execute(parsed("DELETE FROM turns WHERE rowid IN (SELECT unnest(?::BIGINT[]))"), [row_ids])
 
 
 def insert_superseded(cur: duckdb.DuckDBPyConnection, superseded: list[tuple[bytes, bytes, Row, int, int]]) -> None:
@@ -219,7 +220,7 @@ def insert_turns(cur: duckdb.DuckDBPyConnection, pending: Sequence[tuple[bytes, 
     if fits_values(len(_ARROW_TURNS), sum(len(rows) for _, _, rows in pending)):
         rows_in = [(page_key(source, row[0]), source, row[0], project, *row[1:]) for source, project, rows in pending for row in rows]
         if rows_in:
-            cur.execute(values_sql(_TURNS_INSERT, len(_ARROW_TURNS), len(rows_in)), [v for r in rows_in for v in r])
+            cur.execute(parsed(values_sql(_TURNS_INSERT, len(_ARROW_TURNS), len(rows_in))), [v for r in rows_in for v in r])
     elif pending:
         keys: list[int] = []
         srcs: list[bytes] = []
@@ -249,16 +250,16 @@ def write_sources(
     ones by one INSERT."""
     if len(stored) == 1:
         source, *values = stored[0]
-        cur.execute(_SOURCE_UPDATE, [*values, source])
+        cur.execute(parsed(_SOURCE_UPDATE), [*values, source])
     elif stored:
         if fits_values(len(_ARROW_SOURCES), len(stored)):
             rows = _values_rows(len(_ARROW_SOURCES), len(stored), SOURCE_COLUMNS)
-            cur.execute(_SOURCES_UPDATE.format(rows=rows), [v for r in stored for v in r])
+            cur.execute(parsed(_SOURCES_UPDATE.format(rows=rows)), [v for r in stored for v in r])
         else:
             execute_over(cur, _SOURCES_UPDATE.format(rows="tl_rows v"), _rows_table(_ARROW_SOURCES, stored))
     if new:
         if fits_values(len(_ARROW_SOURCES), len(new)):
-            cur.execute(values_sql(_SOURCES_INSERT, len(_ARROW_SOURCES), len(new)), [v for r in new for v in r])
+            cur.execute(parsed(values_sql(_SOURCES_INSERT, len(_ARROW_SOURCES), len(new))), [v for r in new for v in r])
         else:
             execute_over(
                 cur, f"INSERT INTO sources BY NAME SELECT {SOURCE_COLUMNS} FROM tl_rows", _rows_table(_ARROW_SOURCES, new)  # noqa: S608
@@ -278,10 +279,10 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes], st
     if known:
         if len(known) == 1:
             ((project, source),) = known
-            changed = cur.execute(_HEAD_UPDATE, [source, project]).fetchone()
+            changed = cur.execute(parsed(_HEAD_UPDATE), [source, project]).fetchone()
         elif fits_values(len(_ARROW_HEADS), len(known)):
             rows = _values_rows(2, len(known), "project_sha256, source_sha256")
-            changed = cur.execute(_KNOWN_HEADS_UPDATE.format(rows=rows), [v for pair in known for v in pair]).fetchone()
+            changed = cur.execute(parsed(_KNOWN_HEADS_UPDATE.format(rows=rows)), [v for pair in known for v in pair]).fetchone()
         else:
             table = _arrow_table(_ARROW_HEADS, [[p for p, _ in known], [s for _, s in known]])
             changed = execute_over(cur, _KNOWN_HEADS_UPDATE.format(rows="tl_rows v"), table).fetchone()
@@ -295,7 +296,7 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes], st
         return
     if fits_values(len(_ARROW_HEADS), len(unknown)):
         rows = _values_rows(2, len(unknown), "project_sha256, source_sha256")
-        updated = cur.execute(_HEADS_UPDATE.format(rows=rows), [v for pair in unknown.items() for v in pair]).fetchall()
+        updated = cur.execute(parsed(_HEADS_UPDATE.format(rows=rows)), [v for pair in unknown.items() for v in pair]).fetchall()
     else:
         table = _arrow_table(_ARROW_HEADS, [list(unknown), list(unknown.values())])
         updated = execute_over(cur, _HEADS_UPDATE.format(rows="tl_rows v"), table).fetchall()
@@ -304,7 +305,7 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes], st
     if not new:
         return
     if fits_values(len(_ARROW_HEADS), len(new)):
-        cur.execute(values_sql(_HEADS_INSERT, 2, len(new)), [v for pair in new.items() for v in pair])
+        cur.execute(parsed(values_sql(_HEADS_INSERT, 2, len(new))), [v for pair in new.items() for v in pair])
     else:
         table = _arrow_table(_ARROW_HEADS, [list(new), list(new.values())])
         execute_over(cur, "INSERT INTO project_heads BY NAME SELECT * FROM tl_rows", table)
@@ -357,7 +358,7 @@ def write_offsets(
                 for part, row in zip(update, values, strict=True):
                     params += (part, row[i])
             sql = f"UPDATE applied_offsets SET {sets} WHERE topic = ? AND log_partition IN ({', '.join('?' for _ in range(n))})"  # noqa: S608
-        changed = cur.execute(sql, [*params, topic, *update]).fetchone()
+        changed = cur.execute(parsed(sql), [*params, topic, *update]).fetchone()
         if not changed or changed[0] != n:
             raise InvalidBatchError(
                 f"applied_offsets holds {changed[0] if changed else 0} of the {n} partition rows the projection "
@@ -365,4 +366,4 @@ def write_offsets(
             )
     new = [(topic, p, *_offset_values(counters[p])) for p in counters if p not in stored]
     if new:
-        cur.execute(values_sql("INSERT INTO applied_offsets", 8, len(new)), [v for r in new for v in r])
+        cur.execute(parsed(values_sql("INSERT INTO applied_offsets", 8, len(new))), [v for r in new for v in r])

@@ -106,13 +106,15 @@ def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
     """``python -m bench.small_writes``: the writes of the store before (registered Arrow tables) and now
     (``execute_over``), both with the store's VALUES bound, applied to the same batches, leave equal tables
     (exit 1 if they differ), timed by CPU alone and by wall time beside a busy thread; and source rows
-    written at every append against at milestones only leave the same heads and other tables."""
+    written at every append against at milestones only leave the same heads and other tables; and the
+    writer's statements parsed by each execution against once leave equal tables."""
     equal = "both projections' table_digests equal"
     same_heads = "both projections' other tables equal and every source's head read equal"
     for extra, unit, verdict in (
         ([], "ms CPU", equal),
         (["--contended", "1"], "ms wall", equal),
         (["--compare", "milestones", "--projects", "1"], "ms CPU", same_heads),
+        (["--compare", "parsed"], "ms CPU", equal),
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "bench.small_writes", "--rounds", "2", *extra],
