@@ -36,6 +36,7 @@ from throughline.projector.store.files import (
 from throughline.projector.store.report import read_quarantine, read_stats, table_digests, table_rows
 from throughline.projector.store.schema import ensure_schema, read_meta
 from throughline.projector.store.state import PartitionCounters, SourceState
+from throughline.projector.store.statements import parsed
 from throughline.projector.store.transaction import ApplyTransaction
 from throughline.projector.store.values import BatchSummary, ProjectionStats, QuarantineListing
 from throughline.projector.store.view import DuckView, snapshot_version
@@ -320,9 +321,8 @@ class DuckProjection:
     def view(self) -> Iterator[DuckView]:
         """One consistent snapshot: every answer of the yielded view is of one committed version.
 
-        Applied offsets, project heads and chain heads come from memory (``ReadIndex``) when the
-        snapshot's version is the index's; turns always from DuckDB. A read-only file cannot change
-        (DuckDB lets no process write it meanwhile), so its statements need no transaction.
+        Applied offsets, project heads and chain heads come from memory (``ReadIndex``) when the snapshot's
+        version is the index's; turns always from DuckDB. A read-only file cannot change, so needs no transaction.
         """
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
@@ -332,11 +332,11 @@ class DuckProjection:
                 version, applied = self._index.capture()
                 yield DuckView(cur, self._topic, self._index, version, applied)
                 return
-            cur.execute("BEGIN TRANSACTION")
+            cur.execute(parsed("BEGIN TRANSACTION"))
             try:
                 yield self._snapshot(cur)
             finally:
-                cur.execute("ROLLBACK")  # read-only transaction: nothing to keep
+                cur.execute(parsed("ROLLBACK"))  # read-only transaction: nothing to keep
         finally:
             cur.close()
 
@@ -369,8 +369,8 @@ class DuckProjection:
             if snapshot_version(cur, self._topic) == version:
                 return DuckView(cur, self._topic, self._index, version, applied)
             # A commit between the two (its entries are about to be published): a new snapshot.
-            cur.execute("ROLLBACK")
-            cur.execute("BEGIN TRANSACTION")
+            cur.execute(parsed("ROLLBACK"))
+            cur.execute(parsed("BEGIN TRANSACTION"))
         snapshot_version(cur, self._topic)
         return DuckView(cur, self._topic)  # everything from the snapshot itself
 

@@ -46,7 +46,7 @@ _VERSION_SQL = "SELECT coalesce(sum(next_offset), 0) FROM applied_offsets WHERE 
 
 def snapshot_version(cur: duckdb.DuckDBPyConnection, topic: str | None) -> int:
     """The version (``ReadIndex.version``) of the snapshot ``cur`` reads."""
-    row = cur.execute(_VERSION_SQL, [topic or ""]).fetchone()
+    row = cur.execute(parsed(_VERSION_SQL), [topic or ""]).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -220,7 +220,7 @@ class DuckView:
             if not isinstance(known, Missing):
                 return known
         row = self._one(
-            self._cur.execute("SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?", [project_sha256])
+            self._cur.execute(parsed("SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?"), [project_sha256])
         )
         source = bytes(row[0]) if row else None
         if self._index is not None:
