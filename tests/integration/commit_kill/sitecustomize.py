@@ -38,8 +38,8 @@ if _spec:
             os.kill(os.getpid(), signal.SIGKILL)
         return summary
 
-    def _execute(self):
-        summary = _real_execute(self)
+    def _execute(self, before_commit=None):
+        summary = _real_execute(self, before_commit)
         if _when == "after" and _has_repair(self) and _claim():
             os.kill(os.getpid(), signal.SIGKILL)
         return summary
