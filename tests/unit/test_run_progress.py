@@ -52,3 +52,17 @@ def test_serve_counts_every_transaction_that_applied_records_into_its_histograms
     assert float(lines["throughline_projector_records_total"]) == 31
     assert float(lines["throughline_projector_turns_applied_total"]) == 30
     assert float(lines["throughline_projector_quarantined_records_total"]) == 1
+
+
+def test_a_retried_run_goes_on_counting_though_its_totals_start_again() -> None:
+    """serve retries a failed projector run with the same callback; the new run's totals restart at 0."""
+    metrics = ServeMetrics()
+    progress = metered_progress(metrics)
+    first = BatchSummary(records=5, appended=5)
+    progress(ProgressUpdate(first, {0: 5}, None, {0: 0}, 1.0, first, 0.01))
+    again = BatchSummary(records=2, appended=2)  # the retried run's first batch: its totals are 2
+    progress(ProgressUpdate(again, {0: 7}, None, {0: 5}, 0.5, again, 0.01))
+    lines = dict(line.rsplit(" ", 1) for line in metrics.render().splitlines() if line and not line.startswith("#"))
+    assert float(lines["throughline_projector_records_total"]) == 7
+    assert float(lines["throughline_projector_turns_applied_total"]) == 7
+    assert float(lines["throughline_projector_transaction_records_sum"]) == 7

@@ -423,22 +423,22 @@ def projector_loop(
 
 
 def metered_progress(metrics: ServeMetrics) -> Callable[[ProgressUpdate], None]:
-    """The projector run's ``progress`` callback that counts what it applies into ``metrics``: the
-    record, turn and quarantine counters, and each transaction's duration and records."""
-    seen = [0, 0, 0]  # records, appended, quarantined already counted
+    """The projector runs' ``progress`` callback that counts what they apply into ``metrics``: the
+    record, turn and quarantine counters, and each transaction's duration and records (one callback
+    for every run of the service: a run retried after a failure goes on counting)."""
 
     def progress(update: ProgressUpdate) -> None:
-        # The run reports running totals; the counters take the increments.
-        total = update.summary
-        now = [total.records, total.appended, total.quarantined]
-        for counter, before, after in zip(
-            (metrics.records_applied, metrics.turns_applied, metrics.quarantined), seen, now, strict=True
+        # From the batch, not the run's totals: a retried run starts its totals again at 0.
+        batch = update.batch
+        for counter, applied in (
+            (metrics.records_applied, batch.records),
+            (metrics.turns_applied, batch.appended),
+            (metrics.quarantined, batch.quarantined),
         ):
-            if after > before:
-                counter.inc(after - before)
-        seen[:] = now
-        if update.batch.records:
+            if applied:
+                counter.inc(applied)
+        if batch.records:
             metrics.transaction_duration.observe(update.batch_seconds)
-            metrics.transaction_records.observe(update.batch.records)
+            metrics.transaction_records.observe(batch.records)
 
     return progress
