@@ -112,6 +112,7 @@ def _round(projection: DuckProjection, writes: list[LogRecord], seconds: float) 
     log = FixedLog(partitions=1, ends={0: 1})  # every read's records are applied: no wait
     walls: list[float] = []
     cpus: list[float] = []
+    projects = [Workload(1, projects=PROJECTS, label="busy").project(k) for k in range(PROJECTS)]
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     started = time.perf_counter()
@@ -120,7 +121,7 @@ def _round(projection: DuckProjection, writes: list[LogRecord], seconds: float) 
     while not done.is_set() and time.perf_counter() < deadline:
         t0, c0 = time.perf_counter(), time.thread_time()
         page = read_observer_turn_page(
-            project=Workload(1, projects=PROJECTS, label="busy").project(i % PROJECTS),
+            project=projects[i % PROJECTS],
             limit=10, projection=counted, log=log, token_key=TOKEN_KEY, wait_timeout=0.0,
         )
         walls.append((time.perf_counter() - t0) * 1000)

@@ -140,7 +140,7 @@ class Tally:
         summary = self._projection.apply_prepared(topic, batches)
         self.add(summary, time.perf_counter() - began)
 
-    def add(self, summary: BatchSummary, seconds: float = 0.0) -> None:
+    def add(self, summary: BatchSummary, seconds: float) -> None:
         """Count one applied batch (``seconds``: how long applying it took) and report the run's totals."""
         with self._lock:
             self.total = self.total + summary
