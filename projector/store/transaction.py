@@ -42,6 +42,29 @@ _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes
 _ROW_DIGEST = operator.itemgetter(6)  # a Row's chain_digest
 
 
+def stored_turn_ids(
+    cur: duckdb.DuckDBPyConnection, keys: Sequence[bytes], table: pa.Table | None = None
+) -> dict[bytes, bytes]:
+    """The content digest of each of ``keys`` that ``turn_ids`` holds (index probes for a few keys, a
+    join with ``table``, an Arrow table whose ``turn_key`` column holds at least ``keys``, for many)."""
+    if not keys:
+        return {}
+    if len(keys) > _POINT_LOOKUPS and table is None:
+        table = pa.table({"turn_key": pa.array(list(keys), pa.binary())})
+    if len(keys) <= _POINT_LOOKUPS or table is None:
+        sql = " UNION ALL ".join(
+            f"SELECT turn_key, content_digest FROM turn_ids WHERE turn_key = ${i + 1}"  # noqa: S608
+            for i in range(len(keys))
+        )
+        rows = cur.execute(parsed(sql), list(keys)).fetchall()
+    else:
+        rows = execute_over(
+            cur, "SELECT t.turn_key, t.content_digest FROM turn_ids t JOIN tl_rows p ON t.turn_key = p.turn_key", table
+        ).fetchall()
+    wanted = set(keys)
+    return {bytes(r[0]): bytes(r[1]) for r in rows if bytes(r[0]) in wanted}
+
+
 class _SourceDelta(ChainDelta[Row]):
     """One source while a batch is folded: the ``ChainDelta`` of its chain over the stored turns, its
     working state (the head as folded so far, and its broken mark) and the ``sources`` row this batch
@@ -85,6 +108,11 @@ class ApplyTransaction:
         self.counters: dict[int, PartitionCounters] = {}
         self.states: dict[bytes, SourceState] = {}
         self.heads: dict[bytes, bytes] = {}  # project -> head source, for the projects this batch moved
+        #: After ``fold``: each touched source's delta (its cut, pending rows and state), and the turn
+        #: keys the batch appended under (key -> content digest).
+        self.works: dict[bytes, _SourceDelta] = {}
+        self.applied_now: dict[bytes, bytes] = {}
+        self._folded: tuple[Any, ...] = ()
         changes = False
         for b in batches:
             current = counters.get(b.partition, PartitionCounters())
@@ -150,21 +178,7 @@ class ApplyTransaction:
             returning = execute_over(cur, insert + " ON CONFLICT DO NOTHING RETURNING turn_key", table, params)
             inserted = {bytes(r[0]) for r in returning.fetchall()}
             missing = [k for k in keys if k not in inserted]
-        existing: dict[bytes, bytes] = {}
-        if missing:
-            if len(missing) <= _POINT_LOOKUPS or table is None:
-                sql = " UNION ALL ".join(
-                    f"SELECT turn_key, content_digest FROM turn_ids WHERE turn_key = ${i + 1}"  # noqa: S608
-                    for i in range(len(missing))
-                )
-                rows = cur.execute(sql, missing).fetchall()
-            else:
-                rows = execute_over(
-                    cur, "SELECT t.turn_key, t.content_digest FROM turn_ids t JOIN tl_rows p ON t.turn_key = p.turn_key", table
-                ).fetchall()
-            wanted = set(missing)
-            existing = {bytes(r[0]): bytes(r[1]) for r in rows if bytes(r[0]) in wanted}
-        return inserted, existing, first
+        return inserted, stored_turn_ids(cur, missing, table), first
 
     def _load_sources(self, sources: list[bytes]) -> dict[bytes, SourceState]:
         if not sources:
@@ -204,6 +218,12 @@ class ApplyTransaction:
 
     def fold_and_write(self) -> BatchSummary:
         """Fold every record in log order and write the result (inside the open transaction)."""
+        summary = self.fold()
+        self._write_folded()
+        return summary
+
+    def fold(self) -> BatchSummary:
+        """Fold every record in log order into ``works`` and the rows to write (no write but the probe's)."""
         sound = [it for _, items in self.batches for it in items if isinstance(it, SoundRecord)]
         inserted_keys, existing, first_content = self._probe_turn_ids(sound)
 
@@ -305,16 +325,22 @@ class ApplyTransaction:
             after.next_offset = max(before.next_offset, batch.next_offset)
             self.counters[part] = after
 
-        writes.fix_turn_ids(self.cur, inserted_keys, applied_now, first_content)
+        self.works, self.applied_now = works, applied_now
+        self.states = {s: w.state for s, w in works.items()}
+        self.heads = heads
+        self._folded = (inserted_keys, first_content, superseded, quarantine, marks, repair_rows, loaded)
+        return total
+
+    def _write_folded(self) -> None:
+        """Write what ``fold`` decided (inside the open transaction)."""
+        inserted_keys, first_content, superseded, quarantine, marks, repair_rows, loaded = self._folded
+        writes.fix_turn_ids(self.cur, inserted_keys, self.applied_now, first_content)
         if marks:
             quarantine = [(*q, *marks.get((q[0], q[1]), (None, None))) for q in quarantine]
         else:
             quarantine = [(*q, None, None) for q in quarantine]
-        self._write(works, superseded, heads, quarantine, loaded)
+        self._write(self.works, superseded, self.heads, quarantine, loaded)
         insert_repairs(self.cur, repair_rows)
-        self.states = {s: w.state for s, w in works.items()}
-        self.heads = heads
-        return total
 
     def _repair(
         self,
