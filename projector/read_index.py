@@ -1,4 +1,5 @@
-"""What every read needs, kept in memory: the applied offsets, projects' head sources, chains' heads.
+"""What every read needs, kept in memory: the applied offsets, projects' head sources, chains' heads,
+and the layers staged above the committed version (``throughline.core.layers``).
 
 A first page needs the partition's applied offset, the project's head source and that source's chain
 head (length, digest, log position, broken mark) before it reads the turns it serves. Read from DuckDB
@@ -20,6 +21,12 @@ one was not changed by any commit after ``w``, in particular by none up to ``n``
 key is read from the snapshot and learnt only while the index is still at ``n`` (under the lock), so a
 later commit that changes it always overwrites it. Dropping an entry is always safe.
 
+Layers. ``stage`` adds a layer the projector folded and has not committed; ``publish`` drops, in the
+same critical section as it moves the version, every layer the commit covers (each partition it
+reaches is applied that far), so a read's capture (``quiet``, ``capture``, ``held``) holds exactly the
+layers above its version. ``held`` keeps the index locked while a snapshot view takes DuckDB's
+snapshot: nothing is staged, dropped or published meanwhile (``snapshots._snapshot``).
+
 Quiet reads (``DuckProjection.quiet_view``). The writer announces each write just before its COMMIT
 (``writing``) and ends the announcement when it publishes (or, after a failure, once it has checked
 that the file is still at the index's version: ``settle``). Each announcement and each end moves a
@@ -38,9 +45,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
+
+from throughline.core.layers import Layer
 
 DEFAULT_READ_ENTRIES = 100_000  # per map (heads, chains): ~200 bytes each
 
@@ -104,13 +114,14 @@ class ReadIndex:
         self._chains: _Entries[ChainHead | None] = _Entries(capacity)
         self._generation = 0  # odd while a write is under way (see "Quiet reads" above)
         self._doubt = False  # a failed write left the file at an unknown version: no quiet reads
+        self._layers: tuple[Layer, ...] = ()  # folded above the version, not committed yet (oldest first)
 
-    def quiet(self) -> tuple[int, int, dict[int, int]] | None:
-        """``(generation, version, applied offsets)`` when no write is under way, else ``None``."""
+    def quiet(self) -> tuple[int, int, dict[int, int], tuple[Layer, ...]] | None:
+        """``(generation, version, applied offsets, layers above it)`` when no write is under way, else ``None``."""
         with self._lock:
             if self._generation % 2 or self._doubt:
                 return None
-            return self._generation, self._version, dict(self._applied)
+            return self._generation, self._version, dict(self._applied), self._layers
 
     def still(self, generation: int) -> bool:
         """Whether no write began (nor ended) since ``quiet`` returned ``generation``."""
@@ -130,24 +141,56 @@ class ReadIndex:
             if self._generation % 2:
                 self._generation += 1
 
-    def capture(self) -> tuple[int, dict[int, int]]:
-        """The current version and the applied offsets at it."""
+    def capture(self) -> tuple[int, dict[int, int], tuple[Layer, ...]]:
+        """The current version, the applied offsets at it and the layers above it."""
         with self._lock:
-            return self._version, dict(self._applied)
+            return self._version, dict(self._applied), self._layers
+
+    @contextmanager
+    def held(self) -> Iterator[tuple[int, dict[int, int], tuple[Layer, ...]]]:
+        """``capture``, with the index held until the block ends: no commit is published and no layer
+        staged or dropped meanwhile (a snapshot taken inside it holds at most the captured layers'
+        commits beyond the version). Keep the block to one short statement."""
+        with self._lock:
+            yield self._version, dict(self._applied), self._layers
+
+    def layers(self) -> tuple[Layer, ...]:
+        """The layers folded above the current version (oldest first)."""
+        with self._lock:
+            return self._layers
+
+    def stage(self, layer: Layer) -> None:
+        """A fold not committed yet: reads see ``layer`` on top of the version (and of earlier layers)."""
+        with self._lock:
+            self._layers = (*self._layers, layer)
+
+    def unstage(self) -> tuple[Layer, ...]:
+        """Drop every layer (their writes failed, or will be folded again); return them."""
+        with self._lock:
+            dropped, self._layers = self._layers, ()
+            return dropped
 
     def publish(
         self, applied: Mapping[int, int], heads: Mapping[bytes, bytes], chains: Mapping[bytes, ChainHead]
-    ) -> None:
-        """A commit: the new applied offsets, and every project head and chain head it wrote."""
+    ) -> tuple[Layer, ...]:
+        """A commit: the new applied offsets, and every project head and chain head it wrote. The layers it
+        committed (each partition they reach is applied that far) are dropped in the same step and returned."""
         with self._lock:
             self._applied.update(applied)
             self._version = sum(self._applied.values())
+            done = 0
+            for layer in self._layers:
+                if any(self._applied.get(p, 0) < o for p, o in layer.next_offsets.items()):
+                    break
+                done += 1
+            committed, self._layers = self._layers[:done], self._layers[done:]
             for project, source in heads.items():
                 self._heads.put(project, self._version, source)
             for source, chain in chains.items():
                 self._chains.put(source, self._version, chain)
             if self._generation % 2:
                 self._generation += 1
+            return committed
 
     def forget(self) -> None:
         """Drop every entry (after a failed write, whose effect on them is unknown)."""

@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,28 +56,16 @@ from throughline.projector.feed import (
 )
 from throughline.projector.feed import ProjectorOptions as ProjectorOptions
 from throughline.projector.periodic_check import PeriodicCheck
-from throughline.projector.prepare import PreparedBatch
+from throughline.projector.pipeline import DirectWriter, StagedWriter, Writer
 from throughline.projector.store import BatchSummary, DuckProjection
+from throughline.projector.tally import Progress as Progress
+from throughline.projector.tally import ProgressUpdate as ProgressUpdate
+from throughline.projector.tally import Tally as Tally
 from throughline.runtime import fewer_gc_passes, prompt_gil_handoffs
 
 log = logging.getLogger(__name__)
 
 _WORKER_RESTARTS = 3  # consecutive fetch worker failures without a batch before the run fails
-
-@dataclass(frozen=True, slots=True)
-class ProgressUpdate:
-    """Where a run is, handed to the ``progress`` callback after each applied batch."""
-
-    summary: BatchSummary
-    applied: Mapping[int, int]
-    targets: Mapping[int, int] | None
-    started_at: Mapping[int, int]
-    elapsed: float
-    #: The batch just applied (one transaction) and how long applying it took (seconds, wall time:
-    #: the fold and the statements, from the batch in hand to its commit).
-    batch: BatchSummary = BatchSummary()
-    batch_seconds: float = 0.0
-
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
@@ -110,53 +98,6 @@ class RunSummary:
             "caughtUp": self.caught_up,
             "applied": {str(p): o for p, o in sorted(self.applied.items())},
         }
-
-
-Progress = Callable[[ProgressUpdate], None]
-
-
-class Tally:
-    """Running totals of a run, reported to the progress callback after each applied batch."""
-
-    def __init__(
-        self,
-        projection: DuckProjection,
-        progress: Progress | None,
-        targets: Mapping[int, int] | None,
-        start_offsets: Mapping[int, int],
-        started: float,
-    ) -> None:
-        self._projection = projection
-        self._progress = progress
-        self._targets = targets
-        self._start_offsets = dict(start_offsets)
-        self._started = started
-        self._lock = threading.Lock()
-        self.total = BatchSummary()
-
-    def apply(self, topic: str, batches: Sequence[PreparedBatch]) -> None:
-        """Apply ``batches`` in one transaction (``DuckProjection.apply_prepared``), timed, and report it."""
-        began = time.perf_counter()
-        summary = self._projection.apply_prepared(topic, batches)
-        self.add(summary, time.perf_counter() - began)
-
-    def add(self, summary: BatchSummary, seconds: float) -> None:
-        """Count one applied batch (``seconds``: how long applying it took) and report the run's totals."""
-        with self._lock:
-            self.total = self.total + summary
-            current = self.total
-        if self._progress is not None:
-            self._progress(
-                ProgressUpdate(
-                    current,
-                    self._projection.applied_offsets(),
-                    self._targets,
-                    self._start_offsets,
-                    time.monotonic() - self._started,
-                    summary,
-                    seconds,
-                )
-            )
 
 
 class Projector:
@@ -314,6 +255,7 @@ class Projector:
                 threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
             targets = dict(ends) if until_caught_up else None
             tally = Tally(self._projection, progress, targets, start_offsets, started)
+            writer = self._writer(tally)
             log.info(
                 "projecting topic %s (id %s, %d partitions) from %s",
                 self._topic,
@@ -321,8 +263,11 @@ class Projector:
                 info.partitions,
                 start_offsets,
             )
-            with fewer_gc_passes(self._options.gc_threshold), prompt_gil_handoffs(self._options.switch_interval):
-                caught_up = self._loop(log_view, feed, tally, stop, targets)
+            try:
+                with fewer_gc_passes(self._options.gc_threshold), prompt_gil_handoffs(self._options.switch_interval):
+                    caught_up = self._loop(log_view, feed, writer, stop, targets)
+            finally:
+                writer.close()
         finally:
             if worker is not None:  # the checks failed before the feed took it
                 worker.stop()
@@ -346,7 +291,7 @@ class Projector:
         self,
         log_view: KafkaLog,
         feed: Feed,
-        tally: Tally,
+        writer: Writer,
         stop: threading.Event,
         targets: Mapping[int, int] | None,
     ) -> bool:
@@ -355,25 +300,27 @@ class Projector:
             while not stop.is_set():
                 if targets is not None and self._caught_up(targets):
                     return True
-                self._turn(log_view, feed, tally, stop, check)
+                self._turn(log_view, feed, writer, stop, check)
         return self._caught_up(targets)
 
     def _turn(
         self,
         log_view: KafkaLog,
         feed: Feed,
-        tally: Tally,
+        writer: Writer,
         stop: threading.Event,
         check: PeriodicCheck,
     ) -> None:
-        """One turn of the loop: the periodic check's verdict, one fetch, its transaction."""
+        """One turn of the loop: the periodic check's verdict, one fetch, its transaction (or, staged,
+        its layer and its place in the writer's queue)."""
         o = self._options
+        writer.raise_pending()
         try:
             check.raise_pending()
             batches = feed.next(o.poll_timeout)
         except LogError as exc:
             self._explain(log_view, exc, stop)
-            self._restart(feed)
+            self._restart(feed, writer)
             return
         except FetchWorkerError as exc:
             # The worker died (killed, out of memory): the log decides whether that was the log's
@@ -383,16 +330,30 @@ class Projector:
             if self._worker_failures > _WORKER_RESTARTS:
                 raise
             log.warning("restarting the fetch worker: %s", exc)
-            self._restart(feed)
+            self._restart(feed, writer)
             return
         if batches:
             self._worker_failures = 0
             # Readers may now answer for projects none of these records belong to (``wait_settled``).
             self._projection.fetched(batches)
-            tally.apply(self._topic, batches)
+            writer.apply(batches)
 
-    def _restart(self, feed: Feed) -> None:
-        """Fetch again from the applied offsets (what was fetched and not applied is dropped)."""
+    def _writer(self, tally: Tally) -> Writer:
+        """Who commits the run's polls: on this thread as they come, or staged for readers first."""
+        o = self._options
+        if o.stage_reads:
+            return StagedWriter(
+                self._projection,
+                self._topic,
+                tally,
+                max_queued_records=2 * o.max_poll_records,
+                commit_interval=o.commit_interval,
+            )
+        return DirectWriter(self._topic, tally)
+
+    def _restart(self, feed: Feed, writer: Writer) -> None:
+        """Fetch again from the applied offsets, once what was fetched before is committed."""
+        writer.drain()
         applied = self._projection.applied_offsets()
         partitions = self._projection.partitions or 0
         self._projection.fetching_from({p: applied.get(p, 0) for p in range(partitions)})

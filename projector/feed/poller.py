@@ -45,6 +45,13 @@ class ProjectorOptions:
     client_id: str = "throughline-projector"
     # Fetch, decode and check in a child process (``WorkerFeed``) while this one folds and writes.
     fetch_worker: bool = True
+    # Stage each poll for readers in this process before its commit, and commit on a writer thread
+    # (``throughline.projector.pipeline``): what ``serve`` runs; ``project`` and ``replay`` have no reader.
+    stage_reads: bool = False
+    # Staged, how often the writer commits at most (seconds): readers have each poll before its commit,
+    # so commits need not follow every poll; fewer, larger ones leave the cores to the reads. Kafka
+    # Streams commits exactly-once state every 100 ms by default (``commit.interval.ms``).
+    commit_interval: float = 0.1
 
     def fetching(self) -> dict[str, Any]:
         """The settings of a fetching consumer (``PartitionConsumer``, ``GroupConsumer``) these options ask for."""

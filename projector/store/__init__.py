@@ -4,6 +4,8 @@ The only package that imports duckdb (and pyarrow). Its modules, one concern eac
 
 - ``projection``: ``DuckProjection``, the handle on one file (open, lock, close, apply, views, waits);
 - ``transaction``: ``ApplyTransaction``, the fold and writes of one batch in the DuckDB transaction it owns;
+- ``staging``: ``StagedFold``, the same fold over the committed file and the layers above it, for readers
+  before the commit (``DuckProjection.stage``);
 - ``writes``: the statements that write a folded batch; ``repair_rows``: the repairs' rows and marks;
 - ``view``: ``DuckView``, one read snapshot (heads, sources, turns of pages);
 - ``report``: stats, the quarantine listing, ``table_digests``, ``table_rows``; ``schema``: the tables, version;
@@ -62,6 +64,7 @@ from throughline.projector.store.projection import (
     DuckProjection,
 )
 from throughline.projector.store.schema import SCHEMA, SCHEMA_VERSION, TABLE_ORDER, TURN_COLUMNS
+from throughline.projector.store.staging import stageable
 from throughline.projector.store.values import (
     BatchSummary,
     BrokenSource,
@@ -101,6 +104,7 @@ __all__ = [
     "is_milestone",
     "page_key",
     "prepare_batch",
+    "stageable",
     "turn_key",
     "wal_path",
 ]

@@ -1,10 +1,12 @@
 """``DuckProjection``: the handle on one projection file (open, lock, close), its write path
-(``apply_prepared`` through an ``ApplyTransaction``), its read snapshots (``view``) and the waits
-readers use for the projector in this process.
+(``apply_prepared`` through an ``ApplyTransaction``), the layers it stages for readers before a commit
+(``stage``, ``staging.Stager``), its read snapshots (``view``, ``snapshots``) and the waits readers use
+for the projector in this process.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,6 +18,7 @@ from typing import Any
 import duckdb
 
 from throughline.core.inflight import InFlight
+from throughline.core.layers import Layer, LayeredView
 from throughline.projector.exceptions import (
     InvalidBatchError,
     ProjectionIncompatibleError,
@@ -35,8 +38,9 @@ from throughline.projector.store.files import (
 )
 from throughline.projector.store.report import read_quarantine, read_stats, table_digests, table_rows
 from throughline.projector.store.schema import ensure_schema, read_meta
+from throughline.projector.store.snapshots import quiet_view, snapshot_view
+from throughline.projector.store.staging import Stager, agrees
 from throughline.projector.store.state import PartitionCounters, SourceState
-from throughline.projector.store.statements import parsed
 from throughline.projector.store.transaction import ApplyTransaction
 from throughline.projector.store.values import BatchSummary, ProjectionStats, QuarantineListing
 from throughline.projector.store.view import DuckView, snapshot_version
@@ -51,7 +55,8 @@ DEFAULT_MEMORY_HEADROOM = 128 * 1024 * 1024
 DEFAULT_SOURCE_CACHE = 100_000
 _MEMORY_CHECK_EVERY = 16  # commits between two looks at the ART indexes' size
 _OOM_RETRIES = 4
-_SNAPSHOT_TRIES = 3  # snapshots taken to find one of the read index's version, before reading without it
+log = logging.getLogger(__name__)
+
 
 
 class DuckProjection:
@@ -98,6 +103,8 @@ class DuckProjection:
         self._index = ReadIndex({p: c.next_offset for p, c in self._counters.items()}, capacity=read_entries)
         self._inflight = InFlight()  # what the projector in this process fetched but has not applied
         self._changes: dict[bytes, int] = {}  # project -> commits that changed it (for long-polls)
+        self._staged: dict[int, int] = {}  # partition -> next offset with every staged layer folded in
+        self._staging = Stager(self._index, self._changed, self._inflight, self._changes, self._counters, self._staged)
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -187,6 +194,7 @@ class DuckProjection:
                 return
             self._closed = True
             self._changed.notify_all()
+        self._staging.close()
         with self._write_lock:
             if self._writer is not None:
                 self._writer.close()
@@ -305,6 +313,12 @@ class DuckProjection:
         with self._changed:
             return {p: c.next_offset for p, c in self._counters.items()}
 
+    def readable_offsets(self) -> dict[int, int]:
+        """How far reads may answer per partition: the applied offsets, or past them where the projector in
+        this process has staged records for readers (``stage``; partitions never reached are absent)."""
+        with self._changed:
+            return {p: self._staging.readable(p) for p in {*self._counters, *self._staged}}
+
     def _load_counters(self) -> None:
         rows = self._con.execute(
             "SELECT log_partition, next_offset, records, appended, rewinds, duplicates, quarantined "
@@ -318,61 +332,22 @@ class DuckProjection:
     # ------------------------------------------------------------------ read side
 
     @contextmanager
-    def view(self) -> Iterator[DuckView]:
-        """One consistent snapshot: every answer of the yielded view is of one committed version.
-
-        Applied offsets, project heads and chain heads come from memory (``ReadIndex``) when the snapshot's
-        version is the index's; turns always from DuckDB. A read-only file cannot change, so needs no transaction.
-        """
+    def view(self) -> Iterator[DuckView | LayeredView]:
+        """One consistent snapshot: every answer of the yielded view is of one version, with what is staged
+        above it (``snapshots.snapshot_view``)."""
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
-        cur = self._con.cursor()
-        try:
-            if self._read_only:
-                version, applied = self._index.capture()
-                yield DuckView(cur, self._topic, self._index, version, applied)
-                return
-            cur.execute(parsed("BEGIN TRANSACTION"))
-            try:
-                yield self._snapshot(cur)
-            finally:
-                cur.execute(parsed("ROLLBACK"))  # read-only transaction: nothing to keep
-        finally:
-            cur.close()
+        with snapshot_view(self._con, self._topic, self._index, read_only=self._read_only) as view:
+            yield view
 
     @contextmanager
-    def quiet_view(self) -> Iterator[DuckView]:
-        """``view``, without a transaction while no commit is under way: its statements are each their own
-        snapshot, checked to have read the index's version, and it raises ``SnapshotMovedError`` when a
-        commit lands meanwhile (the caller then reads again in ``view``). What the reader asks for: on an
-        idle projection a page is one statement, not BEGIN, the version, the turns and ROLLBACK."""
-        quiet = None if self._read_only else self._index.quiet()
-        if quiet is None:
-            with self.view() as view:
-                yield view
-            return
+    def quiet_view(self) -> Iterator[DuckView | LayeredView]:
+        """``view``, without a transaction while no commit is under way (``snapshots.quiet_view``); raises
+        ``SnapshotMovedError`` when a commit lands meanwhile (the caller then reads again in ``view``)."""
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
-        generation, version, applied = quiet
-        index = self._index
-        cur = self._con.cursor()
-        try:
-            yield DuckView(cur, self._topic, index, version, applied, check=lambda: index.still(generation))
-        finally:
-            cur.close()
-
-    def _snapshot(self, cur: duckdb.DuckDBPyConnection) -> DuckView:
-        """A view of the transaction open on ``cur``, with the index when their versions agree."""
-        for _ in range(_SNAPSHOT_TRIES):
-            version, applied = self._index.capture()
-            # DuckDB takes the snapshot when the transaction first reads, not at BEGIN: this read takes it.
-            if snapshot_version(cur, self._topic) == version:
-                return DuckView(cur, self._topic, self._index, version, applied)
-            # A commit between the two (its entries are about to be published): a new snapshot.
-            cur.execute(parsed("ROLLBACK"))
-            cur.execute(parsed("BEGIN TRANSACTION"))
-        snapshot_version(cur, self._topic)
-        return DuckView(cur, self._topic)  # everything from the snapshot itself
+        with quiet_view(self._con, self._topic, self._index, read_only=self._read_only) as view:
+            yield view
 
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds until the applied offset of ``partition`` reaches ``offset``.
@@ -384,8 +359,7 @@ class DuckProjection:
             with self.view() as v:
                 return v.applied_offset(partition) >= offset
         def reached() -> bool:
-            counters = self._counters.get(partition)
-            return offset <= 0 or (counters is not None and counters.next_offset >= offset)
+            return offset <= 0 or self._staging.readable(partition) >= offset
 
         return self._wait_until(reached, timeout)
 
@@ -393,6 +367,7 @@ class DuckProjection:
         """The projector's feed (re)starts at ``offsets`` (the applied offsets); see ``fetched``."""
         with self._changed:
             self._inflight.start(offsets)
+            self._staging.gap = False  # what dropped layers held is fetched again
 
     def fetched(self, batches: Sequence[PreparedBatch]) -> None:
         """The projector's feed delivered ``batches`` (each partition contiguous since ``fetching_from``),
@@ -410,9 +385,7 @@ class DuckProjection:
         if self._read_only:
             return self.wait_applied(partition, offset, timeout)
         def settled() -> bool:
-            counters = self._counters.get(partition)
-            applied = counters.next_offset if counters is not None else 0
-            return self._inflight.settled(partition, project_sha256, offset, applied)
+            return self._inflight.settled(partition, project_sha256, offset, self._staging.readable(partition))
 
         return self._wait_until(settled, timeout)
 
@@ -502,8 +475,9 @@ class DuckProjection:
         9. Write the ``sources`` rows at a milestone (``view.is_milestone``) and the moved ``project_heads``
            (UPDATE the rows that exist, INSERT the new); insert ``quarantine`` and ``repairs`` rows.
         10. Upsert ``applied_offsets`` (next offset and counters per partition).
-        11. ``COMMIT``. Only now the source cache and the in-memory applied offsets take the new state
-            and waiters (``wait_applied``) are notified. On any error: ``ROLLBACK``, the cache is
+        11. ``COMMIT``. Only now the source cache and the in-memory applied offsets take the new state,
+            the layers staged for readers that this commit covers are dropped in the same step as the
+            read index publishes it (``stage``), and waiters (``wait_applied``) are notified. On any error: ``ROLLBACK``, the cache is
             cleared, and the error propagates (nothing of the batch was applied), except DuckDB running
             out of memory, which raises the memory limit and redoes the batch (at most 4 times).
 
@@ -560,18 +534,34 @@ class DuckProjection:
                 self._counters.update(work.counters)
                 for part, c in work.counters.items():
                     self._inflight.applied(part, c.next_offset)
-                self._index.publish(
+                committed = self._index.publish(
                     {p: c.next_offset for p, c in work.counters.items()},
                     work.heads,
                     {s: st.chain_head() for s, st in work.states.items()},
                 )
-                for project in {*work.heads, *(st.project_sha256 for st in work.states.values())}:
+                staged = {p for layer in committed for p in layer.projects}  # their readers were woken then
+                for project in {*work.heads, *(st.project_sha256 for st in work.states.values())} - staged:
                     self._changes[project] = self._changes.get(project, 0) + 1
+                if committed and not agrees(committed, work.states):
+                    log.error("a commit disagrees with the fold staged for its readers: staging is off from now on")
+                    self._staging.off = True
+                    self._staging.drop()
                 self._changed.notify_all()
             if self._durability is not None:
                 # After the readers heard of the commit: a checkpoint blocks the next write, not them.
                 self._durability.after_commit(cur)
             return summary
+
+    def stage(self, topic: str, batches: Sequence[PreparedBatch]) -> Layer | None:
+        """Fold a poll for this process's readers before it is committed (``staging.Stager.stage``)."""
+        self._require_writable()
+        return self._staging.stage(self._con, topic, batches, self._cache)
+
+    def unstage(self) -> None:
+        """Drop every staged layer (their commit failed): reads see the committed projection only."""
+        with self._changed:
+            self._staging.drop()
+            self._changed.notify_all()
 
     def _transaction(
         self, cur: duckdb.DuckDBPyConnection, topic: str, batches: Sequence[PreparedBatch]

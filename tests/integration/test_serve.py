@@ -355,6 +355,13 @@ def test_health_readiness_and_metrics(world: dict[str, Any]) -> None:
     assert status == 200 and health == {"status": "alive", "projector": "running"}
     report = serve.wait_caught_up()
     assert report["projector"] == "running" and len(report["partitions"]) == 3
+    # Reads answer from what the projector folded (``appliedOffset``); the file holds it within a commit
+    # interval (``committedOffset``: the writer commits staged polls at most every 100 ms).
+    assert all(0 <= p["committedOffset"] <= p["appliedOffset"] for p in report["partitions"])
+    deadline = time.monotonic() + 30
+    while any(p["committedOffset"] < p["endOffset"] for p in serve.get("/readyz")[1]["partitions"]):
+        assert time.monotonic() < deadline, "the staged records were never committed"
+        time.sleep(0.05)
     status, _ = serve.get(READ_PATH, project=PROJECT)  # one read of its own: the test runs alone too
     assert status == 200
     samples = parse_metrics(serve.metrics())

@@ -152,6 +152,31 @@ class DuckTarget:
             self._dir.cleanup()
 
 
+class StagedDuckTarget(DuckTarget):
+    """The DuckDB projection as ``serve`` feeds it: each applied batch is staged for readers at once
+    (``DuckProjection.stage``) and committed when the next batch is staged, so that every read sees the
+    newest batch from a layer above the committed file (``throughline.core.layers``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._staged: list[Any] = []
+
+    def apply(self, batch: list[tuple[bytes, bytes, int, int]]) -> None:
+        records = [self._record(partition, offset, key, value) for key, value, partition, offset in batch]
+        if not records:
+            return
+        from throughline.projector.store import stageable
+
+        poll = [self._store.prepare(PARTITION, records)]
+        for older in self._staged:
+            self._store.apply_prepared(self.TOPIC, older)
+        self._staged = []
+        if stageable(poll) and self._store.stage(self.TOPIC, poll) is not None:
+            self._staged.append(poll)
+        else:  # a repair is committed alone, as the writer does
+            self._store.apply_prepared(self.TOPIC, poll)
+
+
 # ------------------------------------------------------------------------------------------- faults
 
 

@@ -27,7 +27,15 @@ from throughline.core.page_token import SeriesBinding, issue_page_token, open_pa
 from throughline.reader.wire import PageWire
 
 from .conftest import ENV_BLOB, ENV_EXAMPLES, ENV_SEED, ENV_TARGET
-from .driver import BookTarget, Driver, Target, duck_target_factory, production_reader, run_history
+from .driver import (
+    BookTarget,
+    Driver,
+    StagedDuckTarget,
+    Target,
+    duck_target_factory,
+    production_reader,
+    run_history,
+)
 from .grammar import Append, Apply, Damage, Fetch, Next, Pick, Replay, Reread, Rewind, Start, Step, histories
 
 ORACLE_DIR = Path(__file__).resolve().parent
@@ -123,6 +131,15 @@ def test_read_series_oracle_fixed_seed(oracle_fixed_seed: int) -> None:
         return  # a replay or a reduced budget is not the calibrated campaign
     for name, share in FIXED_SEED_COVERAGE.items():
         assert coverage[name] >= share * coverage["histories"], f"the fixed-seed run lost coverage of {name!r}"
+
+
+def test_read_series_oracle_over_staged_layers(oracle_fixed_seed: int) -> None:
+    """The same property over the projection as ``serve`` feeds it: each applied batch readable from a
+    staged layer before its commit (``StagedDuckTarget``)."""
+    coverage: Counter[str] = Counter()
+    oracle_property(oracle_fixed_seed, coverage=coverage, target=StagedDuckTarget, examples=max(1, EXAMPLES // 2))()
+    _print_coverage(f"oracle seed {oracle_fixed_seed}, staged layers", coverage)
+    assert coverage["page projection_pending"] > 0 and coverage["completed multi-page series"] > 0
 
 
 def test_read_series_oracle_unseeded(oracle_seed: int) -> None:

@@ -24,7 +24,7 @@ from projector_histories import PROJECTS, Placed, book_of, by_partition, histori
 from throughline.core.memory import BookProjection
 from throughline.core.ports import Projection, cursor_of, read_turn_ranges
 from throughline.core.turn import TurnRecord
-from throughline.projector.store import DuckProjection
+from throughline.projector.store import DuckProjection, PreparedBatch
 
 TOPIC = "contract"
 
@@ -57,6 +57,25 @@ class DuckFed(Fed):
     def feed(self, placed: Sequence[Placed]) -> None:
         for partition, records in by_partition(to_log(placed)).items():
             self.duck.apply_batch(TOPIC, partition, records)
+
+
+class StagedDuckFed(DuckFed):
+    """Each feed is one poll staged for readers (``DuckProjection.stage``); ``lag`` polls stay uncommitted
+    (None: none is ever committed), the older ones are committed in order, as ``serve``'s writer does."""
+
+    def __init__(self, path: Path, lag: int | None) -> None:
+        super().__init__(path)
+        self.lag = lag
+        self.polls: list[list[PreparedBatch]] = []
+
+    def feed(self, placed: Sequence[Placed]) -> None:
+        poll = [self.duck.prepare(p, records) for p, records in by_partition(to_log(placed)).items()]
+        if not poll:
+            return
+        self.duck.stage(TOPIC, poll)
+        self.polls.append(poll)
+        while self.lag is not None and len(self.polls) > self.lag:
+            self.duck.apply_prepared(TOPIC, self.polls.pop(0))
 
 
 class ProjectionContract(abc.ABC):
@@ -232,6 +251,32 @@ class TestDuckProjection(ProjectionContract):
     def fed(self) -> Iterator[Fed]:
         with tempfile.TemporaryDirectory() as tmp:
             fed = DuckFed(Path(tmp) / "p.duckdb")
+            try:
+                yield fed
+            finally:
+                fed.duck.close()
+
+
+class TestStagedDuckProjection(ProjectionContract):
+    """Every answer from staged layers alone: nothing is committed."""
+
+    @contextmanager
+    def fed(self) -> Iterator[Fed]:
+        with tempfile.TemporaryDirectory() as tmp:
+            fed = StagedDuckFed(Path(tmp) / "p.duckdb", None)
+            try:
+                yield fed
+            finally:
+                fed.duck.close()
+
+
+class TestStagedDuckProjectionCommittedBehind(ProjectionContract):
+    """The newest poll staged on top of the committed ones (the layer above the file's version)."""
+
+    @contextmanager
+    def fed(self) -> Iterator[Fed]:
+        with tempfile.TemporaryDirectory() as tmp:
+            fed = StagedDuckFed(Path(tmp) / "p.duckdb", 1)
             try:
                 yield fed
             finally:

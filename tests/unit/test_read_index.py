@@ -32,9 +32,9 @@ def _chain(length: int) -> ChainHead:
 
 def test_an_entry_serves_views_of_its_version_and_later_ones_only() -> None:
     index = ReadIndex({0: 3})
-    assert index.capture() == (3, {0: 3})
+    assert index.capture() == (3, {0: 3}, ())
     index.publish({0: 5}, {b"a": b"s1"}, {b"s1": _chain(2)})
-    version, applied = index.capture()
+    version, applied, _ = index.capture()
     assert (version, applied) == (5, {0: 5})
     assert index.head(b"a", 5) == b"s1" and index.chain(b"s1", 7) == _chain(2)
     assert index.head(b"a", 4) is MISSING  # a view of an older snapshot reads that snapshot
@@ -117,7 +117,7 @@ def test_every_answer_of_a_view_is_its_snapshots_while_commits_go_on(tmp_path: P
 def test_a_quiet_read_holds_only_while_no_write_begins_or_ends() -> None:
     index = ReadIndex({0: 3})
     quiet = index.quiet()
-    assert quiet is not None and quiet[1:] == (3, {0: 3})
+    assert quiet is not None and quiet[1:] == (3, {0: 3}, ())
     assert index.still(quiet[0])
     index.writing()
     assert index.quiet() is None and not index.still(quiet[0])  # a write under way: no quiet read

@@ -200,11 +200,17 @@ class ReadApi:
         return hashed
 
     def _applied(self, partition: int) -> int:
-        committed = getattr(self.projection, "applied_offsets", None)
-        if callable(committed):  # DuckProjection keeps them in memory: no snapshot needed
-            return int(committed().get(partition, 0))
+        """How far reads answer on ``partition``: committed, or staged for readers before the commit."""
+        readable = getattr(self.projection, "readable_offsets", None)
+        if callable(readable):  # DuckProjection keeps them in memory: no snapshot needed
+            return int(readable().get(partition, 0))
         with self.projection.view() as view:
             return view.applied_offset(partition)
+
+    def _committed(self) -> dict[int, int] | None:
+        """The offsets the projection file holds per partition (``None``: this projection cannot say apart)."""
+        committed = getattr(self.projection, "applied_offsets", None)
+        return dict(committed()) if callable(committed) else None
 
     # -- health
 
@@ -226,6 +232,7 @@ class ReadApi:
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Whether the service is ready to answer reads ``ok``, and the report ``/readyz`` prints."""
+        committed = self._committed()
         applied, end, log_error = self.offsets()
         self.metrics.set_offsets(applied, end)
         phase = self.projector.phase()
@@ -245,6 +252,8 @@ class ReadApi:
                 "endOffset": None if end is None else end.get(p),
                 "lag": lag,
             }
+            if committed is not None:
+                entry["committedOffset"] = committed.get(p, 0)
             if held is not None:
                 entry["held"] = p in held
             partitions.append(entry)

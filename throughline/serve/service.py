@@ -409,7 +409,7 @@ def projector_loop(
     """The projector's consume loop over ``projection``, counting what it applies into ``metrics``
     (with ``group``: only the partitions the group assigns this member, ``GroupProjector``)."""
     from throughline.projector.group_runner import GroupProjector
-    from throughline.projector.runner import Projector
+    from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
 
@@ -417,7 +417,11 @@ def projector_loop(
         if group is not None:
             member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
             return member.run_group(group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress)
-        return Projector(projection, servers, topic, kafka_config=kafka_config).run(stop=stop, progress=progress)
+        # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
+        options = ProjectorOptions(stage_reads=True)
+        return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(
+            stop=stop, progress=progress
+        )
 
     return loop
 

@@ -1,0 +1,82 @@
+"""Read snapshots of a projection file: ``snapshot_view`` (in a transaction) and ``quiet_view`` (without one
+while no commit is under way), each with the layers staged above its version (``throughline.core.layers``).
+
+What a view's answers are made of: applied offsets, project heads and chain heads from memory
+(``ReadIndex``) when the snapshot's version is the index's, turns always from DuckDB, and on top of
+both the layers the projector has folded but not committed yet (``DuckProjection.stage``). A read-only
+file cannot change, so needs no transaction and has no layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import duckdb
+
+from throughline.core.layers import Layer, LayeredView
+from throughline.projector.read_index import ReadIndex
+from throughline.projector.store.statements import parsed
+from throughline.projector.store.view import DuckView, snapshot_version
+
+
+@contextmanager
+def snapshot_view(
+    con: duckdb.DuckDBPyConnection, topic: str | None, index: ReadIndex, *, read_only: bool
+) -> Iterator[DuckView | LayeredView]:
+    """One consistent snapshot: every answer of the yielded view is of one version (and the layers above it)."""
+    cur = con.cursor()
+    try:
+        if read_only:
+            version, applied, _ = index.capture()
+            yield DuckView(cur, topic, index, version, applied)
+            return
+        cur.execute(parsed("BEGIN TRANSACTION"))
+        try:
+            view, layers = _snapshot(cur, topic, index)
+            yield LayeredView(view, layers) if layers else view
+        finally:
+            cur.execute(parsed("ROLLBACK"))  # read-only transaction: nothing to keep
+    finally:
+        cur.close()
+
+
+@contextmanager
+def quiet_view(
+    con: duckdb.DuckDBPyConnection, topic: str | None, index: ReadIndex, *, read_only: bool
+) -> Iterator[DuckView | LayeredView]:
+    """``snapshot_view``, without a transaction while no commit is under way: its statements are each their
+    own snapshot, checked to have read the index's version, and it raises ``SnapshotMovedError`` when a
+    commit lands meanwhile. What the reader asks for: on an idle projection a page is one statement,
+    not BEGIN, the version, the turns and ROLLBACK."""
+    quiet = None if read_only else index.quiet()
+    if quiet is None:
+        with snapshot_view(con, topic, index, read_only=read_only) as view:
+            yield view
+        return
+    generation, version, applied, layers = quiet
+    cur = con.cursor()
+    try:
+        view = DuckView(cur, topic, index, version, applied, check=lambda: index.still(generation))
+        yield LayeredView(view, layers) if layers else view
+    finally:
+        cur.close()
+
+
+def _snapshot(cur: duckdb.DuckDBPyConnection, topic: str | None, index: ReadIndex) -> tuple[DuckView, tuple[Layer, ...]]:
+    """A view of the transaction open on ``cur``: with the index when their versions agree, and with the
+    layers staged above the index's version.
+
+    DuckDB takes the snapshot when the transaction first reads, not at BEGIN; that read runs with the
+    index held (``ReadIndex.held``), so no layer is staged or dropped and no commit published while it
+    runs. The file may still be a commit ahead of the index (committed, not yet published): every commit
+    it holds beyond the index's version is of layers captured here (a layer is dropped only when its
+    commit is published), and layers compose over a file that already holds some of them to the same
+    state (``throughline.core.layers``). So the view is the captured layers over the snapshot, read
+    without the index (whose entries are of the older version) when the versions differ.
+    """
+    with index.held() as (version, applied, layers):
+        file_version = snapshot_version(cur, topic)
+    if file_version == version:
+        return DuckView(cur, topic, index, version, applied), layers
+    return DuckView(cur, topic), layers

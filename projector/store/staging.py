@@ -1,0 +1,270 @@
+"""The staged fold: a poll folded for readers before its transaction commits it (``DuckProjection.stage``).
+
+``StagedFold`` is ``ApplyTransaction``'s fold, run over the committed projection *plus the layers
+above it* (``throughline.core.layers``), and writing nothing: the same loop, the same decisions, so
+the ``Layer`` it returns is what the transaction that commits the poll will write. Its lookups read the
+layers first and then the file through a cursor of their own, outside any transaction:
+
+- a source's state: the newest layer holding it, else the projection's committed cache, else its row;
+- a turn id applied before: a layer's turn keys, else ``turn_ids``;
+- a stored turn's chain digest (a rewind below the fold's start): the layers' rows, else ``turns``.
+
+Why a read of the file outside a transaction is safe here: only the projector's own thread stages, and
+every batch it writes was staged first, so whatever the writer has not committed yet is in a layer the
+fold holds; a key, source or turn no layer holds is not being written, and a layer is dropped only
+after its commit (so what it held is then in the file).
+
+A repair record writes while it is folded (it marks stored quarantine rows): a poll holding one is not
+staged (``stageable``); the pipeline commits it alone, with nothing staged above it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+
+import duckdb
+
+from throughline.core.inflight import InFlight
+from throughline.core.layers import (
+    BELOW,
+    Layer,
+    SourceLayer,
+    layered_row,
+    layered_turn_key,
+    newest_source,
+)
+from throughline.projector.exceptions import InvalidBatchError
+from throughline.projector.prepare import PreparedBatch, RepairItem, SoundRecord
+from throughline.projector.read_index import ReadIndex
+from throughline.projector.store.state import PartitionCounters, SourceState
+from throughline.projector.store.transaction import ApplyTransaction, stored_turn_ids
+
+
+def stageable(batches: Sequence[PreparedBatch]) -> bool:
+    """Whether a poll can be staged (it holds no repair record)."""
+    return not any(type(it) is RepairItem for b in batches for it in b.items)
+
+
+class _LayeredSources(Mapping[bytes, SourceState]):
+    """Source states as the layers leave them, else as committed (the projection's cache)."""
+
+    def __init__(self, layers: Sequence[Layer], committed: Mapping[bytes, SourceState]) -> None:
+        self._layers = layers
+        self._committed = committed
+
+    def __getitem__(self, source: bytes) -> SourceState:
+        held = newest_source(self._layers, source)
+        if held is None:
+            return self._committed[source]
+        return SourceState(
+            held.project_sha256,
+            held.length,
+            held.chain_digest,
+            held.head_partition,
+            held.head_offset,
+            held.broken_reason,
+            held.broken_partition,
+            held.broken_offset,
+        )
+
+    def __contains__(self, source: object) -> bool:
+        return (isinstance(source, bytes) and newest_source(self._layers, source) is not None) or source in self._committed
+
+    def __iter__(self) -> Iterator[bytes]:
+        seen = {s for layer in self._layers for s in layer.sources}
+        yield from seen
+        yield from (s for s in self._committed if s not in seen)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class StagedFold(ApplyTransaction):
+    """The fold of one poll over the committed projection and ``layers``, as a ``Layer`` (``layer``)."""
+
+    def __init__(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        topic: str,
+        batches: Sequence[PreparedBatch],
+        *,
+        layers: Sequence[Layer],
+        source_cache: Mapping[bytes, SourceState],
+        applied: Mapping[int, int],
+    ) -> None:
+        """``applied``: each partition's next offset with every layer folded in (records below are skipped)."""
+        self._layers = tuple(layers)
+        super().__init__(
+            cur,
+            topic,
+            batches,
+            source_cache=_LayeredSources(self._layers, source_cache),
+            known_heads={},
+            counters={p: PartitionCounters(o) for p, o in applied.items()},
+        )
+
+    def _probe_turn_ids(self, sound: list[SoundRecord]) -> tuple[set[bytes], dict[bytes, bytes], dict[bytes, bytes]]:
+        first: dict[bytes, bytes] = {}
+        for it in sound:
+            first.setdefault(it.turn_key, it.content_digest)
+        existing: dict[bytes, bytes] = {}
+        unknown: list[bytes] = []
+        for key in first:
+            content = layered_turn_key(self._layers, key)
+            if content is None:
+                unknown.append(key)
+            else:
+                existing[key] = content
+        existing.update(stored_turn_ids(self.cur, unknown))
+        return {k for k in first if k not in existing}, existing, first
+
+    def _stored_digest(self, source: bytes, seq: int) -> bytes:
+        row = layered_row(self._layers, source, seq)
+        if row is BELOW:
+            return super()._stored_digest(source, seq)
+        if not isinstance(row, tuple):
+            raise InvalidBatchError(f"the staged layers lack live turn {seq} of a source (corrupt layers?)")
+        return row[6]
+
+    def layer(self, number: int) -> Layer:
+        """Fold the poll and return what it decided as layer ``number`` (writes nothing)."""
+        self.fold()
+        sources = {
+            source: SourceLayer(
+                w.state.project_sha256,
+                w.cut,
+                tuple(w.pending),
+                w.state.length,
+                w.state.chain_digest,
+                w.state.head_partition,
+                w.state.head_offset,
+                w.state.broken_reason,
+                w.state.broken_partition,
+                w.state.broken_offset,
+            )
+            for source, w in self.works.items()
+        }
+        return Layer(
+            number,
+            sources,
+            dict(self.heads),
+            {p: c.next_offset for p, c in self.counters.items()},
+            dict(self.applied_now),
+        )
+
+
+def agrees(committed: Sequence[Layer], states: Mapping[bytes, SourceState]) -> bool:
+    """Whether a commit's source states (``ApplyTransaction.states``) are those its layers staged: the
+    same sources, each as the newest of the layers left it (a disagreement is a bug, never data)."""
+    held = {s for layer in committed for s in layer.sources}
+    if held != set(states):
+        return False
+    for source, state in states.items():
+        layer = newest_source(committed, source)
+        assert layer is not None
+        if (
+            layer.project_sha256, layer.length, layer.chain_digest, layer.head_partition, layer.head_offset,
+            layer.broken_reason, layer.broken_partition, layer.broken_offset,
+        ) != state.values():
+            return False
+    return True
+
+
+class Stager:
+    """The staging side of one ``DuckProjection``: folds polls into layers (``stage``) and drops them (``drop``).
+
+    It shares the projection's read index, its condition (``changed``, which guards the committed
+    ``counters``, the in-flight records and the per-project change counts) and the ``staged`` offsets
+    (partition -> next offset with every layer folded in) by reference.
+    """
+
+    def __init__(
+        self,
+        index: ReadIndex,
+        changed: threading.Condition,
+        inflight: InFlight,
+        changes: MutableMapping[bytes, int],
+        counters: Mapping[int, PartitionCounters],
+        staged: MutableMapping[int, int],
+    ) -> None:
+        self._index = index
+        self._changed = changed
+        self._inflight = inflight
+        self._changes = changes
+        self._counters = counters
+        self._staged = staged
+        self._lock = threading.Lock()
+        self._cur: duckdb.DuckDBPyConnection | None = None  # the staged fold's own cursor
+        self._numbers = 0
+        self._epoch = 0  # moves at each ``drop``: a fold over dropped layers is not staged
+        #: A commit disagreed with its layers: commits only from then on.
+        self.off = False
+        #: Layers were dropped: nothing is staged until the feed starts again from the committed offsets.
+        self.gap = False
+
+    def stage(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        topic: str,
+        batches: Sequence[PreparedBatch],
+        cache: Mapping[bytes, SourceState],
+    ) -> Layer | None:
+        """Fold a poll over the committed projection (``cache``: its committed source states) and the layers,
+        and publish the result as a layer.
+
+        Reads answer from the layer at once (its records count as applied for ``wait_settled``) until the
+        commit of the same records (``apply_prepared``, on any thread) replaces it. Call it from one
+        thread, in log order, and commit every staged poll in that order; a poll with a repair record
+        cannot be staged (``stageable``: commit it alone). ``None``: nothing to stage (the records were
+        staged or applied before, or staging is off).
+        """
+        if not stageable(batches):
+            raise InvalidBatchError("a poll holding a repair record is committed alone, not staged")
+        with self._lock:
+            with self._changed:
+                if self.off or self.gap:
+                    return None
+                layers, epoch = self._index.layers(), self._epoch
+                applied = {p: self.readable(p) for p in {*self._counters, *self._staged}}
+            if self._cur is None:
+                self._cur = con.cursor()
+            fold = StagedFold(self._cur, topic, batches, layers=layers, source_cache=cache, applied=applied)
+            if not fold.changes_anything:
+                return None
+            self._numbers += 1
+            layer = fold.layer(self._numbers)
+            with self._changed:
+                if epoch != self._epoch or self.off or self.gap:
+                    return None  # its base was dropped meanwhile (a failed write)
+                self._index.stage(layer)
+                for part, offset in layer.next_offsets.items():
+                    self._staged[part] = max(self._staged.get(part, 0), offset)
+                    self._inflight.applied(part, offset)
+                for project in layer.projects:
+                    self._changes[project] = self._changes.get(project, 0) + 1
+                self._changed.notify_all()
+            return layer
+
+    def readable(self, partition: int) -> int:
+        """How far a read may answer on ``partition``: committed, or staged above it (under ``changed``)."""
+        counters = self._counters.get(partition)
+        return max(counters.next_offset if counters is not None else 0, self._staged.get(partition, 0))
+
+    def drop(self) -> None:
+        """Under ``changed``: drop the layers, and what they proved to ``wait_settled``."""
+        self._epoch += 1
+        self._staged.clear()
+        if self._index.unstage():
+            # Their records are unapplied again and held nowhere: nothing past the committed offsets is
+            # proven, and a poll staged now would leave them out, until the feed starts again from the
+            # committed offsets (``fetching_from``).
+            self._inflight.start({p: c.next_offset for p, c in self._counters.items()})
+            self.gap = True
+
+    def close(self) -> None:
+        """Close the fold's cursor (after the last ``stage``)."""
+        with self._lock:
+            if self._cur is not None:
+                self._cur.close()
+                self._cur = None

@@ -1,0 +1,202 @@
+"""Staged layers (``DuckProjection.stage``): what a read sees before the commit is what the commit writes.
+
+The differential property runs the same polls through two projections: ``direct`` commits each poll
+as it comes (``project`` and ``replay``), ``staged`` stages each poll for readers and commits the
+oldest staged polls, merged, when a generated schedule says so (``serve``'s writer thread). After
+every poll both must answer every read alike, and at the end their tables must be equal.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from projector_histories import PARTITIONS, TOPIC, Entry, by_partition, entries_log, logs, turn
+
+from throughline.core.layers import Layer, SourceLayer
+from throughline.core.partitioning import partition_for
+from throughline.core.ports import ProjectionView
+from throughline.core.repair import RepairRecord
+from throughline.projector.exceptions import InvalidBatchError
+from throughline.projector.prepare import merge_polls
+from throughline.projector.store import DuckProjection, LogRecord, PreparedBatch, stageable
+from throughline.projector.store.staging import agrees
+from throughline.projector.store.state import SourceState
+from throughline.schemas.codec import encode_turn
+
+
+@contextmanager
+def two_projections() -> Iterator[tuple[DuckProjection, DuckProjection]]:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        DuckProjection.open(Path(tmp) / "direct.duckdb", topic=TOPIC) as direct,
+        DuckProjection.open(Path(tmp) / "staged.duckdb", topic=TOPIC, source_cache=2) as staged,
+    ):
+        yield direct, staged
+
+
+def polls_of(projection: DuckProjection, log: Sequence[LogRecord], cuts: Sequence[int]) -> list[list[PreparedBatch]]:
+    """``log`` cut at ``cuts`` into polls, each prepared per partition as the feed delivers them."""
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(log))), len(log)]
+    return [
+        [projection.prepare(p, records) for p, records in by_partition(log[a:b]).items()]
+        for a, b in zip(bounds, bounds[1:], strict=False)
+        if b > a
+    ]
+
+
+def answers(view: ProjectionView, projects: set[bytes], sources: set[bytes], partitions: int) -> object:
+    """Everything a read can ask of a view, as plain values."""
+    out: list[object] = [view.applied_offset(p) for p in range(partitions)]
+    out += [view.head(project) for project in sorted(projects)]
+    for source in sorted(sources):
+        info = view.source(source)
+        out.append(info)
+        length = info.length if info is not None else 0
+        out.append(view.turns(source, 1, length + 2))
+        out.append(view.turns(source, max(1, length - 1), length))
+    return out
+
+
+def identities(entries: Sequence[Entry]) -> tuple[set[bytes], set[bytes]]:
+    projects = {e.record.project_sha256 for e in entries}
+    sources = {e.record.source_sha256 for e in entries if e.record.source_sha256 is not None}
+    return projects, sources
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(logs(poison=True), st.lists(st.integers(0, 40), max_size=12), st.data())
+def test_staged_reads_answer_as_a_projection_that_committed_every_poll(
+    entries: list[Entry], cuts: list[int], data: st.DataObject
+) -> None:
+    log = entries_log(entries)
+    projects, sources = identities(entries)
+    with two_projections() as (direct, staged):
+        pending: list[list[PreparedBatch]] = []
+
+        def commit(count: int) -> None:
+            polls, pending[:] = pending[:count], pending[count:]
+            if polls:
+                staged.apply_prepared(TOPIC, merge_polls(polls))
+
+        for poll in polls_of(direct, log, cuts):
+            direct.apply_prepared(TOPIC, poll)
+            if stageable(poll):
+                layer = staged.stage(TOPIC, poll)
+                assert layer is not None  # every poll holds records not staged before
+                pending.append(poll)
+            else:  # a repair writes while it is folded: what is staged is committed first, then it alone
+                commit(len(pending))
+                staged.apply_prepared(TOPIC, poll)
+            commit(data.draw(st.integers(0, len(pending)), label="polls committed"))
+            with direct.view() as d, staged.view() as s:
+                assert answers(s, projects, sources, PARTITIONS) == answers(d, projects, sources, PARTITIONS)
+            with staged.quiet_view() as q, direct.view() as d:
+                assert answers(q, projects, sources, PARTITIONS) == answers(d, projects, sources, PARTITIONS)
+        commit(len(pending))
+        assert staged.table_digests() == direct.table_digests()
+        # Every commit agreed with its layers (a disagreement turns staging off: this poll is not staged).
+        extra = turn(turn_id="after-the-log")
+        partition = partition_for(extra.project_sha256, PARTITIONS)
+        tail = LogRecord(partition, staged.applied_offsets().get(partition, 0), extra.project_sha256, encode_turn(extra))
+        assert staged.stage(TOPIC, [staged.prepare(partition, [tail])]) is not None
+
+
+def _record_at(partition: int, offset: int, turn_id: str) -> LogRecord:
+    r = turn(turn_id=turn_id)
+    return LogRecord(partition, offset, r.project_sha256, encode_turn(r))
+
+
+def test_a_snapshot_taken_between_a_commit_and_its_publication_keeps_the_layers(tmp_path: Path) -> None:
+    """The file holds a commit the index has not published yet: the view must still show every layer (the
+    layers above the commit were dropped from a view that read the file alone, and a read then saw the
+    chain behind a cursor it had served: ``resync_required``)."""
+    project = turn().project_sha256
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC) as projection:
+        first = [projection.prepare(0, [_record_at(0, 0, "a"), _record_at(0, 1, "b")])]
+        second = [projection.prepare(0, [_record_at(0, 2, "c")])]
+        projection.stage(TOPIC, first)
+        projection.stage(TOPIC, second)
+        with projection.view() as v:
+            staged_head = v.head(project)
+        assert staged_head is not None and staged_head.length == 3
+        # Hold the projection's condition: the commit of ``first`` reaches the file, not the index.
+        with projection._changed:  # the one place a commit pauses between the file and the index
+            writer = threading.Thread(target=projection.apply_prepared, args=(TOPIC, first))
+            writer.start()
+            probe = projection._con.cursor()
+            try:
+                for _ in range(500):  # bounded: up to ~5 s for the commit to reach the file
+                    if probe.execute("SELECT sum(next_offset) FROM applied_offsets").fetchone() == (2,):
+                        break
+                    time.sleep(0.01)
+                else:
+                    pytest.fail("the commit never reached the file")
+            finally:
+                probe.close()
+            with projection.view() as v:
+                assert v.head(project) == staged_head
+                assert [t.seq for t in v.turns(staged_head.source_sha256, 1, 5)] == [1, 2, 3]
+        writer.join(timeout=30)
+        with projection.view() as v:
+            assert v.head(project) == staged_head
+
+
+def test_nothing_is_staged_after_layers_were_dropped_until_the_feed_starts_again(tmp_path: Path) -> None:
+    """Dropped layers (their commit failed) leave their records unapplied and held nowhere: a poll staged
+    over the committed state would skip them, and ``wait_settled`` would prove what nothing holds."""
+    project = turn().project_sha256
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC) as projection:
+        projection.fetching_from({0: 0})
+        first = [projection.prepare(0, [_record_at(0, 0, "a"), _record_at(0, 1, "b")])]
+        projection.fetched(first)
+        assert projection.stage(TOPIC, first) is not None
+        assert projection.wait_settled(0, project, 2, 0.0)  # staged: readable before any commit
+        projection.unstage()
+        assert not projection.wait_settled(0, project, 2, 0.0)
+        with projection.view() as v:
+            assert v.head(project) is None and v.applied_offset(0) == 0
+        later = [projection.prepare(0, [_record_at(0, 2, "c")])]
+        projection.fetched(later)
+        assert projection.stage(TOPIC, later) is None
+        assert not projection.wait_settled(0, project, 3, 0.0)
+        projection.fetching_from({0: 0})  # the feed starts again from the committed offsets
+        again = [projection.prepare(0, [_record_at(0, 0, "a"), _record_at(0, 1, "b"), _record_at(0, 2, "c")])]
+        projection.fetched(again)
+        assert projection.stage(TOPIC, again) is not None
+        with projection.view() as v:
+            head = v.head(project)
+            assert head is not None and head.length == 3
+
+
+def test_a_poll_with_a_repair_is_not_staged(tmp_path: Path) -> None:
+    records = [turn(turn_id="a")]
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC) as projection:
+        repair = RepairRecord(records[0].project_sha256, records[0].source_sha256, "accepted")
+        log = entries_log([Entry(repair, 0, 0, repair.project_sha256)])
+        poll = [projection.prepare(0, log)]
+        assert not stageable(poll)
+        with pytest.raises(InvalidBatchError):
+            projection.stage(TOPIC, poll)
+
+
+def _layer(source: bytes, length: int, digest: bytes) -> Layer:
+    held = SourceLayer(b"p" * 32, 1, (), length, digest, 0, length - 1, None, None, None)
+    return Layer(1, {source: held}, {}, {0: length})
+
+
+def test_a_commit_agrees_with_its_layers_only_source_by_source() -> None:
+    state = SourceState(b"p" * 32, 3, b"d" * 32, 0, 2)
+    assert agrees([_layer(b"s", 3, b"d" * 32)], {b"s": state})
+    assert not agrees([_layer(b"s", 2, b"d" * 32)], {b"s": state})  # another length
+    assert not agrees([_layer(b"s", 3, b"e" * 32)], {b"s": state})  # another digest
+    assert not agrees([_layer(b"t", 3, b"d" * 32)], {b"s": state})  # another source
+    newer = Layer(2, {b"s": _layer(b"s", 3, b"d" * 32).sources[b"s"]}, {}, {0: 3})
+    assert agrees([_layer(b"s", 2, b"x" * 32), newer], {b"s": state})  # the newest layer counts
