@@ -79,6 +79,11 @@ class CommitDurability:
             return False
         try:
             self.checkpoint(cur)
+        except duckdb.TransactionException:
+            # A reader's snapshot is open (DuckDB: "Cannot CHECKPOINT: there are other write transactions
+            # active"); ``FORCE CHECKPOINT`` waits for it and hung beside readers that keep reading. The
+            # WAL keeps what was applied: try again after a later commit.
+            return False
         except STORAGE_FAULTS as exc:
             raise ProjectionStorageError(
                 f"cannot checkpoint the projection's WAL {self.wal_path}: {type(exc).__name__}: {exc}; what was "

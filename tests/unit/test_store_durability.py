@@ -98,3 +98,46 @@ def test_a_checkpoint_the_disk_refuses_is_a_typed_storage_error(tmp_path: Path) 
     with pytest.raises(ProjectionStorageError, match="cannot checkpoint"):
         CommitDurability(tmp_path / "p.duckdb", wal_bytes=10).after_commit(cur)  # type: ignore[arg-type]
     assert cur.statements[-1] == "SET fsync_mode = 'NONE'"  # commits stay unsynced after the failure
+
+
+def test_readers_in_their_snapshots_never_fail_the_writers_checkpoint(tmp_path: Path) -> None:
+    """``serve``'s readers read while its writer checkpoints: DuckDB refuses a plain ``CHECKPOINT`` while
+    another transaction is active ("Cannot CHECKPOINT: there are other write transactions active"), which
+    ended a busy ``serve`` with ``projection_storage`` once its WAL reached the threshold. Such a
+    checkpoint is tried again after a later commit, and the readers are never failed."""
+    import threading
+
+    records = [turn(thread=f"t{i % 7}", turn_id=f"u{i}") for i in range(1500)]
+    log = to_log(place(records))
+    source = records[0].source_sha256
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    reads = [0]
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC, wal_autocheckpoint=1 << 15) as projection:
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    with projection.view() as v:
+                        v.head(records[0].project_sha256)
+                        v.turns(source, 1, 20)
+                    reads[0] += 1
+                except BaseException as exc:
+                    failures.append(exc)
+                    return
+
+        readers = [threading.Thread(target=read) for _ in range(3)]
+        for t in readers:
+            t.start()
+        try:
+            for i in range(0, len(log), 10):  # ~150 commits, a checkpoint every few
+                projection.apply_batch(TOPIC, 0, log[i : i + 10])
+        finally:
+            stop.set()
+            for t in readers:
+                t.join(timeout=30)
+        assert failures == [] and reads[0] > 0
+        assert projection.applied_offsets() == {0: len(log)}
+        more = to_log(place([turn(turn_id=f"u{i}") for i in range(len(log) + 1)]))[len(log):]
+        projection.apply_batch(TOPIC, 0, more)  # no reader now: this commit's checkpoint goes through
+        assert wal_path(tmp_path / "p.duckdb").stat().st_size < 1 << 15
