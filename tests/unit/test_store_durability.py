@@ -140,4 +140,5 @@ def test_readers_in_their_snapshots_never_fail_the_writers_checkpoint(tmp_path: 
         assert projection.applied_offsets() == {0: len(log)}
         more = to_log(place([turn(turn_id=f"u{i}") for i in range(len(log) + 1)]))[len(log):]
         projection.apply_batch(TOPIC, 0, more)  # no reader now: this commit's checkpoint goes through
-        assert wal_path(tmp_path / "p.duckdb").stat().st_size < 1 << 15
+        wal = wal_path(tmp_path / "p.duckdb")
+        assert not wal.exists() or wal.stat().st_size < 1 << 15  # checkpointed (DuckDB may remove the WAL)
