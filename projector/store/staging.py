@@ -57,16 +57,7 @@ class _LayeredSources(Mapping[bytes, SourceState]):
         held = newest_source(self._layers, source)
         if held is None:
             return self._committed[source]
-        return SourceState(
-            held.project_sha256,
-            held.length,
-            held.chain_digest,
-            held.head_partition,
-            held.head_offset,
-            held.broken_reason,
-            held.broken_partition,
-            held.broken_offset,
-        )
+        return SourceState(*held.state())
 
     def __contains__(self, source: object) -> bool:
         return (isinstance(source, bytes) and newest_source(self._layers, source) is not None) or source in self._committed
@@ -163,10 +154,7 @@ def agrees(committed: Sequence[Layer], states: Mapping[bytes, SourceState]) -> b
     for source, state in states.items():
         layer = newest_source(committed, source)
         assert layer is not None
-        if (
-            layer.project_sha256, layer.length, layer.chain_digest, layer.head_partition, layer.head_offset,
-            layer.broken_reason, layer.broken_partition, layer.broken_offset,
-        ) != state.values():
+        if layer.state() != state.values():
             return False
     return True
 

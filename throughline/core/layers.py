@@ -51,6 +51,14 @@ class SourceLayer:
     broken_partition: int | None
     broken_offset: int | None
 
+    def state(self) -> tuple[bytes, int, bytes, int | None, int | None, str | None, int | None, int | None]:
+        """The head and health in the projector's source-state order (project, length, digest, head
+        position, broken reason and position)."""
+        return (
+            self.project_sha256, self.length, self.chain_digest, self.head_partition, self.head_offset,
+            self.broken_reason, self.broken_partition, self.broken_offset,
+        )
+
     def row(self, seq: int) -> LayerRow | None:
         """Turn ``seq`` (``seq >= cut``) as this layer leaves it, or ``None`` past its length."""
         i = seq - self.cut
