@@ -54,7 +54,7 @@ class Config:
     freshness_warmup: float = 1.0  # seconds of ingest before each cell's measurement
     freshness_body_bytes: int = 512
     freshness_pollers: int = 4
-    freshness_producers: int = 4  # producer processes at most (one per 2,500 turns/s of a cell)
+    freshness_producers: int = 4  # producer processes at most (one per 20,000 turns/s of a cell)
     freshness_idle_reads: int = 500  # first pages timed over HTTP on the idle serve after the sweep
     memory_sizes: tuple[int, ...] = (50_000, 150_000, 300_000)
     memory_body_bytes: int = 1024

@@ -2,26 +2,31 @@
 of the freshness sweep run on them (``bench.freshness`` plans the sweep and reports it).
 
 ``throughline serve`` (its defaults: projector and HTTP API in one process) runs over a new topic and
-file for the whole sweep. Producer processes append turns with ``TurnProducer`` (acks=all) at a steady,
-open-loop rate: turn ``i`` of a cell is sent at ``start + i / rate`` whatever the acknowledgements do, so
-the offered rate stays steady when the system slows down; the rate achieved is reported. One process
-per ``PER_PRODUCER_RATE`` turns/s, each sending whole sources (a source's turns keep their order). A
-turn's acknowledgement instant is stamped by a callback on its producer's network thread as that thread
-reads the broker's answer (``PendingSend.when_done``), and every figure counts from an earlier instant
-still: the broker's append of the turn's batch (the topic's ``message.timestamp.type`` is
-``LogAppendTime``; ``LogPosition.timestamp_ms``, milliseconds, rounded down), which precedes the
-acknowledgement, so no delay inside a producer process can shorten ack -> readable. A turn due less than
-``PACE_TICK_S`` ahead is sent at once instead of after a sleep that short.
+file for the whole sweep. Producer processes append turns at a steady, open-loop rate: turn ``i`` of a
+cell is sent at ``start + i / rate`` whatever the acknowledgements do, so the offered rate stays steady
+when the system slows down; the rate achieved is reported. One process per ``PER_PRODUCER_RATE`` turns/s,
+each sending whole sources (a source's turns keep their order). A turn's acknowledgement instant is
+stamped by its delivery callback, and every figure counts from an earlier instant still: the broker's
+append of the turn's batch (the topic's ``message.timestamp.type`` is ``LogAppendTime``, milliseconds,
+rounded down), which precedes the acknowledgement, so no delay inside a producer process can shorten
+ack -> readable. A turn due less than ``PACE_TICK_S`` ahead is sent at once instead of after a wait that
+short.
 
 The producers are the load, not the system measured, yet on this machine they share its two cores with
-``serve``: at 10,000 turns/s their four processes took ~85% of a core, and ``serve``'s projector thread
-waited for a core (runnable, in the run queue: ``/proc/<pid>/task/<tid>/schedstat``) 58% of its wall
-time. Agent hosts run elsewhere. So each producer process's main thread (encoding and pacing the sends)
-runs at ``PRODUCER_NICE``: it takes the CPU ``serve`` leaves. Its network thread, started before, keeps
-the normal priority. The figures count from the broker's append, so a producer that reads its
-acknowledgements late cannot flatter them; each cell reports how long after the append the producer
-stamped them (``stamp_after_append``, p50 / p99), and 'achieved' says whether the producers still sent
-the rate asked.
+``serve``. With ``TurnProducer`` (kafka-python) at ~60 us of CPU a turn, the four processes of a
+10,000 turns/s cell took ~85% of a core, ``serve``'s projector thread waited for a core 58% of its wall
+time, and at half the projector's capacity the producers sent only 50-60% of the rate asked (the runs of
+2026-12-03). Agent hosts run elsewhere. So the load is generated as cheaply as this machine allows: each
+cell's turns are encoded before it starts exactly as ``TurnProducer`` encodes them (``encode_turn``,
+keyed by the project's hash, on its partition) and sent by librdkafka (``confluent-kafka``, from its own
+pinned environment ``bench.peers.LOADGEN``) with ``TurnProducer``'s delivery settings (acks=all,
+idempotent, its linger and batch size): ~13-27 us of CPU a turn, all threads counted. What reaches the
+broker are the same records. A producer process's main thread (pacing, delivery callbacks) runs at
+``PRODUCER_NICE``: it takes the CPU ``serve`` leaves; librdkafka's threads, started before, keep the normal
+priority. The figures count from the broker's append, so a producer that reads its acknowledgements
+late cannot flatter them; each cell reports how long after the append the producer stamped them
+(``stamp_after_append``, p50 / p99), and 'achieved' says whether the producers still sent the rate
+asked.
 
 Pollers (one keep-alive HTTP connection each) take acknowledgements as the producers get them
 (``(partition, offset, instant)`` of a sample of the turns, at most ``ACK_SAMPLES_PER_S`` a second) and
@@ -51,6 +56,7 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -59,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import peers
 from bench.common import (
     PYTHON,
     Config,
@@ -80,7 +87,10 @@ LAG_EVERY_S = 0.2
 #: A turn is sent up to this early rather than sleeping for less: the producer's 5 ms linger batches
 #: them anyway, and a wake-up per turn (2,500 a second a process) costs the two cores CPU.
 PACE_TICK_S = 0.001
-PER_PRODUCER_RATE = 2_500.0  # turns/s one producer process is asked for at most (sources allowing)
+PER_PRODUCER_RATE = 20_000.0  # turns/s one producer process is asked for at most (sources allowing)
+#: ``confluent_kafka.TIMESTAMP_LOG_APPEND_TIME``: a delivery report's timestamp is the broker's append.
+_LOG_APPEND_TIME = 2
+_FULL_QUEUE_TRIES = 1_000  # 10 ms apart: a queue full for 10 s fails the turn
 DRAIN_BOUND_S = 90.0  # the wait for the projector to catch up between cells
 FIRST_PAGE_LIMIT = 10
 FOLLOW_WAIT_S = 5.0  # the follower's long-poll wait (serve caps it at --max-wait)
@@ -91,15 +101,20 @@ PRODUCER_NICE = 10
 # ------------------------------------------------------------------------------------------ the producers
 
 
-def _producer_main(bootstrap: str, topic: str, partitions: int, commands: Any, acks: Any, results: Any) -> None:
-    """Producer process: ``("build", cell, rate, projects, seconds, body_bytes, j, n)`` builds the cell's
-    turns and keeps share ``j`` of ``n``; ``("go", cell, start)`` sends them paced at ``rate`` from the
-    instant ``start`` (open loop), offering a sample of acknowledgements to ``acks`` as they arrive, and
-    puts the summary (with every acknowledgement's time) on ``results``; ``None`` ends the process."""
-    from throughline.producers.producer import TurnProducer
+def _producer_main(
+    site: str, bootstrap: str, topic: str, partitions: int, commands: Any, acks: Any, results: Any
+) -> None:
+    """Producer process: ``("build", cell, rate, projects, seconds, body_bytes, j, n)`` builds and encodes
+    the cell's turns and keeps share ``j`` of ``n``; ``("go", cell, start)`` sends them paced at ``rate``
+    from the instant ``start`` (open loop), offering a sample of acknowledgements to ``acks`` as they
+    arrive, and puts the summary (with every acknowledgement's time) on ``results``; ``None`` ends the
+    process. ``site``: the load generator's ``site-packages`` (``bench.peers.LOADGEN``)."""
+    sys.path.append(site)  # after throughline's own packages: only confluent_kafka is taken from there
+    from confluent_kafka import Producer
 
-    with TurnProducer(bootstrap, topic, partitions=partitions) as producer:
-        # After the producer started its network thread, which keeps the normal priority.
+    producer = Producer(_load_config(bootstrap))
+    try:
+        # After librdkafka started its threads (they keep the normal priority): only this one is niced.
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRODUCER_NICE)
         built: tuple[Any, ...] | None = None
         while True:
@@ -108,84 +123,127 @@ def _producer_main(bootstrap: str, topic: str, partitions: int, commands: Any, a
                 return
             try:
                 if cmd[0] == "build":
-                    built = _build_share(producer, *cmd[1:])
+                    built = _build_share(partitions, *cmd[1:])
                     results.put({"cell": cmd[1], "ready": True})
                 elif built is not None and cmd[0] == "go" and built[0] == cmd[1]:
-                    results.put(_send_share(producer, acks, built, start=cmd[2]))
+                    results.put(_send_share(producer, topic, acks, built, start=cmd[2]))
                     built = None
             except Exception as exc:  # reported to the sweep, which fails the cell
                 results.put({"cell": cmd[1], "error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        producer.flush(30)
+
+
+def _load_config(bootstrap: str) -> dict[str, Any]:
+    """librdkafka settings with ``TurnProducer``'s delivery semantics: acks=all, idempotent, its linger
+    and batch size, at most 5 requests in flight, no topic auto-created."""
+    from throughline.producers.producer import BATCH_BYTES, LINGER_MS
+
+    return {
+        "bootstrap.servers": bootstrap,
+        "client.id": "bench-freshness-load",
+        "acks": "all",
+        "enable.idempotence": True,
+        "max.in.flight.requests.per.connection": 5,
+        "linger.ms": LINGER_MS,
+        "batch.size": BATCH_BYTES,
+        "delivery.timeout.ms": 60_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "log.connection.close": False,  # the broker closes idle connections; not worth a line on stderr
+    }
 
 
 def _build_share(
-    producer: Any, cell: int, rate: float, projects: int, seconds: float, body_bytes: int, j: int, n: int
+    partitions: int, cell: int, rate: float, projects: int, seconds: float, body_bytes: int, j: int, n: int
 ) -> tuple[Any, ...]:
+    """The share's turns as ``(number, project, key, value, partition)``, encoded as ``TurnProducer``
+    encodes them (``encode_turn``, keyed by the project's hash, on the project's partition), before the
+    cell starts: the sends then cost the two cores only librdkafka's work."""
+    from throughline.core.partitioning import partition_for
+    from throughline.schemas.codec import encode_turn
+
     count = max(1, int(rate * seconds))
     wl = Workload(count, body_bytes=body_bytes, projects=projects, label=f"fresh{cell}", seed=3 + cell)
     # Whole sources per process, dealt round-robin (source q to process q % n): each source's turns keep
-    # their order in the log, since one process's ``TurnProducer`` keeps the order it sends in. Each
+    # their order in the log, since one producer keeps the order it sends in per partition. Each
     # process builds only its own turns.
     numbers = [i for i in range(count) if wl.source_of(i) % n == j]
-    mine = list(zip(numbers, wl.records(lambda q: q % n == j), strict=True))
-    partition_of: dict[str, int] = {}
-    for _, t in mine:
-        if t.project not in partition_of:
-            partition_of[t.project] = producer.partition_of(t.project_sha256)
-    return cell, rate, mine, partition_of, projects
+    mine = [
+        (i, t.project, t.project_sha256, encode_turn(t), partition_for(t.project_sha256, partitions))
+        for i, t in zip(numbers, wl.records(lambda q: q % n == j), strict=True)
+    ]
+    return cell, rate, mine, projects
 
 
-def _send_share(producer: Any, acks: Any, built: tuple[Any, ...], *, start: float) -> dict[str, Any]:
-    cell, rate, mine, partition_of, projects = built
+def _send_share(producer: Any, topic: str, acks: Any, built: tuple[Any, ...], *, start: float) -> dict[str, Any]:
+    cell, rate, mine, projects = built
     sample_every = max(1, round(rate / ACK_SAMPLES_PER_S))
     followed: list[tuple[int, int, float]] = []  # (partition, offset, ack instant) of project 0's turns
-    # Each acknowledgement is stamped by a callback on the producer's network thread, at the instant
-    # that thread reads the broker's answer: no later than any waiting thread could see it (so no
-    # delay of ours shortens ack -> readable), and without a thread woken per turn on these two cores.
-    times: dict[int, tuple[array[int], array[float]]] = {p: (array("q"), array("d")) for p in set(partition_of.values())}
+    # Each acknowledgement is stamped by its delivery callback, which librdkafka runs in this thread's
+    # ``poll``: this loop polls between sends and waits in ``poll``, not in a sleep. Every figure counts
+    # from the broker's append (LogAppendTime), so a late callback cannot shorten ack -> readable.
+    times: dict[int, tuple[array[int], array[float]]] = {p: (array("q"), array("d")) for p in {m[4] for m in mine}}
     after_append = array("d")  # per acknowledgement: ms from the broker's append to its stamp here
     failures = [0]
 
-    def failed(_exc: Exception) -> None:
-        failures[0] += 1
-
     def stamper(project: str, sampled: bool, follow: bool) -> Any:
-        def acknowledged(pos: Any) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                failures[0] += 1
+                return
             now = time.monotonic()
             appended = now
-            if pos.timestamp_ms is not None:  # the broker's append, on this process's monotonic clock
-                behind = max(0.0, time.time() * 1000.0 - pos.timestamp_ms)
+            kind, stamp_ms = msg.timestamp()
+            if kind == _LOG_APPEND_TIME:  # the broker's append, on this process's monotonic clock
+                behind = max(0.0, time.time() * 1000.0 - stamp_ms)
                 after_append.append(behind)
                 appended = now - behind / 1000.0
-            offsets, stamps = times[pos.partition]
-            offsets.append(pos.offset)
+            partition, offset = msg.partition(), msg.offset()
+            offsets, stamps = times[partition]
+            offsets.append(offset)
             stamps.append(appended)
             if follow:
-                followed.append((pos.partition, pos.offset, appended))
+                followed.append((partition, offset, appended))
             if sampled:
-                acks.put((cell, project, pos.partition, pos.offset, appended, now))
+                acks.put((cell, project, partition, offset, appended, now))
 
-        return acknowledged
+        return delivered
 
     behind = 0.0
-    now = time.monotonic()
-    if start > now:
-        time.sleep(start - now)
-    for i, turn in mine:
+    _poll_until(producer, start)
+    for i, project, key, value, partition in mine:
         due = start + i / rate
-        now = time.monotonic()
-        if due > now + PACE_TICK_S:
-            time.sleep(due - now)
-        elif due < now:
-            behind = max(behind, now - due)
-        pending = producer.send_async(turn, validated=True)
-        pending.when_done(stamper(turn.project, i % sample_every == 0, i % projects == 0), failed)
+        if due > time.monotonic() + PACE_TICK_S:
+            _poll_until(producer, due)
+        else:
+            behind = max(behind, time.monotonic() - due)
+        callback = stamper(project, i % sample_every == 0, i % projects == 0)
+        for _ in range(_FULL_QUEUE_TRIES):
+            try:
+                producer.produce(topic, value, key, partition=partition, on_delivery=callback)
+                break
+            except BufferError:  # librdkafka's queue is full: let it drain
+                producer.poll(0.01)
+        else:
+            failures[0] += 1
+        producer.poll(0)
     last = time.monotonic()
-    producer.flush(timeout=60)
+    failures[0] += producer.flush(60)  # what is still queued after 60 s never arrived
     return {
         "cell": cell, "sent": len(mine), "last": last, "behind_s": behind, "failed": failures[0],
         "acks": {p: _by_offset(*pair) for p, pair in times.items()}, "followed": followed,
         "after_append": after_append,
     }
+
+
+def _poll_until(producer: Any, instant: float) -> None:
+    """Serve delivery callbacks until ``instant`` (``poll`` returns early after each one it serves)."""
+    for _ in range(100_000):  # bounded; each pass waits or serves at least one callback
+        left = instant - time.monotonic()
+        if left <= PACE_TICK_S:
+            return
+        producer.poll(left)
 
 
 def _by_offset(offsets: array[int], stamps: array[float]) -> tuple[array[int], array[float]]:
@@ -330,6 +388,8 @@ class Rig:
         self.accepting = threading.Event()  # pollers take new acks only while a cell is measured
         self.stop = threading.Event()
         self.busy = threading.Semaphore(cfg.freshness_pollers)
+        peers.LOADGEN.ensure()  # the load generator's environment, built on first use
+        self.load_site = str(peers.LOADGEN.site_packages)
         self.topic = new_topic_name("fresh")
         create_topic(bootstrap, self.topic, cfg.partitions, log_append_time=True)
         try:
@@ -356,7 +416,8 @@ class Rig:
         while len(self.producers) < n:
             q = self._ctx.Queue()
             proc = self._ctx.Process(
-                target=_producer_main, args=(self.bootstrap, self.topic, self.cfg.partitions, q, self.acks, self.results),
+                target=_producer_main,
+                args=(self.load_site, self.bootstrap, self.topic, self.cfg.partitions, q, self.acks, self.results),
                 daemon=True,
             )
             self.commands.append(q)

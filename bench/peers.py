@@ -4,6 +4,10 @@ cannot share the project's ``.venv``.
 - ``quix``: the Quix Streams application of item 2 (``bench/quix_peer.py``). Quix Streams 3.28 pins
   ``pydantic<2.14`` and throughline needs a newer one, so it cannot be installed next to throughline.
 - ``py-spy``: the sampling profiler behind the profiles of missed targets (a binary; not in the dev extra).
+- ``loadgen``: librdkafka's Python client (``confluent-kafka``), the freshness sweep's load generator
+  (``bench/freshness_rig.py``): the producer processes import it from this environment's
+  ``site-packages`` (``PeerEnv.site_packages``), appended after throughline's own; it has no dependencies
+  and its C extension is built for the interpreter that built the environment (the hash below covers it).
 
 Each environment is built on first use, from pinned requirements, into
 ``~/.cache/throughline/bench-peers/NAME-HASH`` (``$THROUGHLINE_BENCH_PEERS`` names another folder), with
@@ -41,6 +45,8 @@ _BUILD_TIMEOUT_S = 900.0
 QUIX_PINS = ("quixstreams==3.28.1", "confluent-kafka==2.12.2")
 #: The profiler.
 PY_SPY_PINS = ("py-spy==0.4.1",)
+#: The freshness sweep's load generator: the Kafka client Quix Streams measured with (librdkafka).
+LOADGEN_PINS = ("confluent-kafka==2.12.2",)
 #: What the Quix app's deserializer and DuckDB sink use: pinned to the versions throughline runs with, so
 #: that both sides of the comparison decode with the same fastavro and write with the same DuckDB.
 _SHARED_WITH_THROUGHLINE = ("duckdb", "fastavro", "pyarrow")
@@ -82,6 +88,11 @@ class PeerEnv:
     def python(self) -> Path:
         """The environment's interpreter."""
         return self.bin("python")
+
+    @property
+    def site_packages(self) -> Path:
+        """The environment's ``site-packages`` folder (exists only once the environment is built)."""
+        return self.path / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
     def ready(self) -> bool:
         """Whether the environment is built completely."""
@@ -171,3 +182,4 @@ def quix() -> PeerEnv:
 
 
 PY_SPY = PeerEnv("py-spy", PY_SPY_PINS)
+LOADGEN = PeerEnv("loadgen", LOADGEN_PINS)
