@@ -136,13 +136,15 @@ class StagedFold(ApplyTransaction):
             )
             for source, w in self.works.items()
         }
-        return Layer(
+        layer = Layer(
             number,
             sources,
             dict(self.heads),
             {p: c.next_offset for p, c in self.counters.items()},
             dict(self.applied_now),
         )
+        self.release()
+        return layer
 
 
 def agrees(committed: Sequence[Layer], states: Mapping[bytes, SourceState]) -> bool:

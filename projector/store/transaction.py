@@ -219,8 +219,18 @@ class ApplyTransaction:
     def fold_and_write(self) -> BatchSummary:
         """Fold every record in log order and write the result (inside the open transaction)."""
         summary = self.fold()
-        self._write_folded()
+        try:
+            self._write_folded()
+        finally:
+            self.release()
         return summary
+
+    def release(self) -> None:
+        """Drop what ``fold`` decided once it is written (or staged). Each delta's stored-digest lookup
+        refers back to this transaction: kept, they made a cycle that only a full garbage-collector pass
+        frees, which the projector's loop delays (``fewer_gc_passes``), so every batch's rows, bodies
+        included, stayed in memory until then (peak RSS at 300k turns 1.5x the old one)."""
+        self.works, self._folded = {}, ()
 
     def fold(self) -> BatchSummary:
         """Fold every record in log order into ``works`` and the rows to write (no write but the probe's)."""

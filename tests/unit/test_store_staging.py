@@ -8,6 +8,7 @@ every poll both must answer every read alike, and at the end their tables must b
 
 from __future__ import annotations
 
+import gc
 import tempfile
 import threading
 import time
@@ -29,6 +30,7 @@ from throughline.projector.prepare import merge_polls
 from throughline.projector.store import DuckProjection, LogRecord, PreparedBatch, stageable
 from throughline.projector.store.staging import agrees
 from throughline.projector.store.state import SourceState
+from throughline.projector.store.transaction import ApplyTransaction
 from throughline.schemas.codec import encode_turn
 
 
@@ -174,6 +176,23 @@ def test_nothing_is_staged_after_layers_were_dropped_until_the_feed_starts_again
         with projection.view() as v:
             head = v.head(project)
             assert head is not None and head.length == 3
+
+
+def test_a_batch_s_fold_is_freed_with_its_transaction_without_a_garbage_collector_pass(tmp_path: Path) -> None:
+    """Each delta of a fold looks stored digests up through its transaction: a transaction that kept its
+    deltas after the commit (or after staging) was a reference cycle, which the projector's loop frees
+    only at its rare full collector passes (``fewer_gc_passes``): every batch's rows stayed in memory
+    until then, and the projector's peak RSS grew with the topic."""
+    gc.collect()
+    gc.disable()
+    try:
+        with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC) as projection:
+            projection.apply_prepared(TOPIC, [projection.prepare(0, [_record_at(0, 0, "a"), _record_at(0, 1, "b")])])
+            assert projection.stage(TOPIC, [projection.prepare(0, [_record_at(0, 2, "c")])]) is not None
+            alive = [o for o in gc.get_objects() if isinstance(o, ApplyTransaction)]
+            assert alive == []
+    finally:
+        gc.enable()
 
 
 def test_a_poll_with_a_repair_is_not_staged(tmp_path: Path) -> None:
