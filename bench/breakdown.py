@@ -67,8 +67,12 @@ class _TimedCursor:
         self._cur = cur
         self._stats = stats
 
-    def execute(self, sql: str, *args: Any, **kwargs: Any) -> Any:
-        key = re.sub(r"\s+", " ", sql.strip())[:58]
+    def execute(self, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        text = sql if isinstance(sql, str) else str(getattr(sql, "query", sql))  # a parsed statement
+        key = re.sub(r"\s+", " ", text.strip())[:58]
+        # ``writes.execute_over``'s Arrow rows: DuckDB's replacement scan looks in the frame that runs the
+        # statement, which is now this one.
+        tl_rows = sys._getframe(1).f_locals.get("tl_rows")  # noqa: F841
         t = time.perf_counter()
         result = self._cur.execute(sql, *args, **kwargs)
         entry = self._stats.setdefault(key, [0.0, 0])
@@ -85,9 +89,9 @@ def apply_breakdown(records: list[prepare.LogRecord], db: Path) -> tuple[float, 
     stats: dict[str, list[float]] = {}
     orig_execute = transaction.ApplyTransaction.execute
 
-    def execute(self: transaction.ApplyTransaction) -> Any:
+    def execute(self: transaction.ApplyTransaction, before_commit: Any = None) -> Any:
         self.cur = _TimedCursor(self.cur, stats)  # type: ignore[assignment]
-        return orig_execute(self)
+        return orig_execute(self, before_commit)
 
     transaction.ApplyTransaction.execute = execute  # type: ignore[method-assign]
     try:
