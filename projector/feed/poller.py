@@ -17,6 +17,10 @@ from throughline.projector.prepare import PreparedBatch, prepare_batch
 from throughline.runtime import BULK_GC_THRESHOLD, PROJECTOR_SWITCH_INTERVAL
 
 DEFAULT_MAX_POLL_RECORDS = 10_000
+#: A fetcher's first poll holds at most this many records, and each next one twice the last, up to
+#: ``max_poll_records``: the projector's first commit then waits for one fetch and a small prepare,
+#: not for a whole poll's, and the two processes overlap sooner (``Fetcher.fetch``).
+FIRST_POLL_RECORDS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,7 @@ class Fetcher:
     def seek(self, offsets: Mapping[int, int]) -> None:
         """Fetch from ``offsets`` on."""
         self._next = {p: int(offsets.get(p, 0)) for p in range(self._spec.partitions)}
+        self._ramp = FIRST_POLL_RECORDS
         for p, offset in self._next.items():
             self._consumer.seek(p, offset)
 
@@ -163,18 +168,21 @@ class Fetcher:
         """One poll, prepared (``prepare_poll``: a batch's next offset is the consumer's position, past
         offsets that hold no record)."""
         o = self._spec.options
+        limit = min(o.max_poll_records, self._ramp)
         polled: dict[int, list[Any]] = {}
-        got = self._poll_into(polled, timeout, o.max_poll_records)
+        got = self._poll_into(polled, timeout, limit)
         # Far behind the log, keep polling until the poll is full: kafka-python reads small fetches
         # faster (its network thread competes for the GIL), and DuckDB commits large transactions
         # cheaper a record; this gives both. Only when the broker already holds the rest of the poll:
         # under steady ingest the records go at once (waiting for more would add latency, not speed).
         deadline = time.monotonic() + o.fill_seconds
-        while 0 < got < o.max_poll_records and self._backlog() >= o.max_poll_records - got:
+        while 0 < got < limit and self._backlog() >= limit - got:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            got += self._poll_into(polled, left, o.max_poll_records - got)
+            got += self._poll_into(polled, left, limit - got)
+        if got:
+            self._ramp = min(o.max_poll_records, 2 * self._ramp)
         n = self._spec.partitions
         batches = prepare_poll(
             polled, range(n), topic_partitions=n, position=self._consumer.position, next_offset=self._next.__getitem__
