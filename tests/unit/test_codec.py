@@ -21,6 +21,7 @@ from throughline.schemas.codec import (
     HEADER_BYTES,
     MAGIC,
     SCHEMAS,
+    decode_log_datum,
     decode_turn,
     decode_turn_datum,
     encode_datum,
@@ -311,6 +312,22 @@ def test_the_current_version_reader_reads_map_blocks_that_state_their_size() -> 
     assert golden.endswith(b"\x02\x02k\x02v\x00")
     sized = golden[: -len(b"\x02\x02k\x02v\x00")] + b"\x01\x08\x02k\x02v\x00"
     assert decode_turn_datum(sized) == _fastavro_datum(sized) == decode_turn_datum(golden)
+
+
+@pytest.mark.parametrize(
+    ("at", "was", "put"),
+    [
+        ("seq", b"\x00", b"\x80\x00"),  # union branch 0 (null) in two bytes
+        ("turnId", b"\x0c", b"\x8c\x00"),  # a 6-byte string's length in two bytes
+    ],
+)
+def test_the_current_version_reader_reads_varints_longer_than_they_need_be(at: str, was: bytes, put: bytes) -> None:
+    # Avro varints need not be minimal; the reader's one-byte fast paths must fall back, not refuse.
+    golden = bytes.fromhex(GOLDEN_V2)
+    where = SEQ_BRANCH_AT if at == "seq" else golden.index(b"\x0cturn-1")
+    assert golden[where : where + 1] == was
+    longer = golden[:where] + put + golden[where + 1 :]
+    assert decode_turn_datum(longer) == decode_log_datum(longer) == _fastavro_datum(longer) == decode_turn_datum(golden)
 
 
 def _damaged(golden: str, at: int, put: bytes) -> bytes:
