@@ -13,6 +13,7 @@ from projector_env import history as make_history
 from projector_env import produce_all
 
 import throughline.projector.feed.poller as poller
+from throughline.log import KafkaLog
 from throughline.log.consumer import RETRY_BACKOFF_MS, prompt_metadata
 from throughline.projector.feed import FeedSpec, ProjectorOptions, open_consumer
 from throughline.testing import create_topic
@@ -40,6 +41,16 @@ def test_the_projector_consumer_refreshes_metadata_with_its_own_backoff(kafka_bo
     finally:
         consumer.close()
     assert prompt_metadata(object()) is False  # another shape: left alone, and said so
+
+
+def test_the_log_view_refreshes_metadata_with_the_same_backoff(kafka_bootstrap: str, filled_topic: str) -> None:
+    # Its partition count waits for a metadata refresh: at kafka-python's 100 ms that was most of the
+    # ~115 ms every projector run spent opening its log view.
+    with KafkaLog([kafka_bootstrap], filled_topic, timeout=10.0) as view:
+        inner = view._consumer  # the seam under test
+        assert inner.config["retry_backoff_ms"] == RETRY_BACKOFF_MS
+        assert inner._cluster.config["retry_backoff_ms"] == RETRY_BACKOFF_MS
+        assert view.partitions == PARTITIONS
 
 
 def test_the_first_polls_are_small_and_double_up_to_the_poll_size(

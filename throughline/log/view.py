@@ -23,6 +23,7 @@ from kafka import TopicPartition
 
 from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
+from throughline.log.consumer import RETRY_BACKOFF_MS, prompt_metadata
 from throughline.log.exceptions import LogError, TopicMissingError
 from throughline.log.next_answer import NextAnswer
 from throughline.log.placement import TopicClient
@@ -73,7 +74,11 @@ class KafkaLog(TopicClient):
             isolation_level="read_committed",  # end offsets are the last stable offsets
             allow_auto_create_topics=False,
             request_timeout_ms=self._timeout_ms,
+            retry_backoff_ms=RETRY_BACKOFF_MS,
         )
+        # The partition count below waits for a metadata refresh: at kafka-python's backoff that was
+        # ~110 ms of every projector's start (``prompt_metadata``).
+        prompt_metadata(self._consumer)
         try:
             with self._lock, self._errors:
                 ids = self._consumer.partitions_for_topic(topic)
