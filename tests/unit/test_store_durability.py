@@ -142,3 +142,41 @@ def test_readers_in_their_snapshots_never_fail_the_writers_checkpoint(tmp_path: 
         projection.apply_batch(TOPIC, 0, more)  # no reader now: this commit's checkpoint goes through
         wal = wal_path(tmp_path / "p.duckdb")
         assert not wal.exists() or wal.stat().st_size < 1 << 15  # checkpointed (DuckDB may remove the WAL)
+
+
+_PROSE = (
+    "The observer reads each completed turn of a thread and keeps its cursor only after a whole page. "
+    "A projector folds the log into chains; a reader serves pages pinned to a through cursor. "
+)
+
+
+def test_a_writable_handle_stores_prose_bodies_without_fsst(tmp_path: Path) -> None:
+    # FSST analysis of prose bodies made each checkpoint several times longer (and the reads of the
+    # turns wait for a checkpoint): a writable handle leaves those methods out, whatever DuckDB prefers.
+    path = tmp_path / "p.duckdb"
+    records = to_log(place([turn(turn_id=f"t{i}", body=f"{i} {_PROSE * 6}") for i in range(600)]))
+    with DuckProjection.open(path, topic=TOPIC) as projection:
+        disabled = _setting(projection._con, "disabled_compression_methods")
+        projection.apply_batch(TOPIC, records[0].partition, records)
+        projection.checkpoint()
+        methods = {
+            str(row[0]).upper()
+            for row in projection._con.execute(
+                "SELECT DISTINCT compression FROM pragma_storage_info('turns') WHERE column_name = 'body'"
+            ).fetchall()
+        }
+    assert "fsst" in disabled.lower()
+    assert methods and not methods & {"FSST", "DICT_FSST"}, methods
+
+
+def test_without_the_setting_duckdb_would_compress_those_bodies(tmp_path: Path) -> None:
+    # The control: the same bodies in a plain table do get FSST (else the test above proves nothing).
+    con = duckdb.connect(str(tmp_path / "plain.duckdb"))
+    try:
+        con.execute("CREATE TABLE t (body VARCHAR)")
+        con.executemany("INSERT INTO t VALUES (?)", [[f"{i} {_PROSE * 6}"] for i in range(600)])
+        con.execute("CHECKPOINT")
+        methods = {str(r[0]).upper() for r in con.execute("SELECT DISTINCT compression FROM pragma_storage_info('t')").fetchall()}
+    finally:
+        con.close()
+    assert methods & {"FSST", "DICT_FSST"}, methods
