@@ -518,6 +518,9 @@ class DuckProjection:
                         "batch was applied: free space or fix permissions, then start the projector again"
                     ) from exc
             self._commits += 1
+            # Before the layers holding them are dropped (``publish``): a staged fold that no longer
+            # sees a layer finds its keys in memory.
+            self._staging.stored_keys.committed(work.applied_now)
             if self._commits % _MEMORY_CHECK_EVERY == 0:
                 self._adapt_memory()
             for source, state in work.states.items():

@@ -6,7 +6,8 @@ the ``Layer`` it returns is what the transaction that commits the poll will writ
 layers first and then the file through a cursor of their own, outside any transaction:
 
 - a source's state: the newest layer holding it, else the projection's committed cache, else its row;
-- a turn id applied before: a layer's turn keys, else ``turn_ids``;
+- a turn id applied before: a layer's turn keys, else ``turn_ids`` (only for the keys that
+  ``StoredTurnKeys``, an in-memory filter over ``turn_ids``, reports maybe stored, once it is filled);
 - a stored turn's chain digest (a rewind below the fold's start): the layers' rows, else ``turns``.
 
 Why a read of the file outside a transaction is safe here: only the projector's own thread stages, and
@@ -38,6 +39,7 @@ from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.prepare import PreparedBatch, RepairItem, SoundRecord
 from throughline.projector.read_index import ReadIndex
 from throughline.projector.store.state import PartitionCounters, SourceState
+from throughline.projector.store.stored_keys import StoredTurnKeys
 from throughline.projector.store.transaction import ApplyTransaction, stored_turn_ids
 
 
@@ -83,9 +85,12 @@ class StagedFold(ApplyTransaction):
         layers: Sequence[Layer],
         source_cache: Mapping[bytes, SourceState],
         applied: Mapping[int, int],
+        stored_keys: StoredTurnKeys | None = None,
     ) -> None:
-        """``applied``: each partition's next offset with every layer folded in (records below are skipped)."""
+        """``applied``: each partition's next offset with every layer folded in (records below are skipped);
+        ``stored_keys``: which keys ``turn_ids`` may hold (``None``: look every key up)."""
         self._layers = tuple(layers)
+        self._stored_keys = stored_keys
         super().__init__(
             cur,
             topic,
@@ -107,7 +112,8 @@ class StagedFold(ApplyTransaction):
                 unknown.append(key)
             else:
                 existing[key] = content
-        existing.update(stored_turn_ids(self.cur, unknown))
+        maybe = self._stored_keys.maybe_stored(unknown) if self._stored_keys is not None else None
+        existing.update(stored_turn_ids(self.cur, unknown if maybe is None else maybe))
         return {k for k in first if k not in existing}, existing, first
 
     def _stored_digest(self, source: bytes, seq: int) -> bytes:
@@ -186,6 +192,8 @@ class Stager:
         self._staged = staged
         self._lock = threading.Lock()
         self._cur: duckdb.DuckDBPyConnection | None = None  # the staged fold's own cursor
+        #: The turn keys ``turn_ids`` may hold, in memory (filled once the first poll is staged).
+        self.stored_keys = StoredTurnKeys()
         self._numbers = 0
         self._epoch = 0  # moves at each ``drop``: a fold over dropped layers is not staged
         #: A commit disagreed with its layers: commits only from then on.
@@ -219,7 +227,10 @@ class Stager:
                 applied = {p: self.readable(p) for p in {*self._counters, *self._staged}}
             if self._cur is None:
                 self._cur = con.cursor()
-            fold = StagedFold(self._cur, topic, batches, layers=layers, source_cache=cache, applied=applied)
+                self.stored_keys.start(con)
+            fold = StagedFold(
+                self._cur, topic, batches, layers=layers, source_cache=cache, applied=applied, stored_keys=self.stored_keys
+            )
             if not fold.changes_anything:
                 return None
             self._numbers += 1
@@ -254,6 +265,7 @@ class Stager:
 
     def close(self) -> None:
         """Close the fold's cursor (after the last ``stage``)."""
+        self.stored_keys.close()
         with self._lock:
             if self._cur is not None:
                 self._cur.close()

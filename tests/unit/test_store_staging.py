@@ -219,3 +219,48 @@ def test_a_commit_agrees_with_its_layers_only_source_by_source() -> None:
     assert not agrees([_layer(b"t", 3, b"d" * 32)], {b"s": state})  # another source
     newer = Layer(2, {b"s": _layer(b"s", 3, b"d" * 32).sources[b"s"]}, {}, {0: 3})
     assert agrees([_layer(b"s", 2, b"x" * 32), newer], {b"s": state})  # the newest layer counts
+
+
+def _wait_ready(projection: DuckProjection) -> None:
+    keys = projection._staging.stored_keys  # the filter under test
+    for _ in range(500):  # bounded: up to ~5 s for the scan of turn_ids
+        if keys.ready:
+            return
+        time.sleep(0.01)
+    pytest.fail("the stored turn keys never became ready")
+
+
+def test_staging_looks_up_only_the_keys_the_filter_cannot_rule_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new key is known new from memory (no read of ``turn_ids``, which waits out every checkpoint);
+    keys applied before, whether stored before the filter filled or committed after, are looked up and
+    folded as duplicates."""
+    import throughline.projector.store.staging as staging
+
+    stored = [_record_at(0, i, f"old{i}") for i in range(300)]
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC) as projection:
+        projection.apply_prepared(TOPIC, [projection.prepare(0, stored)])  # in turn_ids before the scan
+        first = [projection.prepare(0, [_record_at(0, 300, "mid")])]
+        assert projection.stage(TOPIC, first) is not None  # starts the filter
+        _wait_ready(projection)
+        projection.apply_prepared(TOPIC, first)  # committed after the scan: the commit adds its key
+        asked: list[bytes] = []
+        real = staging.stored_turn_ids
+
+        def counting(cur: object, keys: Sequence[bytes], table: object = None) -> dict[bytes, bytes]:
+            asked.extend(keys)
+            return real(cur, keys, table)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(staging, "stored_turn_ids", counting)
+        fresh = [_record_at(0, 301 + i, f"new{i}") for i in range(200)]
+        again = [_record_at(0, 501, "old7"), _record_at(0, 502, "mid")]  # the same turns, sent again
+        poll = [projection.prepare(0, [*fresh, *again])]
+        layer = projection.stage(TOPIC, poll)
+        assert layer is not None
+        again_keys = {it.turn_key for b in poll for it in b.items if it.offset >= 501}
+        assert again_keys <= set(asked)  # both looked up: the scan's key and the commit's key
+        assert len(set(asked) - again_keys) <= 2  # and almost none of the 200 new ones (false positives)
+        assert not again_keys & set(layer.turn_keys)  # duplicates: not appended again
+        assert len(layer.turn_keys) == 200
+        projection.apply_prepared(TOPIC, poll)  # and the commit agrees with the layer
+        projection.stage(TOPIC, [projection.prepare(0, [_record_at(0, 503, "after")])])
+        assert not projection._staging.off

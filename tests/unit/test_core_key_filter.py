@@ -1,0 +1,63 @@
+"""``KeyFilter``: a key added is always reported maybe present, however the filter grew; a key never
+added is rarely reported present."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from throughline.core.key_filter import KeyFilter
+
+keys16 = st.binary(min_size=16, max_size=32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(keys16, max_size=300), st.integers(1, 64))
+def test_every_key_added_is_maybe_present_across_growth(keys: list[bytes], capacity: int) -> None:
+    f = KeyFilter(capacity)
+    half = len(keys) // 2
+    f.add_many(keys[:half])
+    for key in keys[half:]:
+        f.add(key)
+    assert all(f.may_contain(k) for k in keys)
+    assert f.count == len(keys)
+
+
+def _digests(label: str, n: int) -> list[bytes]:
+    return [hashlib.sha256(f"{label}{i}".encode()).digest()[:16] for i in range(n)]
+
+
+def test_keys_never_added_are_rarely_reported() -> None:
+    f = KeyFilter(1_000)  # grows to several filters: the rate stays bounded
+    f.add_many(_digests("in", 20_000))
+    assert f.size_bytes < 20_000 * 32 // 8 * 3  # a few bytes a key
+    others = _digests("out", 50_000)
+    reported = sum(f.may_contain(k) for k in others)
+    expected = f.false_positive_rate() * len(others)
+    assert f.false_positive_rate() < 1e-4
+    assert reported <= max(5, 10 * expected), (reported, expected)
+
+
+def test_an_empty_filter_reports_nothing_and_short_keys_are_refused() -> None:
+    f = KeyFilter()
+    assert not any(f.may_contain(k) for k in _digests("x", 1_000))
+    with pytest.raises(ValueError, match="16 bytes"):
+        f.add(b"short")
+    with pytest.raises(ValueError, match="16 bytes"):
+        f.may_contain(b"")
+
+
+def test_threads_adding_at_once_lose_no_key() -> None:
+    # Two writers setting bits of the same bytes: a lost read-modify-write would be a false negative.
+    f = KeyFilter(64)  # small: both threads also grow it
+    parts = [_digests(f"t{t}-", 20_000) for t in range(2)]
+    threads = [threading.Thread(target=lambda ks=ks: [f.add_many(ks[i : i + 50]) for i in range(0, len(ks), 50)]) for ks in parts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(f.may_contain(k) for ks in parts for k in ks)
