@@ -56,7 +56,7 @@ from throughline.projector.feed import (
 )
 from throughline.projector.feed import ProjectorOptions as ProjectorOptions
 from throughline.projector.periodic_check import PeriodicCheck
-from throughline.projector.pipeline import DirectWriter, StagedWriter, Writer
+from throughline.projector.pipeline import QUEUED_POLLS, DirectWriter, StagedWriter, Writer
 from throughline.projector.store import BatchSummary, DuckProjection
 from throughline.projector.tally import Progress as Progress
 from throughline.projector.tally import ProgressUpdate as ProgressUpdate
@@ -346,7 +346,7 @@ class Projector:
                 self._projection,
                 self._topic,
                 tally,
-                max_queued_records=2 * o.max_poll_records,
+                max_queued_records=QUEUED_POLLS * o.max_poll_records,
                 commit_interval=o.commit_interval,
             )
         return DirectWriter(self._topic, tally)
