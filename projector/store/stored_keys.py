@@ -66,7 +66,9 @@ class StoredTurnKeys:
             cur.close()
             raise
         stored = int(rows[0][0]) if rows else 0
-        self._filter = KeyFilter(max(_MIN_CAPACITY, 2 * stored))
+        # Room for a quarter more before a second filter (each filter's bits are a power of two, so
+        # this is 4-8 bytes a stored key).
+        self._filter = KeyFilter(max(_MIN_CAPACITY, stored + stored // 4))
         self._thread = threading.Thread(target=self._fill, args=(cur,), name="throughline-turn-keys", daemon=True)
         self._thread.start()
 
