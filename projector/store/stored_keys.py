@@ -79,7 +79,7 @@ class StoredTurnKeys:
             # DuckDB 2.x names it to_arrow_reader, 1.x record_batch.
             batches = getattr(rows, "to_arrow_reader", None) or getattr(rows, "record_batch")  # noqa: B009
             for batch in batches(_SCAN_BATCH):
-                keys = [bytes(k) for k in batch.column(0).to_pylist()]
+                keys = batch.column(0).to_pylist()  # a BLOB column: Arrow binary, bytes in Python
                 for first in range(0, len(keys), _ADD_SLICE):
                     if self._stop.is_set():
                         return
