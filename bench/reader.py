@@ -43,6 +43,7 @@ from throughline.core.memory import FixedLog
 from throughline.core.partitioning import partition_for
 from throughline.core.turn import build_turn
 from throughline.projector.store import TURN_COLUMNS, DuckProjection, LogRecord, is_milestone, page_key
+from throughline.projector.store.files import connect
 from throughline.reader import read_observer_turn_page
 from throughline.schemas.codec import encode_turn
 
@@ -172,7 +173,7 @@ def build_projection(path: Path, layout: Layout, scratch: Path, *, workers: int 
     ctx = multiprocessing.get_context("spawn")  # fork would copy locks held by this process's other threads
     with ctx.Pool(max(1, workers)) as pool:
         heads = pool.map(_write_source, jobs, chunksize=1)
-    con = duckdb.connect(str(path))
+    con = connect(path, read_only=False)  # with the projection's row groups, as the projector writes them
     try:
         con.execute("BEGIN TRANSACTION")
         con.execute("DROP INDEX turns_page_key")

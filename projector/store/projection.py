@@ -31,8 +31,10 @@ from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ReadIndex
 from throughline.projector.store.durability import DEFAULT_WAL_AUTOCHECKPOINT, CommitDurability
 from throughline.projector.store.files import (
     STORAGE_FAULTS,
+    CursorPool,
     claim_writer,
     connect,
+    cursor,
     refuse_second_writer,
     release_writer,
 )
@@ -80,6 +82,7 @@ class DuckProjection:
         durability: CommitDurability | None = None,
     ) -> None:
         self._con = con
+        self._cursors = CursorPool(con)
         self._durability = durability
         self._memory_headroom = memory_headroom
         self._memory_limit = 0
@@ -178,7 +181,7 @@ class DuckProjection:
         self._topic = topic
 
     def _set_meta(self, values: dict[str, str]) -> None:
-        cur = self._con.cursor()
+        cur = cursor(self._con)
         try:
             cur.execute("BEGIN TRANSACTION")
             for k, v in values.items():
@@ -195,6 +198,7 @@ class DuckProjection:
             self._closed = True
             self._changed.notify_all()
         self._staging.close()
+        self._cursors.close()
         with self._write_lock:
             if self._writer is not None:
                 self._writer.close()
@@ -267,7 +271,7 @@ class DuckProjection:
         """Keep DuckDB's memory limit at the ART indexes' size plus the headroom (never lowering it)."""
         if self._memory_headroom is None:
             return
-        cur = self._con.cursor()
+        cur = cursor(self._con)
         try:
             row = cur.execute(
                 "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'ART_INDEX'"
@@ -288,7 +292,7 @@ class DuckProjection:
         The projector leaves a core to its fetch worker while it runs: on two cores DuckDB's second
         thread only contended with the worker (measured: 4-9% faster end to end with one thread).
         """
-        cur = self._con.cursor()
+        cur = cursor(self._con)
         try:
             row = cur.execute("SELECT current_setting('threads')").fetchone()
             cur.execute(f"SET threads = {max(1, int(threads))}")
@@ -302,7 +306,7 @@ class DuckProjection:
         self._require_writable()
         assert self._durability is not None  # every writable handle has one
         with self._write_lock:
-            cur = self._con.cursor()
+            cur = cursor(self._con)
             try:
                 self._durability.checkpoint(cur)
             finally:
@@ -337,7 +341,7 @@ class DuckProjection:
         above it (``snapshots.snapshot_view``)."""
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
-        with snapshot_view(self._con, self._topic, self._index, read_only=self._read_only) as view:
+        with snapshot_view(self._cursors, self._topic, self._index, read_only=self._read_only) as view:
             yield view
 
     @contextmanager
@@ -346,7 +350,7 @@ class DuckProjection:
         ``SnapshotMovedError`` when a commit lands meanwhile (the caller then reads again in ``view``)."""
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
-        with quiet_view(self._con, self._topic, self._index, read_only=self._read_only) as view:
+        with quiet_view(self._cursors, self._topic, self._index, read_only=self._read_only) as view:
             yield view
 
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
@@ -497,7 +501,7 @@ class DuckProjection:
             seen.add(b.partition)
         with self._write_lock:
             if self._writer is None:
-                self._writer = self._con.cursor()
+                self._writer = cursor(self._con)
             cur = self._writer
             work = self._transaction(cur, topic, batches)
             if not work.changes_anything:

@@ -9,6 +9,7 @@ from typing import Any
 
 import duckdb
 
+from throughline.projector.store.files import cursor
 from throughline.projector.store.repair_rows import load_repairs
 from throughline.projector.store.schema import TABLE_ORDER
 from throughline.projector.store.values import (
@@ -25,7 +26,7 @@ def read_stats(
     con: duckdb.DuckDBPyConnection, topic: str | None, topic_id: str | None, *, latest_quarantine: int = 10
 ) -> ProjectionStats:
     """Counts and per-partition counters, read in one snapshot (no raw record bytes)."""
-    cur = con.cursor()
+    cur = cursor(con)
     try:
         cur.execute("BEGIN TRANSACTION")
         parts = cur.execute(
@@ -88,7 +89,7 @@ def read_quarantine(
     """
     from throughline.schemas.codec import produced_at
 
-    cur = con.cursor()
+    cur = cursor(con)
     entries: list[QuarantineEntry] = []
     try:
         cur.execute("BEGIN TRANSACTION")
@@ -138,7 +139,7 @@ def read_quarantine(
 
 def table_digests(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """SHA-256 of every table's rows in a total order (identical projections have identical digests)."""
-    cur = con.cursor()
+    cur = cursor(con)
     out: dict[str, str] = {}
     try:
         cur.execute("BEGIN TRANSACTION")
@@ -168,7 +169,7 @@ def table_rows(con: duckdb.DuckDBPyConnection, table: str) -> list[dict[str, Any
     if not chosen:
         raise ValueError(f"no table {table!r} in a projection (tables: {', '.join(TABLE_ORDER)})")
     name, order = chosen[0]
-    cur = con.cursor()
+    cur = cursor(con)
     try:
         cur.execute("BEGIN TRANSACTION")
         # Sorted here rather than by DuckDB: a sort of whole rows (bodies included) would need DuckDB

@@ -16,17 +16,17 @@ import duckdb
 
 from throughline.core.layers import Layer, LayeredView
 from throughline.projector.read_index import ReadIndex
+from throughline.projector.store.files import CursorPool
 from throughline.projector.store.statements import parsed
 from throughline.projector.store.view import DuckView, snapshot_version
 
 
 @contextmanager
 def snapshot_view(
-    con: duckdb.DuckDBPyConnection, topic: str | None, index: ReadIndex, *, read_only: bool
+    cursors: CursorPool, topic: str | None, index: ReadIndex, *, read_only: bool
 ) -> Iterator[DuckView | LayeredView]:
     """One consistent snapshot: every answer of the yielded view is of one version (and the layers above it)."""
-    cur = con.cursor()
-    try:
+    with cursors.borrowed() as cur:
         if read_only:
             version, applied, _ = index.capture()
             yield DuckView(cur, topic, index, version, applied)
@@ -37,13 +37,11 @@ def snapshot_view(
             yield LayeredView(view, layers) if layers else view
         finally:
             cur.execute(parsed("ROLLBACK"))  # read-only transaction: nothing to keep
-    finally:
-        cur.close()
 
 
 @contextmanager
 def quiet_view(
-    con: duckdb.DuckDBPyConnection, topic: str | None, index: ReadIndex, *, read_only: bool
+    cursors: CursorPool, topic: str | None, index: ReadIndex, *, read_only: bool
 ) -> Iterator[DuckView | LayeredView]:
     """``snapshot_view``, without a transaction while no commit is under way: its statements are each their
     own snapshot, checked to have read the index's version, and it raises ``SnapshotMovedError`` when a
@@ -51,16 +49,13 @@ def quiet_view(
     not BEGIN, the version, the turns and ROLLBACK."""
     quiet = None if read_only else index.quiet()
     if quiet is None:
-        with snapshot_view(con, topic, index, read_only=read_only) as view:
+        with snapshot_view(cursors, topic, index, read_only=read_only) as view:
             yield view
         return
     generation, version, applied, layers = quiet
-    cur = con.cursor()
-    try:
+    with cursors.borrowed() as cur:
         view = DuckView(cur, topic, index, version, applied, check=lambda: index.still(generation))
         yield LayeredView(view, layers) if layers else view
-    finally:
-        cur.close()
 
 
 def _snapshot(cur: duckdb.DuckDBPyConnection, topic: str | None, index: ReadIndex) -> tuple[DuckView, tuple[Layer, ...]]:

@@ -38,6 +38,7 @@ from throughline.core.layers import (
 from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.prepare import PreparedBatch, RepairItem, SoundRecord
 from throughline.projector.read_index import ReadIndex
+from throughline.projector.store.files import cursor
 from throughline.projector.store.state import PartitionCounters, SourceState
 from throughline.projector.store.stored_keys import StoredTurnKeys
 from throughline.projector.store.transaction import ApplyTransaction, stored_turn_ids
@@ -226,7 +227,7 @@ class Stager:
                 layers, epoch = self._index.layers(), self._epoch
                 applied = {p: self.readable(p) for p in {*self._counters, *self._staged}}
             if self._cur is None:
-                self._cur = con.cursor()
+                self._cur = cursor(con)
                 self.stored_keys.start(con)
             fold = StagedFold(
                 self._cur, topic, batches, layers=layers, source_cache=cache, applied=applied, stored_keys=self.stored_keys

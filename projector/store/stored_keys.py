@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 import duckdb
 
 from throughline.core.key_filter import KeyFilter
+from throughline.projector.store.files import cursor
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class StoredTurnKeys:
         """
         if self._filter is not None:
             return
-        cur = con.cursor()
+        cur = cursor(con)
         try:
             rows = cur.execute("SELECT count(*) FROM turn_ids").fetchall()
         except duckdb.Error:

@@ -26,6 +26,7 @@ import pytest
 
 from throughline.core.chain import CHAIN_ORIGIN
 from throughline.projector.store import DuckProjection
+from throughline.projector.store.files import cursor
 from throughline.projector.store.view import (
     PAGE_BUCKET_BITS,
     VIEW_COLUMNS,
@@ -42,9 +43,9 @@ def _source(i: int) -> bytes:
 
 
 def _connect(projection: DuckProjection) -> duckdb.DuckDBPyConnection:
-    """The test's own connection to the projection's file (DuckDB shares a database open in this process),
-    for what no projection method does: bulk rows straight into the tables, and query plans."""
-    return duckdb.connect(str(projection.path))
+    """The test's own cursor on the projection's database, for what no projection method does: bulk rows
+    straight into the tables, and query plans."""
+    return cursor(projection._con)
 
 
 def fill(projection: DuckProjection, sources: int, per_source: int, body_bytes: int, *, chunk: int = 50_000) -> None:

@@ -28,6 +28,7 @@ from throughline.core.repair import RepairRecord
 from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.prepare import merge_polls
 from throughline.projector.store import DuckProjection, LogRecord, PreparedBatch, stageable
+from throughline.projector.store.files import cursor
 from throughline.projector.store.staging import agrees
 from throughline.projector.store.state import SourceState
 from throughline.projector.store.transaction import ApplyTransaction
@@ -133,7 +134,7 @@ def test_a_snapshot_taken_between_a_commit_and_its_publication_keeps_the_layers(
         with projection._changed:  # the one place a commit pauses between the file and the index
             writer = threading.Thread(target=projection.apply_prepared, args=(TOPIC, first))
             writer.start()
-            probe = projection._con.cursor()
+            probe = cursor(projection._con)
             try:
                 for _ in range(500):  # bounded: up to ~5 s for the commit to reach the file
                     if probe.execute("SELECT sum(next_offset) FROM applied_offsets").fetchone() == (2,):
