@@ -86,6 +86,7 @@ def prepare_poll(
     topic_partitions: int,
     position: Callable[[int], int | None],
     next_offset: Callable[[int], int],
+    defer_content: bool = False,
 ) -> list[PreparedBatch]:
     """One poll's records prepared, a batch a partition of ``partitions``, each ending at the consumer's
     ``position`` on its partition when that is past its last record (``next_offset(p)`` when it returned
@@ -104,7 +105,11 @@ def prepare_poll(
         at = position(p)
         skipped = at if at is not None and at > end else None
         if records or skipped is not None:
-            batches.append(prepare_batch(p, records, partitions=topic_partitions, next_offset=skipped))
+            batches.append(
+                prepare_batch(
+                    p, records, partitions=topic_partitions, next_offset=skipped, defer_content=defer_content
+                )
+            )
     return batches
 
 
@@ -147,8 +152,11 @@ class Feed(Protocol):
 class Fetcher:
     """Polls the topic's partitions and prepares each poll (what both feeds run)."""
 
-    def __init__(self, spec: FeedSpec) -> None:
+    def __init__(self, spec: FeedSpec, *, defer_content: bool = False) -> None:
+        """``defer_content``: prepare with ``prepare_batch(defer_content=True)``, for a caller that runs
+        ``check_content`` on each batch (the fetch worker's parent)."""
         self._spec = spec
+        self._defer_content = defer_content
         self._consumer = open_consumer(spec)
         try:
             self._next: dict[int, int] = {}
@@ -185,7 +193,12 @@ class Fetcher:
             self._ramp = min(o.max_poll_records, 2 * self._ramp)
         n = self._spec.partitions
         batches = prepare_poll(
-            polled, range(n), topic_partitions=n, position=self._consumer.position, next_offset=self._next.__getitem__
+            polled,
+            range(n),
+            topic_partitions=n,
+            position=self._consumer.position,
+            next_offset=self._next.__getitem__,
+            defer_content=self._defer_content,
         )
         for b in batches:
             self._next[b.partition] = b.next_offset

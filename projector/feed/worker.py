@@ -1,7 +1,10 @@
 """The fetch worker: the ``Fetcher`` in a child process, one poll ahead of the projector.
 
 While the main process folds and writes poll N, the worker fetches, decodes and checks poll N+1, so
-the projector uses two cores. A thread cannot do this: DuckDB's binding and the decoder both hold the
+the projector uses two cores. One check runs in the main process: the content digest (a SHA-256 over
+each body, ~9% of the worker's time; ``prepare_batch(defer_content=True)``, ``check_content`` in
+``WorkerFeed.next``). The worker was the slower of the two, so that moved work off the critical path
+(bench/ANALYSIS.md, "The content check"). A thread cannot do this: DuckDB's binding and the decoder both hold the
 GIL most of the time (measured: a writer thread was 5-15% slower than one thread). The worker holds no
 state worth keeping: it starts at the offsets the projection applied, and after any failure it is
 started again from them.
@@ -34,7 +37,7 @@ from throughline.log import LogError
 from throughline.projector.exceptions import FetchWorkerError
 from throughline.projector.feed.frames import BATCHES, ERROR, Frame, FrameReader, FrameWriter
 from throughline.projector.feed.poller import Feed, FeedSpec, Fetcher, LocalFeed
-from throughline.projector.prepare import PreparedBatch, merge_polls
+from throughline.projector.prepare import PreparedBatch, check_content, merge_polls
 from throughline.runtime import die_with_parent, fewer_gc_passes
 
 #: The module ``spawn_worker`` runs with ``python -m``.
@@ -140,7 +143,7 @@ class WorkerFeed:
                 break
             polls.append(frame[1])
             count += sum(len(b.items) for b in frame[1])
-        return merge_polls(polls)
+        return [check_content(b) for b in merge_polls(polls)]
 
     def _batches(self, frame: Frame) -> list[PreparedBatch]:
         kind, payload = frame
@@ -218,7 +221,7 @@ def _serve(spec: FeedSpec, parent: int, out: BinaryIO) -> int:
 
 def _fetch_until_stopped(spec: FeedSpec, parent: int, writer: FrameWriter) -> int:
     try:
-        fetcher = Fetcher(spec)
+        fetcher = Fetcher(spec, defer_content=True)  # the parent checks the content (``WorkerFeed.next``)
     except Exception as exc:  # a broker that does not answer, mostly: the parent explains it
         writer.send(ERROR, exc)
         return 1

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from projector_env import (
     WORKER_FAULT,
+    Producer,
     assert_projection_equals_log,
     cli_process,
     connection,
@@ -28,7 +29,9 @@ from projector_env import (
     worker_fault_env,
 )
 from projector_env import history as make_history
+from projector_env import turn as make_turn
 
+from throughline.core.partitioning import partition_for
 from throughline.core.turn import TurnRecord
 from throughline.log import TopicMissingError
 from throughline.projector.feed import (
@@ -38,9 +41,10 @@ from throughline.projector.feed import (
     ProjectorOptions,
     WorkerFeed,
 )
-from throughline.projector.prepare import PreparedBatch, RefusedRecord, SoundRecord
+from throughline.projector.prepare import Q_INVALID, PreparedBatch, RefusedRecord, SoundRecord
 from throughline.projector.runner import Projector
 from throughline.projector.store import DuckProjection
+from throughline.schemas.codec import encode_turn
 from throughline.testing import create_topic
 
 PARTITIONS = 3
@@ -96,6 +100,26 @@ class FeedContract:
             assert all(isinstance(it, SoundRecord) for it in items)
         ids = sorted(it.turn_id for b in batches for it in b.items if isinstance(it, SoundRecord))
         assert ids == sorted(t.turn_id for t in turns)
+
+    def test_a_record_whose_content_digest_is_not_its_contents_is_refused(self, kafka_bootstrap: str) -> None:
+        """The worker leaves this check to its parent (``check_content``): every feed still refuses it."""
+        topic = f"feed-content-{os.getpid()}-{random.randrange(1 << 30)}"
+        create_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
+        good = make_turn("/p/content", "t", "good-1")
+        bad = replace(make_turn("/p/content", "t", "bad-2"), content_digest=bytes(32))
+        producer = Producer(kafka_bootstrap, topic, PARTITIONS)
+        try:
+            home = partition_for(good.project_sha256, PARTITIONS)
+            producer.send_raw(home, good.project_sha256, encode_turn(good))
+            producer.send_raw(home, bad.project_sha256, encode_turn(bad))
+        finally:
+            producer.close()
+        with closing(self.open(self.spec(kafka_bootstrap, topic))) as feed:
+            items = _by_partition(_drain(feed, 2))[home]
+        assert isinstance(items[0], SoundRecord) and items[0].turn_id == "good-1"
+        assert isinstance(items[1], RefusedRecord)
+        assert (items[1].code, items[1].reason) == (Q_INVALID, "contentDigest does not match the turn's content")
+        assert items[1].value == encode_turn(bad) and items[1].source == bad.source_sha256
 
     def test_a_restart_fetches_again_from_the_given_offsets(
         self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]]

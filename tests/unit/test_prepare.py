@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import pickle
 import sys
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from support.world import BASE_MICROS, numbered_turn
 
 from throughline.core.fold import record_problem
+from throughline.core.identity import canonical_project, project_sha256
 from throughline.projector.feed.frames import dumps
 from throughline.projector.prepare import (
     Q_INVALID,
@@ -20,6 +22,7 @@ from throughline.projector.prepare import (
     PreparedBatch,
     RefusedRecord,
     SoundRecord,
+    check_content,
     prepare_batch,
 )
 from throughline.runtime import fewer_gc_passes, prompt_gil_handoffs
@@ -132,3 +135,61 @@ def test_throughline_errors_cross_the_worker_boundary_unchanged() -> None:
             str(error),
         )
     assert pickle.loads(dumps(BrokerUnavailableError(["a:1"], "x"))).servers == ("a:1",)
+
+
+def _tampered(i: int, project: str = "/p/a") -> bytes:
+    """A turn whose content digest is not its content's."""
+    turn = numbered_turn(i, project, "h", "t", body="body", id_prefix="id-")
+    return encode_turn(dataclasses.replace(turn, content_digest=bytes(32)))
+
+
+_PROJECTS = ("/p/a", "/p/b", "/p/c", "/p/d")
+
+
+def _value(kind: str, i: int, project: str) -> bytes | None:
+    if kind == "good":
+        return _turn(i, project)
+    if kind == "tampered":
+        return _tampered(i, project)
+    return b"\xc3\x01garbage" if kind == "garbage" else None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("good", "tampered", "garbage", "tombstone")),
+            st.integers(0, 20),
+            st.sampled_from(_PROJECTS),
+            st.sampled_from(("own", "none", "other")),  # the record's key
+        ),
+        max_size=25,
+    ),
+    st.sampled_from((None, 2)),
+)
+def test_a_deferred_content_check_refuses_what_the_whole_check_refuses(
+    specs: list[tuple[str, int, str, str]], partitions: int | None
+) -> None:
+    """The fetch worker's split (``defer_content``, then ``check_content`` in the parent) refuses the
+    same records with the same codes and reasons, also where a record has a second problem that ranks
+    below the digest (another project's key, another partition)."""
+    records = []
+    for offset, (kind, i, project, key_kind) in enumerate(specs):
+        value = _value(kind, i, project)
+        own = project_sha256(canonical_project(project))
+        key = {"own": own, "none": None, "other": b"\x01" * 32}[key_kind]
+        records.append(LogRecord(0, offset, key, value))
+    whole = prepare_batch(0, records, partitions=partitions)
+    deferred = prepare_batch(0, records, partitions=partitions, defer_content=True)
+    assert check_content(deferred) == whole
+    assert check_content(pickle.loads(dumps(deferred))) == whole  # as it crosses from the worker
+
+
+def test_a_deferred_batch_leaves_a_tampered_record_sound_until_checked() -> None:
+    """The control: without ``check_content`` the deferred batch would let the record through."""
+    (item,) = prepare_batch(0, [LogRecord(0, 0, None, _tampered(1))], defer_content=True).items
+    assert isinstance(item, SoundRecord)
+    (checked,) = check_content(PreparedBatch(0, (item,), 1)).items
+    assert isinstance(checked, RefusedRecord) and checked.code == Q_INVALID
+    assert checked.reason == "contentDigest does not match the turn's content"
+    assert (checked.source, checked.project_sha256, checked.value) == (item.source, item.project_sha256, item.value)

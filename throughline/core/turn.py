@@ -196,6 +196,10 @@ def verify_turn(record: TurnRecord) -> str | None:
     )
 
 
+#: ``content_problem``'s answer.
+CONTENT_MISMATCH = "contentDigest does not match the turn's content"
+
+
 def verify_turn_fields(
     project: str,
     project_hash: bytes,
@@ -206,8 +210,14 @@ def verify_turn_fields(
     completed_at_micros: int,
     body: str,
     content_digest: bytes,
+    *,
+    check_content: bool = True,
 ) -> str | None:
-    """``verify_turn`` on a turn's fields, for a caller that never builds the ``TurnRecord``."""
+    """``verify_turn`` on a turn's fields, for a caller that never builds the ``TurnRecord``.
+
+    ``check_content=False`` leaves out the last check, ``content_problem`` (the projector's fetch worker
+    leaves it to the main process for the records it finds sound otherwise).
+    """
     try:
         canonical, expected_hash, text = _checked_fields(
             project, host, thread, turn_id, completed_at_micros, body, seq, MAX_BODY_BYTES
@@ -218,6 +228,12 @@ def verify_turn_fields(
         return "project is not in canonical form"
     if expected_hash != project_hash:
         return "projectSha256 does not match the project"
+    return content_problem(turn_id, completed_at_micros, text, content_digest) if check_content else None
+
+
+def content_problem(turn_id: str, completed_at_micros: int, text: bytes, content_digest: bytes) -> str | None:
+    """Why ``content_digest`` is not the digest of the turn's content (``text``: the body as UTF-8), or
+    ``None``: the last of ``verify_turn_fields``' checks."""
     if content_digest_utf8(turn_id, completed_at_micros, text) != content_digest:
-        return "contentDigest does not match the turn's content"
+        return CONTENT_MISMATCH
     return None
