@@ -3,8 +3,8 @@
 While the main process folds and writes poll N, the worker fetches, decodes and checks poll N+1, so
 the projector uses two cores. One check runs in the main process: the content digest (a SHA-256 over
 each body, ~9% of the worker's time; ``prepare_batch(defer_content=True)``, ``check_content`` in
-``WorkerFeed.next``). The worker was the slower of the two, so that moved work off the critical path
-(bench/ANALYSIS.md, "The content check"). A thread cannot do this: DuckDB's binding and the decoder both hold the
+``WorkerFeed.next``): the worker was the slower of the two (docs/design.md, "The content digest is
+checked in the main process"). A thread cannot do this: DuckDB's binding and the decoder both hold the
 GIL most of the time (measured: a writer thread was 5-15% slower than one thread). The worker holds no
 state worth keeping: it starts at the offsets the projection applied, and after any failure it is
 started again from them.

@@ -33,9 +33,13 @@ def wal_path(path: Path) -> Path:
     return path.with_name(path.name + ".wal")
 
 
+#: What DuckDB says when another process holds the file's lock, or this process has it open already.
+_BUSY_TEXTS = ("could not set lock", "conflicting lock", "different configuration", "already open", "already attached")
+
+
 def _is_lock_error(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return "lock" in text or "different configuration" in text or "already open" in text or "already attached" in text
+    return any(t in text for t in _BUSY_TEXTS)
 
 
 def refuse_second_writer(path: Path) -> None:
@@ -63,8 +67,8 @@ def release_writer(path: Path) -> None:
 #: default, the projector's polls (up to 10k turns) all took the second way: a 128 MiB checkpoint
 #: every ~100k turns (~350 ms, during which reads of the tables wait) and, for ``replay``, a final one
 #: (~300 ms). With 2,048 rows a backlog's polls write once, and only live polls of a few turns use the
-#: log (measured: bench/ANALYSIS.md, "row groups"). DuckDB keeps this per attached database, not in the
-#: file, so every handle attaches the file with it.
+#: log (docs/design.md, "Row groups of 2,048 rows"). DuckDB keeps this per attached database, not in
+#: the file, so every handle attaches the file with it.
 ROW_GROUP_SIZE = 2048
 #: The name the projection file is attached under (every connection and cursor ``USE``s it).
 ALIAS = "projection"
@@ -118,16 +122,17 @@ class CursorPool:
             cur.close()
 
 
+_ATTACH = f"ATTACH ? AS {ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_SIZE})"
+_ATTACH_READ_ONLY = f"ATTACH ? AS {ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_SIZE}, READ_ONLY)"
+
+
 def _attach(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
+    # An in-memory default database would spill to ``./.tmp``: a writable handle spills beside its file,
+    # where DuckDB puts it for a file it opens itself.
+    con = duckdb.connect(config={} if read_only else {"temp_directory": f"{path}.tmp"})
     try:
-        options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}" + (", READ_ONLY" if read_only else "")
-        quoted = str(path).replace("'", "''")
-        con.execute(f"ATTACH '{quoted}' AS {ALIAS} ({options})")
+        con.execute(_ATTACH_READ_ONLY if read_only else _ATTACH, [str(path)])
         con.execute(_USE)
-        if not read_only:
-            # An in-memory default database would spill to ``./.tmp``; keep DuckDB's place for a file.
-            con.execute(f"SET temp_directory = '{quoted}.tmp'")
     except BaseException:
         con.close()
         raise
