@@ -215,10 +215,11 @@ def _source(project_hash: bytes, host: str, thread: str) -> bytes:
 
 
 def _problem(datum: dict[str, Any], key: bytes | None, check_content: bool = True) -> str | None:
-    """``record_problem`` on a datum (the projector never builds the ``TurnRecord``); without
-    ``check_content``, all but ``content_problem``, which ranks before the partition key's."""
+    """``record_problem`` on a datum (the projector never builds the ``TurnRecord``). Without
+    ``check_content`` the content digest is left out for a record with no other problem; it still ranks
+    before the partition key's, so a record refused for its key has its digest checked first."""
     project_hash = datum["projectSha256"]
-    return verify_turn_fields(
+    problem = verify_turn_fields(
         datum["project"],
         project_hash,
         datum["host"],
@@ -229,7 +230,13 @@ def _problem(datum: dict[str, Any], key: bytes | None, check_content: bool = Tru
         datum["body"],
         datum["contentDigest"],
         check_content=check_content,
-    ) or partition_key_problem(project_hash, key)
+    )
+    if problem is not None:
+        return problem
+    key_problem = partition_key_problem(project_hash, key)
+    if key_problem is not None and not check_content:
+        return _datum_content_problem(datum) or key_problem
+    return key_problem
 
 
 def _datum_content_problem(datum: dict[str, Any]) -> str | None:
@@ -319,10 +326,6 @@ def prepare_batch(
                 items.append(_prepare_repair(rec.offset, key, value, datum, partition, partitions))
                 continue
             problem = _problem(datum, key, check_content=not defer_content)
-            # Deferred, the content digest still ranks where it always did: before the partition
-            # key's problem and the partition's, so a record refused for those is checked here first.
-            if defer_content and problem is not None and problem == partition_key_problem(datum["projectSha256"], key):
-                problem = _datum_content_problem(datum) or problem
         except RecordDecodeError as exc:
             items.append(RefusedRecord(rec.offset, key, value, exc.code, exc.message))
             continue
@@ -338,6 +341,7 @@ def prepare_batch(
             # total order (and replay could fold them differently from streaming).
             home = partition_for(datum["projectSha256"], partitions)  # cached per project
             if home != partition:
+                # Deferred, the content digest still ranks before the partition's check.
                 content = _datum_content_problem(datum) if defer_content else None
                 if content is not None:
                     items.append(_refuse_decoded(rec.offset, key, value, datum, content, Q_INVALID))

@@ -120,9 +120,9 @@ class CommitDurability:
             pass
 
 
-def skip_costly_compression(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
-    """Disable ``SKIPPED_COMPRESSIONS`` on ``con``'s database for its checkpoints; return the methods this
-    DuckDB knew (the others are left out one by one: an unknown name fails the whole setting)."""
+def skip_costly_compression(con: duckdb.DuckDBPyConnection) -> None:
+    """Disable ``SKIPPED_COMPRESSIONS`` on ``con``'s database for its checkpoints (the names this DuckDB
+    does not know are left out one by one: an unknown name fails the whole setting)."""
     known: list[str] = []
     for method in SKIPPED_COMPRESSIONS:
         try:
@@ -130,4 +130,3 @@ def skip_costly_compression(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
         except duckdb.Error:
             continue
         known.append(method)  # the setting now holds every method known so far
-    return tuple(known)

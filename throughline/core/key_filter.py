@@ -19,7 +19,6 @@ from collections.abc import Iterable
 #: Bits a key and positions a key: about 6e-6 false positives a key asked, 4 bytes a key held.
 BITS_PER_KEY = 32
 HASHES = 8
-_MASK64 = (1 << 64) - 1
 MIN_KEY_BYTES = 16
 
 
