@@ -67,6 +67,16 @@ class SessionParser(ABC):
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
         """The turns one parsed line (line ``number``, a JSON object) completes."""
 
+    def settle(self) -> list[HostTurn]:
+        """The turns that end because the file is final: the host will write nothing more to it now.
+
+        Called when a file has not grown for the settle time (a one-shot import or a follower) and by
+        a host's stop hook (the host calls it after the turn is written). A host whose open turn has a
+        reply and no pending tool call completes it here; otherwise nothing. Afterwards the parser
+        reads on as if the open turn had ended, so a later line never completes it twice.
+        """
+        return []
+
     def feed(self, number: int, data: bytes) -> list[HostTurn]:
         """The turns line ``number`` completes (``TranscriptLineError`` for a line that is no JSON object)."""
         entry = transcript_entry(data)
