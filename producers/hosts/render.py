@@ -39,6 +39,8 @@ from throughline.core.turn import MAX_BODY_BYTES
 
 TOOL_LINE_CHARS = 200
 TOOL_SECTION_BYTES = 16 * 1024
+#: ``producer.attributes`` key of how a host turn ended: ``answered``, ``interrupted`` or ``aborted``.
+OUTCOME_ATTRIBUTE = "turn.outcome"
 _MAIN_ARGUMENTS = ("command", "cmd", "file_path", "path", "pattern", "url", "query", "description", "prompt")
 _SPACE = re.compile(r"\s+")
 

@@ -23,10 +23,10 @@ EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 
 
 def parse_file(fmt: str, path: Path | str, *, lines: list[bytes] | None = None) -> list[HostTurn]:
-    """Every turn of a file read as one-shot ingest reads it (complete lines only)."""
+    """Every turn of a file read as a one-shot ingest of a final file reads it (complete lines, then settled)."""
     parser = new_parser(fmt, str(path))
     data = Path(path).read_bytes().split(b"\n")[:-1] if lines is None else lines
-    return feed_all(parser, data)
+    return feed_all(parser, data) + parser.settle()
 
 
 def feed_all(parser: ClaudeCodeSession | CodexSession, lines: list[bytes]) -> list[HostTurn]:
@@ -130,7 +130,8 @@ def test_non_utf8_bytes_and_lone_surrogates_become_replacement_text() -> None:
                           "message": {"role": "user", "content": "bad \ud800 surrogate"}}).encode())
     raw = json.dumps({"type": "assistant", "uuid": "a", "parentUuid": "u", "sessionId": "s", "timestamp": "2026-01-01T00:00:01Z",
                       "message": {"id": "m", "content": [{"type": "text", "text": "x YY y"}], "stop_reason": "end_turn"}})
-    (turn,) = p.feed(2, raw.encode().replace(b"YY", b"\xc3\x28"))
+    assert p.feed(2, raw.encode().replace(b"YY", b"\xc3\x28")) == []  # its message may have more blocks
+    (turn,) = p.settle()
     assert "bad ? surrogate" in turn.body and "x \ufffd( y" in turn.body
     record(turn)  # a valid turn
 
@@ -143,8 +144,9 @@ def test_a_multi_block_message_written_as_cumulative_snapshots_is_rendered_once(
     two = [*one, {"type": "text", "text": "part two"}]
     p.feed(2, json.dumps({**base, "type": "assistant", "uuid": "a1", "parentUuid": "u",
                           "message": {"id": "m", "content": one, "stop_reason": None}}).encode())
-    (turn,) = p.feed(3, json.dumps({**base, "type": "assistant", "uuid": "a2", "parentUuid": "a1",
-                                    "message": {"id": "m", "content": two, "stop_reason": "end_turn"}}).encode())
+    p.feed(3, json.dumps({**base, "type": "assistant", "uuid": "a2", "parentUuid": "a1",
+                          "message": {"id": "m", "content": two, "stop_reason": "end_turn"}}).encode())
+    (turn,) = p.feed(4, json.dumps({**base, "type": "system", "subtype": "turn_duration", "uuid": "d"}).encode())
     assert turn.body.endswith("## Reply\n\npart one\n\npart two")
 
 
