@@ -350,8 +350,8 @@ class ClaudeCodeSession(SessionParser):
             open_.api_error = bool(entry.get("isApiErrorMessage"))
             if micros is not None:
                 open_.last_micros = micros
-            if message.get("stop_reason") == "end_turn":
-                open_.ended = message_id
+            # each block line carries its message's final stop_reason: the last line read decides
+            open_.ended = message_id if message.get("stop_reason") == "end_turn" and not open_.waiting else None
         elif kind == "user":
             if _is_interrupt(entry):
                 return out + self._complete(number, INTERRUPTED, micros)
