@@ -57,7 +57,9 @@ from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
 from throughline.settings import (
     Settings,
     add_connection_options,
+    add_replication_options,
     count_argument,
+    replication_overrides,
     seconds_argument,
     settings_from,
 )
@@ -100,10 +102,12 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_PARTITIONS,
         help=f"partitions when the topic is created (default {DEFAULT_PARTITIONS}; an existing topic keeps its own)",
     )
+    add_replication_options(p)
     p.add_argument(
         "--allow-lossy-topic",
         action="store_true",
-        help="accept an existing topic with finite retention or compaction (records may be lost)",
+        help="accept an existing topic with finite retention, compaction or too little replication "
+        "(records may be lost)",
     )
     p.add_argument(
         "--progress",
@@ -123,11 +127,14 @@ def register(subparsers: Any) -> None:
 
 def _ingest_producer(args: argparse.Namespace, settings: Settings) -> TurnProducer:
     """The producer ``ingest`` sends with, from its flags (one for a file or stdin, one for host sessions)."""
+    replication_factor, min_insync_replicas = replication_overrides(args)
     return TurnProducer(
         settings.require_bootstrap(),
         settings.topic,
         partitions=args.partitions,
         allow_lossy=args.allow_lossy_topic,
+        replication_factor=replication_factor,
+        min_insync_replicas=min_insync_replicas,
         send_timeout=max(1.0, args.send_timeout),
         connect_timeout=max(1.0, args.connect_timeout),
         producer_name=INGEST_PRODUCER_NAME,
@@ -163,6 +170,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         args.poll_interval = POLL_INTERVAL
     settings = settings_from(args)
     settings.require_bootstrap()  # no broker named: fail before any input is opened
+    replication_overrides(args)  # nor with contradictory replication flags
     state_path = _state_path(args)
     start = load_ingest_state(state_path) if state_path else None
 
@@ -208,6 +216,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
     """Run ``throughline ingest --format claude-code|codex``; returns the exit code."""
     settings = settings_from(args)
     settings.require_bootstrap()  # no broker named: fail before any input is opened
+    replication_overrides(args)  # nor with contradictory replication flags
     roots = list(args.paths) or default_roots(args.format)
     state_path = args.state or (default_sessions_state_path(args.format, roots) if args.follow else None)
     saved = load_session_states(state_path, format=args.format) if state_path else {}

@@ -42,10 +42,10 @@ from throughline.log import (
     KafkaErrors,
     KafkaSecurityError,
     LogError,
-    LossyTopicError,
     TopicClient,
     TopicInfo,
     bootstrap_list,
+    check_topic,
     clients,
     describe_topic,
     ensure_topic,
@@ -221,14 +221,18 @@ class TurnProducer(TopicClient):
         producer_name: str = DEFAULT_PRODUCER_NAME,
         client_id: str | None = None,
         kafka_config: KafkaClientConfig | None = None,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
     ) -> None:
         """Check (``ensure``: create when missing) the topic, then connect an idempotent producer.
 
         Raises ``BrokerUnavailableError`` when no broker answers within ``connect_timeout``, a
         ``KafkaSecurityError`` when the connection's settings do not fit the listener (a wrong password,
         an untrusted certificate, ...), ``TopicMissingError`` when ``ensure`` is false and the topic does
-        not exist, and ``LossyTopicError`` when the topic would lose records and ``allow_lossy`` is
-        false. ``kafka_config``: how to connect (``None``: ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT).
+        not exist, ``LossyTopicError`` when the topic would lose records (``LossyTopicReplicationError``:
+        acknowledged turns, by its replication) and ``allow_lossy`` is false, and ``InvalidReplicationError``
+        when ``replication_factor``/``min_insync_replicas`` (used when the topic is created; the bar the
+        check applies) do not fit the cluster. ``kafka_config``: how to connect (``None``: ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT).
         """
         if not send_timeout >= 1.0:
             raise ValueError("send_timeout must be at least 1 second")
@@ -245,11 +249,17 @@ class TurnProducer(TopicClient):
                 allow_lossy=allow_lossy,
                 timeout=connect_timeout,
                 kafka_config=kafka_config,
+                replication_factor=replication_factor,
+                min_insync_replicas=min_insync_replicas,
             )
         else:
             info = describe_topic(self._servers, topic, timeout=connect_timeout, kafka_config=kafka_config)
-            if info.lossy_reasons and not allow_lossy:
-                raise LossyTopicError(topic, info.lossy_reasons)
+            check_topic(
+                info,
+                allow_lossy=allow_lossy,
+                replication_factor=replication_factor,
+                min_insync_replicas=min_insync_replicas,
+            )
         self._info = info
         self._partitions = info.partitions
         delivery_ms = int(self.send_timeout * 1000)

@@ -3,7 +3,10 @@
 The projection is opened read-only (so this fails with ``projection_busy`` while a projector process
 holds the file: ``serve`` exposes the same numbers over HTTP). The log part (end offsets, lag) needs a
 broker; without one configured, or when it does not answer, the document says so and the projection
-part is still reported. Never prints a body or a raw record: quarantine rows show their position,
+part is still reported. The topic's replication (each partition's leader, replicas and in-sync
+replicas, whether it is under-replicated, and the topic's replication factor and
+``min.insync.replicas``) is described beside the ends; when it cannot be, the log part says why
+(``replicationError``) and the rest is reported. Never prints a body or a raw record: quarantine rows show their position,
 code, reason and the hashes of their project and source when known.
 """
 
@@ -13,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from throughline.errors import ThroughlineError
-from throughline.log import PLAINTEXT, KafkaClientConfig, KafkaLog
+from throughline.log import PLAINTEXT, KafkaClientConfig, KafkaLog, TopicInfo, describe_topic
+from throughline.log.policy import replication_lines
 from throughline.projector.quarantine import log_position, repaired_mark
 from throughline.projector.store import DuckProjection, ProjectionStats
 
@@ -28,6 +32,8 @@ class LogEnds:
     partitions: int | None
     error: ThroughlineError | None
     kafka_config: KafkaClientConfig = PLAINTEXT
+    topic: TopicInfo | None = None  # the topic's replication, when it could be described
+    topic_error: ThroughlineError | None = None  # why it could not (with ends known)
 
 
 def read_log_ends(
@@ -44,9 +50,14 @@ def read_log_ends(
         with KafkaLog(
             bootstrap_servers, topic, timeout=timeout, client_id="throughline-status", kafka_config=kafka_config
         ) as log:
-            return LogEnds(log.end_offsets(), log.partitions, None, kafka_config)
+            ends, partitions = log.end_offsets(), log.partitions
     except ThroughlineError as exc:
         return LogEnds(None, None, exc, kafka_config)
+    try:
+        info = describe_topic(bootstrap_servers, topic, timeout=timeout, kafka_config=kafka_config)
+    except ThroughlineError as exc:
+        return LogEnds(ends, partitions, None, kafka_config, topic_error=exc)
+    return LogEnds(ends, partitions, None, kafka_config, topic=info)
 
 
 def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, Any]:
@@ -73,6 +84,8 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
                 "rewinds": a.rewinds if a else 0,
                 "duplicates": a.duplicates if a else 0,
                 "quarantined": a.quarantined if a else 0,
+                # leader, replicas, isr, underReplicated (absent when the replication is unknown)
+                **(log.topic.partition_json(p) if log.topic is not None else {}),
             }
         )
     # Which protocol and mechanism the log is read with (never a credential).
@@ -81,6 +94,8 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
         log_part["error"] = {"code": log.error.code, "message": log.error.message}
     elif log.ends is None:
         log_part["error"] = {"code": "missing_bootstrap_servers", "message": "no Kafka bootstrap servers configured"}
+    if log.topic_error is not None:
+        log_part["replicationError"] = {"code": log.topic_error.code, "message": log.topic_error.message}
     return {
         "db": db,
         "topic": stats.topic,
@@ -88,6 +103,7 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
         "log": log_part,
         "partitions": rows,
         "lag": total_lag,
+        "replication": log.topic.replication_json() if log.topic is not None else None,
         "counts": {
             "turns": stats.turns,
             "sources": stats.sources,
@@ -135,6 +151,10 @@ def _cell(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _brokers(ids: object) -> str:
+    return ",".join(str(i) for i in ids) if isinstance(ids, list) else "-"
+
+
 def render_status(doc: dict[str, Any]) -> str:
     """The status as a human-readable table."""
     lines = [f"projection {doc['db']}  topic {doc['topic']}  (id {_cell(doc['topicId'])})"]
@@ -145,15 +165,27 @@ def render_status(doc: dict[str, Any]) -> str:
         lines.append(f"kafka connection: {security['securityProtocol']}{mechanism}")
     if not log["reachable"]:
         lines.append(f"log: unknown ({log['error']['message']})")
-    header = ("partition", "applied", "end", "lag", "records", "turns", "rewinds", "duplicates", "quarantined")
+    if log.get("replicationError"):
+        lines.append(f"replication: unknown ({log['replicationError']['message']})")
+    keys = ("partition", "applied", "end", "lag", "records", "turns", "rewinds", "duplicates", "quarantined")
+    header = (*keys, "leader", "replicas", "isr", "under-replicated")
     table = [header] + [
-        tuple(_cell(r[k]) for k in ("partition", "applied", "end", "lag", "records", "turns", "rewinds", "duplicates", "quarantined"))
+        (
+            *(_cell(r[k]) for k in keys),
+            _cell(r.get("leader")),
+            _brokers(r.get("replicas")),
+            _brokers(r.get("isr")),
+            _cell(None if r.get("underReplicated") is None else ("yes" if r["underReplicated"] else "no")),
+        )
         for r in doc["partitions"]
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         lines.append("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
     lines.append(f"total lag: {_cell(doc['lag'])}")
+    replication = doc.get("replication")
+    if replication:
+        lines += replication_lines(replication)
     c = doc["counts"]
     lines.append(
         f"turns {c['turns']}  sources {c['sources']}  projects {c['projects']}  superseded {c['superseded']}  "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from throughline.core.seconds import finite_seconds
 from throughline.errors import ConfigurationError
 from throughline.log.config import ENV_KAFKA_CONFIG, KafkaClientConfig, resolve_kafka_config
+from throughline.log.policy import check_override
 
 DEFAULT_TOPIC = "throughline.turns"
 DEFAULT_DB = "throughline.duckdb"
@@ -98,3 +99,33 @@ def add_sync_commits(parser: argparse.ArgumentParser) -> None:
         help="fsync every commit, not only checkpoints: survives a power loss without re-applying the last "
         "commits from the log, at the cost of freshness (docs/design.md, 'Commits are not fsynced')",
     )
+
+
+def add_replication_options(parser: argparse.ArgumentParser) -> None:
+    """``--replication-factor`` and ``--min-insync-replicas``, beside ``--partitions`` on the commands
+    that may create the topic (docs/kafka.md, "Running on a production cluster")."""
+    parser.add_argument(
+        "--replication-factor",
+        metavar="N",
+        type=count_argument(1),
+        default=None,
+        help="replicas of each partition when the topic is created (default min(3, brokers)); "
+        "also the least an existing topic must have",
+    )
+    parser.add_argument(
+        "--min-insync-replicas",
+        metavar="N",
+        type=count_argument(1),
+        default=None,
+        help="min.insync.replicas when the topic is created (default min(2, replication factor)); "
+        "also the least an existing topic must have",
+    )
+
+
+def replication_overrides(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """The ``--replication-factor`` / ``--min-insync-replicas`` given (``None``: not given), refused at
+    once (``invalid_replication``) when the min ISR is above the replication factor."""
+    rf = getattr(args, "replication_factor", None)
+    isr = getattr(args, "min_insync_replicas", None)
+    check_override(rf, isr)
+    return rf, isr

@@ -139,6 +139,8 @@ def test_ensure_topic_creates_an_infinite_retention_topic(kafka_bootstrap: str, 
         "retention.bytes": "-1",
         "cleanup.policy": "delete",
         "max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES),
+        "min.insync.replicas": "1",  # min(2, RF) with RF min(3, brokers) on the one-broker session cluster
+        "unclean.leader.election.enable": "false",
     }
     assert info.lossy_reasons == ()
     again = ensure_topic(kafka_bootstrap, kafka_topic_name, partitions=7)  # an existing topic keeps its count

@@ -85,7 +85,9 @@ def test_poison_records_are_quarantined_and_the_projects_behind_them_applied(
     assert code == 0, err
     doc = json.loads(out)
     assert doc["partitions"] == [
-        {"partition": 0, "applied": 8, "end": 8, "lag": 0, "records": 8, "turns": 5, "rewinds": 0, "duplicates": 0, "quarantined": 3}
+        {"partition": 0, "applied": 8, "end": 8, "lag": 0, "records": 8, "turns": 5, "rewinds": 0, "duplicates": 0, "quarantined": 3,
+         # the partition's replication (one broker: its only replica, in sync)
+         "leader": 1, "replicas": [1], "isr": [1], "underReplicated": False}
     ]
     assert doc["counts"]["quarantined"] == 3 and doc["counts"]["brokenSources"] == 1 and doc["counts"]["projects"] == 3
     assert [q["code"] for q in doc["quarantine"]] == ["chain_rejected", "unknown_schema", "record_undecodable"]

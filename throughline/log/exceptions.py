@@ -46,6 +46,36 @@ class LossyTopicError(LogError):
         )
 
 
+class LossyTopicReplicationError(LossyTopicError):
+    """The topic exists but could lose acknowledged turns: too few replicas for the cluster, a
+    ``min.insync.replicas`` that lets ``acks=all`` acknowledge a turn held by one broker, or unclean leader
+    election on (see ``throughline.log.policy``).
+
+    A ``LossyTopicError`` with its own code: ``--allow-lossy-topic`` / ``allow_lossy=True`` accepts it
+    too (with a warning). A setting to fix, so the CLI exits 2.
+    """
+
+    code = "lossy_topic_replication"
+
+    def __init__(self, topic: str, reasons: Sequence[str]) -> None:
+        self.topic = topic
+        self.reasons = tuple(reasons)
+        LogError.__init__(
+            self,
+            f"topic {topic!r} could lose acknowledged turns ({'; '.join(self.reasons)}); the log is the source of "
+            "truth, so it needs a replication factor of min(3, brokers), min.insync.replicas of min(2, RF) and "
+            "unclean.leader.election.enable=false (or pass --allow-lossy-topic / allow_lossy=True)",
+        )
+
+
+class InvalidReplicationError(LogError):
+    """``--replication-factor`` / ``--min-insync-replicas`` that the cluster cannot take: below 1, a
+    replication factor above the broker count, or a ``min.insync.replicas`` above the replication factor."""
+
+    code = "invalid_replication"
+    exit_code = 2
+
+
 class TopicMissingError(LogError):
     """The topic does not exist (and this call was not allowed to create it).
 

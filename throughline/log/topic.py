@@ -6,6 +6,11 @@ topic must never drop a record: ``retention.ms=-1``, ``retention.bytes=-1``, ``c
 creates it that way when it is missing and refuses an existing topic that would lose records, unless
 the operator explicitly allows it.
 
+It also creates the topic replicated (a replication factor of ``min(3, brokers)``,
+``min.insync.replicas`` of ``min(2, RF)``, unclean leader election off) and refuses an existing topic
+whose replication could lose acknowledged turns; the decisions are the pure functions of
+``throughline.log.policy``, this module only asks the broker.
+
 The partition count is fixed at creation. Never add partitions to a live topic: the partition of a
 project is ``partition_for(project_sha256, partition_count)``, so a new count would move projects to
 other partitions and break their total order.
@@ -14,6 +19,7 @@ other partitions and break their total order.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,13 +33,36 @@ from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES
 from throughline.errors import ConfigurationError
 from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
-from throughline.log.exceptions import LogError, LossyTopicError, TopicMissingError
+from throughline.log.exceptions import (
+    LogError,
+    LossyTopicError,
+    LossyTopicReplicationError,
+    TopicMissingError,
+)
+from throughline.log.policy import (
+    MIN_INSYNC,
+    UNCLEAN,
+    PartitionReplicas,
+    check_override,
+    config_replication_reasons,
+    lossy_reasons,
+    min_insync_of,
+    replication_document,
+    resolve_replication,
+)
 from throughline.log.translate import TOPIC_EXISTS_CODE, UNKNOWN_TOPIC_CODE, KafkaErrors, response_error
 
 log = logging.getLogger(__name__)
 
 #: Topic configurations throughline reads back and reports (the ones that decide whether records live).
-CHECKED_CONFIGS = ("retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes")
+CHECKED_CONFIGS = (
+    "retention.ms",
+    "retention.bytes",
+    "cleanup.policy",
+    "max.message.bytes",
+    MIN_INSYNC,
+    UNCLEAN,
+)
 DEFAULT_PARTITIONS = 3
 DEFAULT_ADMIN_TIMEOUT = 15.0
 
@@ -56,19 +85,30 @@ class TopicSettings:
     retention_ms: int = -1
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
+    replication_factor: int | None = None  # None: min(3, brokers)
+    min_insync_replicas: int | None = None  # None: min(2, replication factor)
 
     def __post_init__(self) -> None:
         if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
             raise ConfigurationError("a topic needs at least one partition", code="invalid_partitions")
+        check_override(self.replication_factor, self.min_insync_replicas)
 
     def configs(self) -> dict[str, str]:
-        """The topic configurations to create the topic with."""
+        """The topic configurations to create the topic with (``min.insync.replicas`` aside: it depends
+        on the cluster, see ``replication``)."""
         return {
             "max.message.bytes": str(self.max_message_bytes),
             "retention.ms": str(self.retention_ms),
             "retention.bytes": str(self.retention_bytes),
             "cleanup.policy": self.cleanup_policy,
+            # Set on the topic, so a broker whose default is ``true`` cannot elect an out-of-sync leader.
+            UNCLEAN: "false",
         }
+
+    def replication(self, brokers: int) -> tuple[int, int]:
+        """The replication factor and ``min.insync.replicas`` to create the topic with on ``brokers``
+        brokers; raises ``InvalidReplicationError`` when the overrides do not fit the cluster."""
+        return resolve_replication(brokers, self.replication_factor, self.min_insync_replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +120,8 @@ class TopicInfo:
     configs: Mapping[str, str] = field(default_factory=dict)
     topic_id: str | None = None
     created: bool = False  # True when this call created the topic
+    brokers: int | None = None  # brokers in the cluster when it was described (None: not asked)
+    replicas: tuple[PartitionReplicas, ...] = ()  # per partition, in partition order
 
     @property
     def lossy_reasons(self) -> tuple[str, ...]:
@@ -92,25 +134,46 @@ class TopicInfo:
         value = self.configs.get("max.message.bytes")
         return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
+    @property
+    def replication_reasons(self) -> tuple[str, ...]:
+        """Why the topic could lose acknowledged turns, by the default bar (``replication_problems``)."""
+        return self.replication_problems()
 
-def lossy_reasons(configs: Mapping[str, str]) -> tuple[str, ...]:
-    """Why a topic with these configurations would lose records (empty when it keeps them all).
+    def replication_problems(
+        self, replication_factor: int | None = None, min_insync_replicas: int | None = None
+    ) -> tuple[str, ...]:
+        """Why the topic could lose acknowledged turns (``throughline.log.policy.replication_reasons``);
+        empty when its replication was not described (``brokers`` is ``None``)."""
+        if self.brokers is None:
+            return ()
+        return config_replication_reasons(
+            self.brokers,
+            [len(p.replicas) for p in self.replicas],
+            self.configs,
+            replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
+        )
 
-    A configuration the broker did not report counts as a reason: what cannot be checked is not trusted.
-    """
-    reasons: list[str] = []
-    for key in ("retention.ms", "retention.bytes"):
-        value = configs.get(key)
-        if value is None:
-            reasons.append(f"{key} was not reported")
-        elif value.strip() != "-1":
-            reasons.append(f"{key}={value} (finite)")
-    policy = configs.get("cleanup.policy")
-    if policy is None:
-        reasons.append("cleanup.policy was not reported")
-    elif "compact" in {p.strip().lower() for p in policy.split(",")}:
-        reasons.append(f"cleanup.policy={policy} (compaction keeps one record per key)")
-    return tuple(reasons)
+    @property
+    def replication_factor(self) -> int | None:
+        """The smallest replica count among the partitions (``None`` when not described)."""
+        return min((len(p.replicas) for p in self.replicas), default=None)
+
+    @property
+    def min_insync_replicas(self) -> int | None:
+        """The topic's effective ``min.insync.replicas`` (``None`` when not reported)."""
+        return min_insync_of(self.configs)
+
+    def replication_json(self) -> dict[str, Any]:
+        """The ``replication`` object of ``status --json`` and ``/readyz`` (the topic's replication)."""
+        return replication_document(self.brokers, self.replicas, self.configs, self.replication_reasons)
+
+    def partition_json(self, partition: int) -> dict[str, Any]:
+        """A partition's leader, replicas, ISR and ``underReplicated`` (empty when unknown)."""
+        for p in self.replicas:
+            if p.partition == partition:
+                return p.to_json(self.min_insync_replicas)
+        return {}
 
 
 @contextmanager
@@ -154,7 +217,30 @@ def _topic_configs(admin: KafkaAdminClient, topic: str) -> dict[str, str]:
     return {name: str(entry.get("value")) for name, entry in entries.items() if entry.get("value") is not None}
 
 
-def _describe(admin: KafkaAdminClient, topic: str, *, created: bool = False) -> TopicInfo | None:
+def _broker_count(admin: KafkaAdminClient) -> int:
+    # Every registered broker counts, fenced or not: the replication wanted is the cluster's, not the
+    # part of it that happens to be up.
+    return max(1, len(admin.describe_cluster().get("brokers") or []))
+
+
+def _replicas(meta: Mapping[str, Any]) -> tuple[PartitionReplicas, ...]:
+    rows = []
+    for entry in meta.get("partitions") or []:
+        leader = entry.get("leader_id", entry.get("leader"))
+        rows.append(
+            PartitionReplicas(
+                partition=int(entry.get("partition_index", entry.get("partition", 0))),
+                leader=None if leader is None or int(leader) < 0 else int(leader),
+                replicas=tuple(int(b) for b in entry.get("replica_nodes", entry.get("replicas")) or ()),
+                isr=tuple(int(b) for b in entry.get("isr_nodes", entry.get("isr")) or ()),
+            )
+        )
+    return tuple(sorted(rows, key=lambda p: p.partition))
+
+
+def _describe(
+    admin: KafkaAdminClient, topic: str, *, created: bool = False, brokers: int | None = None
+) -> TopicInfo | None:
     meta = _topic_metadata(admin, topic)
     if meta is None:
         return None
@@ -166,6 +252,8 @@ def _describe(admin: KafkaAdminClient, topic: str, *, created: bool = False) -> 
         configs=MappingProxyType(_topic_configs(admin, topic)),
         topic_id=str(topic_id) if topic_id else None,
         created=created,
+        brokers=_broker_count(admin) if brokers is None else brokers,
+        replicas=_replicas(meta),
     )
 
 
@@ -193,40 +281,87 @@ def ensure_topic(
     allow_lossy: bool = False,
     timeout: float = DEFAULT_ADMIN_TIMEOUT,
     kafka_config: KafkaClientConfig | None = None,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
 ) -> TopicInfo:
     """Make sure the topic exists and keeps every record; return what the broker says about it.
 
     A missing topic is created with ``partitions`` and ``TopicSettings`` (infinite retention, no
-    compaction, ``max.message.bytes`` large enough for any valid turn). An existing topic keeps its own
-    partition count (``partitions`` only applies at creation) and is refused with ``LossyTopicError``
-    when it would lose records, unless ``allow_lossy``. Another process creating the topic at the same
-    moment is fine: whoever loses the race describes the topic the winner created. ``kafka_config``:
-    how to connect (``None``: ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT).
+    compaction, ``max.message.bytes`` large enough for any valid turn, unclean leader election off), a
+    replication factor of ``replication_factor`` (default ``min(3, brokers)``) and
+    ``min.insync.replicas`` of ``min_insync_replicas`` (default ``min(2, RF)``); overrides the cluster
+    cannot take raise ``InvalidReplicationError``. An existing topic keeps its own partition count and
+    replication (the settings only apply at creation) and is refused when it would lose records
+    (``LossyTopicError``) or acknowledged turns (``LossyTopicReplicationError``, by the overrides'
+    bar when given), unless ``allow_lossy``. Another process creating the topic at the same moment is
+    fine: whoever loses the race describes the topic the winner created. ``kafka_config``: how to
+    connect (``None``: ``THROUGHLINE_KAFKA_CONFIG``, else PLAINTEXT).
     """
     servers = bootstrap_list(bootstrap_servers)
-    settings = TopicSettings(partitions=partitions)
+    settings = TopicSettings(
+        partitions=partitions, replication_factor=replication_factor, min_insync_replicas=min_insync_replicas
+    )
     deadline = time.monotonic() + timeout
     with admin_client(servers, timeout, kafka_config) as admin:
-        info = _describe(admin, topic)
+        brokers = _broker_count(admin)
+        # Checked against the cluster even when the topic exists: an override it cannot take is a mistake
+        # in the command, whichever run first meets a missing topic.
+        settings.replication(brokers)
+        info = _describe(admin, topic, brokers=brokers)
         if info is None:
-            created = _create(admin, topic, settings, timeout)
-            info = _wait_visible(admin, topic, created, deadline)
-    if info.lossy_reasons:
-        if not allow_lossy:
-            raise LossyTopicError(topic, info.lossy_reasons)
-        log.warning("topic %r would lose records (%s); allowed", topic, "; ".join(info.lossy_reasons))
+            created = _create(admin, topic, settings, brokers, timeout)
+            info = _wait_visible(admin, topic, created, deadline, brokers)
+    check_topic(
+        info,
+        allow_lossy=allow_lossy,
+        replication_factor=replication_factor,
+        min_insync_replicas=min_insync_replicas,
+    )
     return info
 
 
-def _create(admin: KafkaAdminClient, topic: str, settings: TopicSettings, timeout: float) -> bool:
-    request = {topic: {"num_partitions": settings.partitions, "configs": settings.configs()}}
+def check_topic(
+    info: TopicInfo,
+    *,
+    allow_lossy: bool = False,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+) -> None:
+    """Refuse a described topic that could lose turns: ``LossyTopicError`` (retention, compaction), then
+    ``LossyTopicReplicationError`` (replication); with ``allow_lossy`` log a warning instead."""
+    retention = info.lossy_reasons
+    replication = info.replication_problems(replication_factor, min_insync_replicas)
+    if not allow_lossy:
+        if retention:
+            raise LossyTopicError(info.name, retention)
+        if replication:
+            raise LossyTopicReplicationError(info.name, replication)
+    if retention:
+        log.warning("topic %r would lose records (%s); allowed", info.name, "; ".join(retention))
+    if replication:
+        log.warning("topic %r could lose acknowledged turns (%s); allowed", info.name, "; ".join(replication))
+
+
+def _create(
+    admin: KafkaAdminClient, topic: str, settings: TopicSettings, brokers: int, timeout: float
+) -> bool:
+    rf, min_insync = settings.replication(brokers)
+    configs = {**settings.configs(), MIN_INSYNC: str(min_insync)}
+    request = {topic: {"num_partitions": settings.partitions, "replication_factor": rf, "configs": configs}}
     response = admin.create_topics(request, timeout_ms=max(1000, int(timeout * 1000)), raise_errors=False)
     for result in response.get("topics", []):
         if result.get("name") != topic:
             continue
         code = result.get("error_code", 0)
         if code == 0:
-            log.info("created topic %r with %d partitions", topic, settings.partitions)
+            log.info(
+                "created topic %r with %d partitions, replication factor %d, %s=%d",
+                topic,
+                settings.partitions,
+                rf,
+                MIN_INSYNC,
+                min_insync,
+            )
             return True
         if code == TOPIC_EXISTS_CODE:  # another process won the race; describe what it created
             return False
@@ -234,11 +369,57 @@ def _create(admin: KafkaAdminClient, topic: str, settings: TopicSettings, timeou
     raise LogError(f"the broker did not answer the creation of topic {topic!r}", code="kafka_error", retriable=True)
 
 
-def _wait_visible(admin: KafkaAdminClient, topic: str, created: bool, deadline: float) -> TopicInfo:
+def _wait_visible(
+    admin: KafkaAdminClient, topic: str, created: bool, deadline: float, brokers: int
+) -> TopicInfo:
     # A freshly created topic takes a moment to show up (with a leader per partition) in metadata.
     remaining_ms = max(1000, int((deadline - time.monotonic()) * 1000))
     admin.wait_for_topics([topic], timeout_ms=remaining_ms)
-    info = _describe(admin, topic, created=created)
+    info = _describe(admin, topic, created=created, brokers=brokers)
     if info is None:  # deleted between creation and description
         raise TopicMissingError(f"topic {topic!r} vanished right after it was created")
     return info
+
+
+class TopicWatch:
+    """The topic's description (replication included), asked of the broker at most every ``max_age``
+    seconds: ``/readyz`` is polled often, and a description costs an admin connection and two requests.
+
+    A failure is remembered as long as an answer would be, so a broker that does not answer costs one
+    bounded wait per ``max_age``, not one per probe. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: Sequence[str] | str,
+        topic: str,
+        *,
+        kafka_config: KafkaClientConfig | None = None,
+        max_age: float = 10.0,
+        timeout: float = 5.0,
+    ) -> None:
+        self._servers = bootstrap_list(bootstrap_servers)
+        self._topic = topic
+        self._kafka_config = kafka_config
+        self._max_age = max_age
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._answer: tuple[float, TopicInfo | LogError] | None = None
+
+    def describe(self) -> TopicInfo:
+        """The topic as described at most ``max_age`` seconds ago; raises the ``LogError`` it failed with."""
+        with self._lock:
+            now = time.monotonic()
+            if self._answer is None or now - self._answer[0] >= self._max_age:
+                answer: TopicInfo | LogError
+                try:
+                    answer = describe_topic(
+                        self._servers, self._topic, timeout=self._timeout, kafka_config=self._kafka_config
+                    )
+                except LogError as exc:
+                    answer = exc
+                self._answer = (time.monotonic(), answer)
+            result = self._answer[1]
+        if isinstance(result, LogError):
+            raise result
+        return result

@@ -57,6 +57,7 @@ from throughline.serve.read_api import (
     ProjectorState,
     ReadApi,
     ReadPage,
+    Replication,
 )
 from throughline.serve.read_route import ReadRoute, ReadThreads
 from throughline.serve.responses import ErrorDocument, install_error_handlers, read_response, too_large
@@ -94,6 +95,7 @@ def create_app(
     stopping: threading.Event | None = None,
     read_page: ReadPage | None = None,
     router: GroupRouter | None = None,
+    replication: Replication | None = None,
 ) -> FastAPI:
     """The FastAPI application of ``throughline serve``.
 
@@ -101,6 +103,8 @@ def create_app(
     ``stopping`` is set on shutdown so that long-polls return at once. ``read_page`` defaults to
     ``throughline.reader.read_page``. ``router``: a ``serve --group`` member's
     (``throughline.serve.group``): reads of partitions it does not answer itself are forwarded.
+    ``replication``: describes the topic for ``/readyz`` (leader, replicas, ISR per partition), e.g.
+    ``TopicWatch.describe``; without it ``/readyz`` leaves replication out.
     """
     settings = settings or ApiSettings()
     metrics = metrics or ServeMetrics()
@@ -114,6 +118,7 @@ def create_app(
         stopping=stopping or threading.Event(),
         read_page=read_page or reader_page.read_page,
         router=router,
+        replication=replication,
     )
     metrics.registry.on_scrape(api.refresh_metrics)
     auth = BearerAuth(settings.auth_token)
@@ -219,7 +224,11 @@ def create_app(
 
     @app.get(
         "/readyz",
-        summary="Readiness: the projector's lag per partition",
+        summary="Readiness: the projector's lag per partition, and the topic's replication",
+        description="The body is described in docs/http.md (Health and readiness): status, projector, lag, "
+        "maxLag, partitions (offsets, lag, leader, replicas, isr, underReplicated) and replication "
+        "(brokers, replicationFactor, minInsyncReplicas, uncleanLeaderElection, underReplicated, problems). "
+        "Replication is reported, never a reason to be not ready.",
         tags=["operations"],
         responses={503: {"description": "not ready: lagging, stopping, or the log does not answer"}},
     )

@@ -16,7 +16,14 @@ from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
 from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
-from throughline.settings import add_connection_options, add_sync_commits, seconds_argument, settings_from
+from throughline.settings import (
+    add_connection_options,
+    add_replication_options,
+    add_sync_commits,
+    replication_overrides,
+    seconds_argument,
+    settings_from,
+)
 from throughline.settings import count_argument as _count
 
 if TYPE_CHECKING:
@@ -108,11 +115,12 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="partitions of the topic if serve has to create it (default: the log's default)",
     )
+    add_replication_options(p)
     add_sync_commits(p)
     p.add_argument(
         "--allow-lossy-topic",
         action="store_true",
-        help="accept a topic with finite retention or compaction (records could be lost)",
+        help="accept a topic with finite retention, compaction or too little replication (records could be lost)",
     )
     p.add_argument(
         "--drain-timeout",
@@ -162,6 +170,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     require_token_off_loopback(args.host, token)
     settings = settings_from(args)
     settings.require_bootstrap()  # fail fast, before binding anything
+    replication_factor, min_insync_replicas = replication_overrides(args)
     group = _group_spec(args)
     options = ServeOptions(
         host=args.host,
@@ -177,6 +186,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         ),
         token_key_file=args.token_key_file,
         partitions=args.partitions,
+        replication_factor=replication_factor,
+        min_insync_replicas=min_insync_replicas,
         projector=not args.no_projector,
         allow_lossy_topic=args.allow_lossy_topic,
         sync_commits=args.sync_commits,

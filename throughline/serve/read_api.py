@@ -26,12 +26,16 @@ from throughline.serve.exceptions import ServerBusyError
 from throughline.serve.metrics import ServeMetrics
 
 if TYPE_CHECKING:
+    from throughline.log import TopicInfo
     from throughline.serve.group import GroupRouter
 
 #: A waiting request re-checks the stop flag at least this often, so shutdown never waits for a poll.
 _WAIT_SLICE = 1.0
 #: Upper bound on the rounds of one long-poll (each round consumes a projected record or a slice).
 _MAX_WAIT_ROUNDS = 100_000
+
+#: Describes the topic (its replication) for ``/readyz``; raises a ``ThroughlineError`` when it cannot.
+Replication = Callable[[], "TopicInfo"]
 
 #: ``read_page``'s shape: ``(request, *, projection, log, token_key, wait_timeout, body_limit)``.
 ReadPage = Callable[..., ObserverRead]
@@ -94,6 +98,7 @@ class ReadApi:
     stopping: threading.Event
     read_page: ReadPage
     router: GroupRouter | None = None
+    replication: Replication | None = None
     _waiters: threading.BoundedSemaphore = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -230,9 +235,22 @@ class ReadApi:
             return applied, None, exc
         return applied, end, None
 
+    def _topic(self) -> tuple[TopicInfo | None, ThroughlineError | None]:
+        """The topic's replication as described (``TopicWatch``: at most a few seconds old), or why not."""
+        if self.replication is None:
+            return None, None
+        try:
+            return self.replication(), None
+        except ThroughlineError as exc:
+            return None, exc
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Whether the service is ready to answer reads ``ok``, and the report ``/readyz`` prints."""
+        """Whether the service is ready to answer reads ``ok``, and the report ``/readyz`` prints.
+
+        The topic's replication (leader, replicas, ISR per partition) is reported, never a reason to be
+        not ready: an under-replicated partition still serves every read; it is the operator's alarm."""
         committed = self._committed()
+        topic, topic_error = self._topic()
         applied, end, log_error = self.offsets()
         self.metrics.set_offsets(applied, end)
         phase = self.projector.phase()
@@ -256,6 +274,8 @@ class ReadApi:
                 entry["committedOffset"] = committed.get(p, 0)
             if held is not None:
                 entry["held"] = p in held
+            if topic is not None:
+                entry.update(topic.partition_json(p))
             partitions.append(entry)
         ready = (
             phase in ("running", "off")
@@ -278,6 +298,10 @@ class ReadApi:
             report["projectorError"] = failure.to_json()["error"]
         if log_error is not None:
             report["logError"] = log_error.to_json()["error"]
+        if topic is not None:
+            report["replication"] = topic.replication_json()
+        if topic_error is not None:
+            report["replicationError"] = topic_error.to_json()["error"]
         if self.stopping.is_set():
             report["stopping"] = True
         return ready, report

@@ -13,6 +13,7 @@ import argparse
 import json
 from typing import Any
 
+from throughline.log.policy import replication_lines
 from throughline.serve.client import http_reader_from_args
 from throughline.serve.exceptions import BadResponseError
 
@@ -51,8 +52,18 @@ def render_remote_status(doc: dict[str, Any]) -> str:
     group = readiness.get("group")
     if isinstance(group, dict):
         lines += _group_lines(group)
+    replication = readiness.get("replication")
+    if isinstance(replication, dict):
+        lines += replication_lines(replication)
+    error = readiness.get("replicationError")
+    if isinstance(error, dict):
+        lines.append(f"replicationError: {error.get('code')}: {error.get('message')}")
     columns = ("partition", "appliedOffset", "endOffset", "lag") + (("held",) if isinstance(group, dict) else ())
-    rows: list[tuple[str, ...]] = [("partition", "applied", "end", "lag", "held")[: len(columns)]]
+    names = ("partition", "applied", "end", "lag", "held")[: len(columns)]
+    if isinstance(replication, dict):  # a serve that reports replication: its per-partition columns too
+        columns += ("leader", "replicas", "isr", "underReplicated")
+        names += ("leader", "replicas", "isr", "under-replicated")
+    rows: list[tuple[str, ...]] = [names]
     for p in readiness.get("partitions") or []:
         if isinstance(p, dict):
             rows.append(tuple(_cell(p.get(k)) for k in columns))
@@ -66,6 +77,8 @@ def _cell(value: object) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, list):  # broker ids
+        return ",".join(map(str, value))
     return str(value)
 
 

@@ -73,6 +73,8 @@ class ServeOptions:
     api: ApiSettings = field(default_factory=ApiSettings)
     token_key_file: str | None = None
     partitions: int | None = None  # partitions of the topic when serve creates it
+    replication_factor: int | None = None  # ``--replication-factor`` (None: min(3, brokers))
+    min_insync_replicas: int | None = None  # ``--min-insync-replicas`` (None: min(2, RF))
     projector: bool = True  # False: serve a projection read-only, without advancing it
     allow_lossy_topic: bool = False
     sync_commits: bool = False  # fsync every commit (``DuckProjection.open``), not only checkpoints
@@ -264,7 +266,7 @@ def run_service(
     announce: Callable[[str], None] = _announce,
 ) -> int:
     """Run ``throughline serve`` until a signal (returns 0) or a projector failure (raises its error)."""
-    from throughline.log import DEFAULT_PARTITIONS, KafkaLog, ensure_topic
+    from throughline.log import DEFAULT_PARTITIONS, KafkaLog, TopicWatch, ensure_topic
     from throughline.projector.store import DuckProjection
 
     _configure_logging(options.log_level)
@@ -284,6 +286,8 @@ def run_service(
                 partitions=options.partitions or DEFAULT_PARTITIONS,
                 allow_lossy=options.allow_lossy_topic,
                 kafka_config=kafka_config,
+                replication_factor=options.replication_factor,
+                min_insync_replicas=options.min_insync_replicas,
             )
         projection = DuckProjection.open(
             settings.db, read_only=not options.projector, topic=settings.topic, sync_commits=options.sync_commits
@@ -337,6 +341,7 @@ def run_service(
             projector=state,
             stopping=stopping,
             router=router,
+            replication=TopicWatch(servers, settings.topic, kafka_config=kafka_config).describe,
         )
         config = uvicorn.Config(
             app,
