@@ -69,8 +69,9 @@ class _Tracked:
     settled_at: int = 0  # the line after which the parser was last settled (0: never)
 
     def restart(self, replay: frozenset[int] = frozenset()) -> None:
-        """A parse from line 1 begins (the settles of the one before do not hold)."""
-        self.last, self.replay, self.points, self.settled_at = None, replay, [], 0
+        """A parse from line 1 begins (the settles of the one before do not hold; those of ``replay``, an
+        earlier run's acknowledged ones, do)."""
+        self.last, self.replay, self.points, self.settled_at = None, replay, sorted(replay), 0
 
     def settle_line(self) -> Line | None:
         """The settle after the last line read, unless the parser was settled there already."""
@@ -84,8 +85,11 @@ class _Tracked:
         state = mark.state()
         if state is None:
             return None
-        points = tuple(p for p in self.points if p < mark.number or (p == mark.number and mark.settled))
-        return dataclasses.replace(state, settled=points, settled_end=mark.settled)
+        # A replayed settle was acknowledged by an earlier run: it holds from its line on, even before
+        # this run passes it again (a state saved between the line and its settle must keep it).
+        end = mark.settled or mark.number in self.replay
+        points = tuple(p for p in self.points if p < mark.number or (p == mark.number and end))
+        return dataclasses.replace(state, settled=points, settled_end=end)
 
 
 class SessionFiles:
