@@ -217,9 +217,8 @@ class SessionFiles:
                 continue
             assert t.reader is not None
             yield from self._read(t)
-            if self._settle_due(t.mtime) and self._settle_due(
-                self._mtime(path, t.mtime)
-            ):  # grown while read?
+            # idle before the read and still after it (a file that grew while it was read is not)
+            if self._settle_due(t.mtime) and self._settle_due(self._mtime(path, t.mtime)):
                 yield from self._settle(t)
             t.active_at = time.monotonic()
             size = t.reader.size()
