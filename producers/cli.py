@@ -1,4 +1,4 @@
-"""``throughline ingest [--format {jsonl,claude-code,codex}] PATH... [--follow] [--state STATE]``.
+"""``throughline ingest [--format {jsonl,claude-code,codex}] PATH... [--follow] [--state STATE] [--settle S] [--dry-run]``.
 
 ``--format jsonl`` (the default) takes one FILE (``-`` = stdin) of JSON Lines; the host formats take
 session files or folders searched for them, the host's default root when no PATH is given (see
@@ -19,11 +19,20 @@ when lines were rejected).
 State: ``--follow`` keeps a state file (``FILE.ingest-state`` unless ``--state`` says otherwise) and
 resumes from it; without ``--follow`` a state file is used only when ``--state`` is given. Standard
 input has no state.
+
+``--settle SECONDS`` (host formats; default 120): a session file that has not grown for that long is
+final, and its parser's open turn is completed when it has its reply (``SessionFiles``).
+
+``--dry-run`` prints the turns the same command would append, one ``jsonl`` ingest line each, on
+stdout (``throughline.producers.ingest.dry``), and contacts no broker: no bootstrap server is needed,
+``--state`` is read (a dry run shows what a resumed run would send) and never written, and
+``--follow`` is refused. Exit codes are ingest's (2 for a missing PATH or a rejected line).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import sys
@@ -46,6 +55,8 @@ from throughline.producers.ingest import (
     load_ingest_state,
     stop_on_signals,
 )
+from throughline.producers.ingest.dry import PrintSender
+from throughline.producers.ingest.run import Sender
 from throughline.producers.ingest.sessions import (
     SESSION_POLL_INTERVAL,
     SessionDecoder,
@@ -65,6 +76,8 @@ from throughline.settings import (
 )
 
 INGEST_PRODUCER_NAME = "throughline-ingest"
+#: ``--settle``'s default: a session file idle this long is taken as final (see docs/hosts.md).
+DEFAULT_SETTLE_SECONDS = 120.0
 
 
 def register(subparsers: Any) -> None:
@@ -115,6 +128,21 @@ def register(subparsers: Any) -> None:
         default=None,
         help="progress on stderr every 2 s (default: only when stderr is a terminal)",
     )
+    p.add_argument(
+        "--settle",
+        metavar="SECONDS",
+        type=seconds_argument,
+        default=None,
+        help=f"host formats: a session file that has not grown for SECONDS is final and its last open turn "
+        f"that has a reply is sent (default {DEFAULT_SETTLE_SECONDS:g}; 0 settles every file: importing a "
+        "finished history)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the turns that would be appended (one jsonl ingest line each) instead of sending them; "
+        "no broker is contacted and --state is only read",
+    )
     p.add_argument("--send-timeout", type=seconds_argument, default=30.0, help="seconds to wait for an acknowledgement")
     p.add_argument("--connect-timeout", type=seconds_argument, default=15.0, help="seconds to wait for the broker at start")
     # For tests and scripts: stop following after this much time without new input.
@@ -140,6 +168,25 @@ def _ingest_producer(args: argparse.Namespace, settings: Settings) -> TurnProduc
         producer_name=INGEST_PRODUCER_NAME,
         kafka_config=settings.kafka_config(),
     )
+
+
+def _sender(args: argparse.Namespace, settings: Settings) -> contextlib.AbstractContextManager[Sender]:
+    """Where turns go: the broker, or stdout for ``--dry-run``."""
+    if args.dry_run:
+        return contextlib.nullcontext(PrintSender(sys.stdout.buffer))
+    return _ingest_producer(args, settings)
+
+
+def _check_flags(args: argparse.Namespace, settings: Settings) -> None:
+    """Refuse flags that do not go together, and a run that would send with no broker named, before any
+    input is opened."""
+    if args.dry_run and args.follow:
+        raise InputError("--dry-run reads what is there once; it does not take --follow", code="invalid_arguments")
+    if args.format == "jsonl" and args.settle is not None:
+        raise InputError("--settle is for the host formats (--format claude-code or codex)", code="invalid_arguments")
+    if not args.dry_run:
+        settings.require_bootstrap()
+    replication_overrides(args)  # contradictory replication flags are refused before any input is opened too
 
 
 def _state_path(args: argparse.Namespace) -> str | None:
@@ -169,10 +216,11 @@ def run_ingest(args: argparse.Namespace) -> int:
     if args.poll_interval is None:
         args.poll_interval = POLL_INTERVAL
     settings = settings_from(args)
-    settings.require_bootstrap()  # no broker named: fail before any input is opened
-    replication_overrides(args)  # nor with contradictory replication flags
+    _check_flags(args, settings)
     state_path = _state_path(args)
     start = load_ingest_state(state_path) if state_path else None
+    if args.dry_run:
+        state_path = None  # read, never written
 
     # Open the input before connecting: a missing file is the caller's mistake, not the broker's.
     reader = LineReader(
@@ -185,12 +233,14 @@ def run_ingest(args: argparse.Namespace) -> int:
     stop = threading.Event()
     label = "stdin" if args.file == "-" else args.file
 
+    verb = "would ingest" if args.dry_run else "ingested"
+
     def sent(s: IngestStats) -> str:
-        return f"ingested {s.turns_sent} turns from {label}, {s.rejected} lines rejected"
+        return f"{verb} {s.turns_sent} turns from {label}, {s.rejected} lines rejected"
 
     ingest: Ingest | None = None
     try:
-        with _ingest_producer(args, settings) as producer, stop_on_signals(stop, reader) as signals:
+        with _sender(args, settings) as producer, stop_on_signals(stop, reader) as signals:
             ingest = Ingest(
                 reader,
                 producer,
@@ -215,22 +265,26 @@ def run_ingest(args: argparse.Namespace) -> int:
 def run_sessions_ingest(args: argparse.Namespace) -> int:
     """Run ``throughline ingest --format claude-code|codex``; returns the exit code."""
     settings = settings_from(args)
-    settings.require_bootstrap()  # no broker named: fail before any input is opened
-    replication_overrides(args)  # nor with contradictory replication flags
+    _check_flags(args, settings)
     roots = list(args.paths) or default_roots(args.format)
     state_path = args.state or (default_sessions_state_path(args.format, roots) if args.follow else None)
     saved = load_session_states(state_path, format=args.format) if state_path else {}
+    if args.dry_run:
+        state_path = None  # read, never written
 
     if state_path and not args.state:
         _notice(f"resume state: {state_path}")
     poll = SESSION_POLL_INTERVAL if args.poll_interval is None else args.poll_interval
-    files = SessionFiles(args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=_notice)
+    settle = DEFAULT_SETTLE_SECONDS if args.settle is None else args.settle
+    files = SessionFiles(
+        args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=_notice, settle=settle
+    )
     decoder = SessionDecoder(files, warn=_notice, producer_name=INGEST_PRODUCER_NAME, producer_version=PRODUCER_VERSION)
     stop = threading.Event()
     label = " ".join(roots)
     ingest: Ingest | None = None
     try:
-        with _ingest_producer(args, settings) as producer, stop_on_signals(stop) as signals:
+        with _sender(args, settings) as producer, stop_on_signals(stop) as signals:
             ingest = Ingest(
                 files,
                 producer,
@@ -241,13 +295,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
                 progress=_progress(args),
                 decoder=decoder,
             )
-            covered = ingest.covered
-
-            def covered_end(path: str) -> int | None:
-                mark = covered().get(path)
-                return mark.end if mark is not None else None
-
-            files.covered_end = covered_end
+            files.covered = ingest.covered_line
             stats = ingest.run()
     except ThroughlineError:
         _stopped_by_error(ingest, lambda s: f"ingested {s.turns_sent} turns from {label}")
@@ -255,7 +303,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
     finally:
         files.close()
     _notice(
-        f"ingested {stats.turns_sent} turns from {len(files.tracked)} {args.format} session files under {label}, "
+        f"{'would ingest' if args.dry_run else 'ingested'} {stats.turns_sent} turns from {len(files.tracked)} {args.format} session files under {label}, "
         f"{decoder.skipped} lines skipped"
     )
     return _exit_code(args, bool(signals.signals), stats, f"{stats.rejected} turns refused by the broker (see the lines above)")

@@ -16,6 +16,7 @@ __all__ = [
     "BodyTooLargeError",
     "BrokerUnavailableError",
     "IngestStateError",
+    "InvalidAttributesError",
     "InvalidLineError",
     "InvalidProjectError",
     "InvalidTurnError",
@@ -45,6 +46,13 @@ class RecordTooLargeError(InvalidTurnError):
     """A turn whose encoded record would not fit in one topic record (huge producer attributes)."""
 
     code = "record_too_large"
+
+
+class InvalidAttributesError(InvalidTurnError):
+    """A line's ``attributes`` are not a small map of strings to strings, or give a reserved key a value
+    it cannot have (``turn.outcome`` other than answered, interrupted or aborted, ...)."""
+
+    code = "invalid_attributes"
 
 
 class InvalidLineError(InputError):

@@ -1,24 +1,84 @@
 """One line of an ingest file as a turn: the strict JSON Lines format of ``throughline ingest``.
 
-Input: one turn per line, ``{"project", "host", "thread", "turnId", "completedAt", "body"}`` and an
-optional ``"seq"``. Each line is parsed strictly (``TurnLine``: no extra keys, no duplicate keys, exact
-JSON types, ``seq`` an integer and not ``"3"``) and built with ``build_turn``. Blank lines are skipped.
+Input: one turn per line, ``{"project", "host", "thread", "turnId", "completedAt", "body"}``, an
+optional ``"seq"`` and an optional ``"attributes"`` (a map of strings to strings: the record's
+``producer.attributes``, as ``ingest --dry-run`` prints them). Each line is parsed strictly
+(``TurnLine``: no extra keys, no duplicate keys, exact JSON types, ``seq`` an integer and not ``"3"``)
+and built with ``build_turn``. Blank lines are skipped.
+
+Attributes are free-form metadata the projector never reads, bounded so a record always fits
+(``MAX_ATTRIBUTES`` keys, ``MAX_ATTRIBUTE_KEY_BYTES`` a key, ``MAX_ATTRIBUTES_BYTES`` in all); the keys
+throughline itself writes (``RESERVED_ATTRIBUTES``) must hold values of their meaning. A line's own
+attributes win over the ones ingest adds (``ingest.line``): a line printed by ``--dry-run`` from a
+host transcript keeps the transcript's line, so feeding it back yields the same record.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from throughline.core.exceptions import InvalidTurnError
 from throughline.core.turn import MAX_BODY_BYTES, TurnRecord, build_turn, parse_rfc3339
-from throughline.producers.exceptions import InvalidLineError
+from throughline.producers.exceptions import InvalidAttributesError, InvalidLineError
 
 #: A line longer than this is rejected without being held in memory. A body at the limit escaped as
 #: ``\\uXXXX`` is 6x its bytes at most (control characters), so any valid turn fits.
 MAX_LINE_BYTES = 6 * MAX_BODY_BYTES + 64 * 1024
+
+
+MAX_ATTRIBUTES = 64
+MAX_ATTRIBUTE_KEY_BYTES = 256
+MAX_ATTRIBUTES_BYTES = 64 * 1024
+#: The outcomes a host turn can have (``turn.outcome``).
+TURN_OUTCOMES = ("answered", "interrupted", "aborted")
+_COUNT = re.compile(r"(0|[1-9][0-9]{0,15})\Z", re.ASCII)
+_FORMAT = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z", re.ASCII)
+
+
+def _positive(value: str) -> bool:
+    return bool(_COUNT.match(value)) and value != "0"
+
+
+#: The attributes throughline writes and what each value must be.
+RESERVED_ATTRIBUTES: Mapping[str, tuple[str, Callable[[str], bool]]] = {
+    "ingest.format": ("a format name (lower case letters, digits, '.', '_', '-')", lambda v: bool(_FORMAT.match(v))),
+    "ingest.line": ("a line number (1 or more, no sign or leading zero)", _positive),
+    "ingest.bodyBytes": ("a byte count (no sign or leading zero)", lambda v: bool(_COUNT.match(v))),
+    "ingest.bodyTruncated": ('"true"', lambda v: v == "true"),
+    "turn.outcome": (" or ".join(TURN_OUTCOMES), lambda v: v in TURN_OUTCOMES),
+}
+
+
+def check_attributes(value: object) -> dict[str, str]:
+    """``value`` as producer attributes: a JSON object of strings to strings within the bounds, reserved
+    keys holding values of their meaning; ``InvalidAttributesError`` otherwise."""
+    if not isinstance(value, dict):
+        raise InvalidAttributesError(f"attributes must be an object of strings, not {type(value).__name__}")
+    if len(value) > MAX_ATTRIBUTES:
+        raise InvalidAttributesError(f"attributes has {len(value)} keys; the limit is {MAX_ATTRIBUTES}")
+    total = 0
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise InvalidAttributesError(f"attributes.{key}: must be a string, not {type(item).__name__}")
+        try:
+            size, total = len(key.encode("utf-8")), total + len(key.encode("utf-8")) + len(item.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidAttributesError(f"attributes.{key!r}: not valid Unicode text") from None
+        if not key or size > MAX_ATTRIBUTE_KEY_BYTES or "\x00" in key:
+            raise InvalidAttributesError(
+                f"attribute keys are 1..{MAX_ATTRIBUTE_KEY_BYTES} bytes without NUL ({key[:40]!r} is not)"
+            )
+        rule = RESERVED_ATTRIBUTES.get(key)
+        if rule is not None and not rule[1](item):
+            raise InvalidAttributesError(f"attributes.{key}: must be {rule[0]}, not {item[:40]!r}")
+    if total > MAX_ATTRIBUTES_BYTES:
+        raise InvalidAttributesError(f"attributes are {total} bytes; the limit is {MAX_ATTRIBUTES_BYTES}")
+    return dict(value)
 
 
 class TurnLine(BaseModel):
@@ -33,6 +93,7 @@ class TurnLine(BaseModel):
     completed_at: str = Field(alias="completedAt")
     body: str
     seq: int | None = None
+    attributes: dict[str, str] | None = None  # checked first by ``check_attributes`` (its own error code)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -64,8 +125,9 @@ def parse_turn_line(
     """Parse one JSON Lines line into a validated turn; ``None`` for a blank line.
 
     Raises ``InvalidLineError`` (``invalid_utf8``, ``invalid_json``, ``line_too_long``),
-    ``InvalidTurnError`` (a field is missing, of the wrong type or invalid), ``BodyTooLargeError`` or
-    ``InvalidProjectError``; every one is an ``InputError`` with a stable ``code``.
+    ``InvalidTurnError`` (a field is missing, of the wrong type or invalid), ``InvalidAttributesError``,
+    ``BodyTooLargeError`` or ``InvalidProjectError``; every one is an ``InputError`` with a stable
+    ``code``. ``attributes`` are the ones ingest adds; the line's own win over them.
     """
     if isinstance(raw, bytes | bytearray):
         if len(raw) > MAX_LINE_BYTES:
@@ -88,10 +150,14 @@ def parse_turn_line(
         raise InvalidLineError(f"not JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise InvalidLineError(f"a line must be a JSON object, not {type(data).__name__}", code="invalid_json")
+    own = data.get("attributes")
+    own = None if own is None else check_attributes(own)
     try:
         line = TurnLine.model_validate(data)
     except ValidationError as exc:
         raise InvalidTurnError(field_errors(exc)) from None
+    if own is not None:
+        attributes = {**(attributes or {}), **own}
     return build_turn(
         project=line.project,
         host=line.host,

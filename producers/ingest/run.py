@@ -77,6 +77,7 @@ class LineMark:
     start: int
     sha256: bytes | None
     path: str = ""
+    settled: bool = False  # the mark of a settle (``Line.settle``): after the line, not the line itself
 
     def state(self) -> IngestState | None:
         """The resume state that covers this line (``None`` for standard input)."""
@@ -209,6 +210,7 @@ class Ingest:
         self._inflight_bytes = 0
         # per file: the last line all of whose predecessors are acknowledged or rejected
         self._covered: dict[str, LineMark] = {}
+        self._last: dict[str, LineMark] = {}  # per file: the mark of the last line read (a settle reuses it)
         self._saved: dict[str, LineMark] = {}
         self._last_save = 0.0
         self._last_progress = time.monotonic()
@@ -244,6 +246,10 @@ class Ingest:
     def covered(self) -> dict[str, LineMark]:
         """The last covered line of each file so far."""
         return dict(self._covered)
+
+    def covered_line(self, path: str) -> LineMark | None:
+        """The last covered line (or settle) of one file so far."""
+        return self._covered.get(path)
 
     def _collect(self, *, wait: bool) -> None:
         """Move the covered position over every finished entry at the front (all of them when ``wait``)."""
@@ -281,10 +287,19 @@ class Ingest:
 
     # -- the loop
 
-    def _handle(self, line: Line) -> None:
+    def _mark(self, line: Line) -> LineMark:
+        if line.settle:
+            # Covers the same line as the line's own mark (with its digest), and the settle after it.
+            last = self._last.get(line.path)
+            digest = last.sha256 if last is not None and last.end == line.end else None
+            return LineMark(line.number, line.end, line.file, line.start, digest, line.path, settled=True)
         self.stats.lines_read += 1
         digest = None if line.too_long or line.file is None else hashlib.sha256(line.data).digest()
-        mark = LineMark(line.number, line.end, line.file, line.start, digest, line.path)
+        mark = self._last[line.path] = LineMark(line.number, line.end, line.file, line.start, digest, line.path)
+        return mark
+
+    def _handle(self, line: Line) -> None:
+        mark = self._mark(line)
         pending: list[Any] = []
         size = 0
         try:

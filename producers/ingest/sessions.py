@@ -15,10 +15,22 @@ the last line whose turns the broker acknowledged. A file with new bytes is pars
 not sent again; a file that did not change since is not read at all. A file that no longer holds the
 saved line (rewritten, replaced) is read from its start and its turns are all sent (the projector
 applies a repeated turn once).
+
+Settling (``settle``, seconds): a file that has not grown for that long is final for now, and its
+parser's ``settle()`` is called after its last line: the turns it returns (an open turn that has its
+reply) are sent like the turns of a line, after that line's (``Line.settle``). A one-shot run settles
+a file whose modification time is that old when it is read (``0``: every file); a follower settles a
+file once it has been idle that long, and reads on with the same parser when it grows again. The
+state records the lines after which a settle's turns were acknowledged (``settled``) and whether the
+last line was settled (``settledEnd``): a file parsed again from line 1 is settled again at those
+lines (the turns are not sent again, and the parser reads on exactly as the run that sent them did,
+so a later line never completes a settled turn a second time); a file unchanged since a state that
+did not settle its end is read again to settle it, and one whose end was settled is not read at all.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -50,6 +62,34 @@ class _Tracked:
     skip_to: int = 0  # turns completed by lines ending at or before this offset are not sent again
     seen: tuple[FileId, int] | None = None  # (file, size) at the last read
     active_at: float = field(default_factory=time.monotonic)
+    mtime: float = 0.0  # st_mtime at the last stat
+    last: Line | None = None  # the last line read of this parse
+    replay: frozenset[int] = frozenset()  # settle again after these lines (acknowledged by an earlier run)
+    points: list[int] = field(default_factory=list)  # lines after which this parse settled with turns
+    settled_at: int = 0  # the line after which the parser was last settled (0: never)
+
+    def restart(self, replay: frozenset[int] = frozenset()) -> None:
+        """A parse from line 1 begins (the settles of the one before do not hold; those of ``replay``, an
+        earlier run's acknowledged ones, do)."""
+        self.last, self.replay, self.points, self.settled_at = None, replay, sorted(replay), 0
+
+    def settle_line(self) -> Line | None:
+        """The settle after the last line read, unless the parser was settled there already."""
+        last = self.last
+        if last is None or self.settled_at == last.number:
+            return None
+        return dataclasses.replace(last, data=b"", too_long=0, settle=True)
+
+    def settled(self, mark: LineMark) -> IngestState | None:
+        """The state covering ``mark``: the settles up to it (and after it, when ``mark`` is a settle's)."""
+        state = mark.state()
+        if state is None:
+            return None
+        # A replayed settle was acknowledged by an earlier run: it holds from its line on, even before
+        # this run passes it again (a state saved between the line and its settle must keep it).
+        end = mark.settled or mark.number in self.replay
+        points = tuple(p for p in self.points if p < mark.number or (p == mark.number and end))
+        return dataclasses.replace(state, settled=points, settled_end=end)
 
 
 class SessionFiles:
@@ -68,8 +108,14 @@ class SessionFiles:
         notice: Callable[[str], None] = lambda message: None,
         rescan_interval: float = RESCAN_INTERVAL,
         evict_after: float = EVICT_AFTER,
+        settle: float | None = None,
+        parsers: Callable[[str, str], SessionParser] = new_parser,
     ) -> None:
+        """``settle``: seconds without growth after which a file is final for now (``None``: never);
+        ``parsers(format, path)``: a fresh parser for a file."""
         self.format = format
+        self.settle = settle
+        self._new_parser = parsers
         self.roots = [os.path.abspath(r) for r in roots]
         self.path = ", ".join(roots)
         self.follow = follow
@@ -80,8 +126,8 @@ class SessionFiles:
         self._notice = notice
         self._states = dict(states or {})
         self.tracked: dict[str, _Tracked] = {}
-        #: the end offset of the last acknowledged line of a file (set by the runner; eviction needs it)
-        self.covered_end: Callable[[str], int | None] = lambda path: None
+        #: the last acknowledged line (or settle) of a file (set by the runner; eviction needs it)
+        self.covered: Callable[[str], LineMark | None] = lambda path: None
         self._last_scan = 0.0
         for root in self.roots:
             if not os.path.exists(root):
@@ -114,23 +160,41 @@ class SessionFiles:
             self._notice(f"{t.path}: {exc.message}; skipped")
             return False
         t.skip_to = 0
+        t.restart()
         if t.saved is not None:
             problem = reader.fits(t.saved)
             if problem is None:
                 t.skip_to = t.saved.offset
+                t.restart(frozenset(t.saved.settled))
             else:
                 self._notice(f"{t.path}: {problem}; sending its turns again from line 1")
         t.reader = reader
         t.generation = reader.generation
-        t.parser = new_parser(self.format, t.path)
+        t.parser = self._new_parser(self.format, t.path)
         return True
+
+    def _settle_due(self, mtime: float) -> bool:
+        return self.settle is not None and time.time() - mtime >= self.settle
 
     def _unchanged(self, t: _Tracked, st: os.stat_result) -> bool:
         now = (FileId.of(st), st.st_size)
         if t.reader is None and t.parser is None and t.saved is not None:
-            # dormant: nothing to read while the file is still exactly what the state covers
-            return now == (t.saved.file, t.saved.offset)
+            # dormant: nothing to read while the file is still exactly what the state covers (and, when
+            # it is due to settle, the state says it was settled there)
+            due = self._settle_due(st.st_mtime) and not t.saved.settled_end
+            return now == (t.saved.file, t.saved.offset) and not due
         return t.seen == now
+
+    def _read(self, t: _Tracked) -> Iterator[Line]:
+        """The file's new lines, each followed by its replayed settle (if an earlier run settled there)."""
+        assert t.reader is not None
+        for line in t.reader.lines():
+            if t.last is not None and line.generation != t.last.generation:
+                t.restart()  # read again from line 1: the parser is rebuilt (``parser_of``)
+            t.last = line
+            yield line
+            if line.number in t.replay:
+                yield dataclasses.replace(line, data=b"", too_long=0, settle=True)
 
     def lines(self) -> Iterator[Line]:
         """Complete lines available now, file by file."""
@@ -144,12 +208,18 @@ class SessionFiles:
                 if self.follow:
                     self._forget(t, "deleted")
                 continue
+            t.mtime = st.st_mtime
             if self._unchanged(t, st):
+                if t.parser is not None and self._settle_due(t.mtime):
+                    yield from self._settle(t)  # following: idle for the settle time since the last read
                 continue
             if t.reader is None and not self._activate(t):
                 continue
             assert t.reader is not None
-            yield from t.reader.lines()
+            yield from self._read(t)
+            # idle before the read and still after it (a file that grew while it was read is not)
+            if self._settle_due(t.mtime) and self._settle_due(self._mtime(path, t.mtime)):
+                yield from self._settle(t)
             t.active_at = time.monotonic()
             size = t.reader.size()
             t.seen = (t.reader.file, size) if t.reader.file is not None and size is not None else None
@@ -159,6 +229,18 @@ class SessionFiles:
                 t.reader.close()
         if not self.follow:
             self.eof = True
+
+    @staticmethod
+    def _mtime(path: str, otherwise: float) -> float:
+        try:
+            return os.stat(path).st_mtime
+        except OSError:
+            return otherwise
+
+    def _settle(self, t: _Tracked) -> Iterator[Line]:
+        line = t.settle_line()
+        if line is not None:
+            yield line
 
     def check_file(self) -> Iterator[Line]:
         """Following: find new session files and let idle ones go (lines are read in ``lines``)."""
@@ -173,10 +255,15 @@ class SessionFiles:
                 continue
             if t.parser.open_turn:
                 continue  # a turn in progress: keep its parser (rebuilding it would be just as right, but slower)
-            end = self.covered_end(t.path)
-            if end is None or t.seen is None or end != t.seen[1]:
+            mark = self.covered(t.path)
+            if mark is None or t.seen is None or mark.end != t.seen[1] or t.settled_at > mark.number:
                 continue
-            t.saved = IngestState(t.seen[0], end, 0)
+            if t.settled_at == mark.number and not mark.settled:
+                continue  # the settle after the last line is not acknowledged yet
+            saved = t.settled(mark)
+            if saved is None:
+                continue
+            t.saved = dataclasses.replace(saved, file=t.seen[0])
             t.reader.close()
             t.reader, t.parser = None, None
         return iter(())
@@ -194,7 +281,7 @@ class SessionFiles:
             return None
         if line.generation != t.generation:
             t.generation = line.generation
-            t.parser = new_parser(self.format, t.path)
+            t.parser = self._new_parser(self.format, t.path)
             t.skip_to = 0
         return t, t.parser
 
@@ -236,6 +323,8 @@ class SessionDecoder:
         if found is None:
             return []
         tracked, parser = found
+        if line.settle:
+            return self._settled(line, tracked, parser)
         if line.too_long:
             self._skip(line, "line_too_long", f"a line of {line.too_long} bytes; skipped")
             return []
@@ -249,6 +338,21 @@ class SessionDecoder:
         parser.problems.clear()
         if line.end <= tracked.skip_to:
             return []  # acknowledged by an earlier run
+        return self._records(line, host_turns)
+
+    def _settled(self, line: Line, tracked: _Tracked, parser: SessionParser) -> list[TurnRecord]:
+        """What settling the parser after ``line`` returns; nothing to send when an earlier run sent it."""
+        host_turns = parser.settle()
+        for problem in parser.problems:
+            self._skip(line, "turn_left_out", problem)
+        parser.problems.clear()
+        tracked.settled_at = line.number
+        replayed = line.number in tracked.replay
+        if (host_turns or replayed) and line.number not in tracked.points:
+            tracked.points.append(line.number)
+        return [] if replayed else self._records(line, host_turns)
+
+    def _records(self, line: Line, host_turns: list[HostTurn]) -> list[TurnRecord]:
         out = []
         for ht in host_turns:
             try:
@@ -287,7 +391,7 @@ class SessionsState:
         states: dict[str, IngestState] = {}
         for path, tracked in self.files.tracked.items():
             mark = covered.get(path)
-            state = mark.state() if mark is not None else None
+            state = tracked.settled(mark) if mark is not None else None
             base = self._base.get(path)
             # While a file is parsed again from its start, its covered line trails the saved one, which
             # still holds while it was found valid (the turns up to it are skipped, not sent).

@@ -51,6 +51,11 @@ class IngestState:
     line: int
     line_start: int | None = None
     line_sha256: bytes | None = None
+    #: Host formats: the lines after which the parser was settled and what it returned was acknowledged
+    #: (a re-read from line 1 settles it there again, so it reads on as the run that sent them did).
+    settled: tuple[int, ...] = ()
+    #: Whether the parser was settled after ``line`` too (a file that did not grow since needs no settle).
+    settled_end: bool = False
 
 
 class _FileDoc(BaseModel):
@@ -64,11 +69,21 @@ class _FileDoc(BaseModel):
     line: int = Field(ge=0)
     line_start: int | None = Field(default=None, ge=0, alias="lineStart")
     line_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$", alias="lineSha256")
+    settled: list[int] = Field(default_factory=list)
+    settled_end: bool = Field(default=False, alias="settledEnd")
 
     def state(self) -> IngestState:
         """The ``IngestState`` this document holds."""
         digest = bytes.fromhex(self.line_sha256) if self.line_sha256 else None
-        return IngestState(FileId(self.device, self.inode), self.offset, self.line, self.line_start, digest)
+        return IngestState(
+            FileId(self.device, self.inode),
+            self.offset,
+            self.line,
+            self.line_start,
+            digest,
+            tuple(self.settled),
+            self.settled_end,
+        )
 
 
 def _file_doc(state: IngestState) -> dict[str, object]:
@@ -80,6 +95,9 @@ def _file_doc(state: IngestState) -> dict[str, object]:
         "line": state.line,
         "lineStart": state.line_start,
         "lineSha256": state.line_sha256.hex() if state.line_sha256 else None,
+        # written only when set: a JSON Lines state never has them, and older readers ignore them
+        **({"settled": list(state.settled)} if state.settled else {}),
+        **({"settledEnd": True} if state.settled_end else {}),
     }
 
 

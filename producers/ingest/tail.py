@@ -60,6 +60,9 @@ class Line:
     start: int = 0  # byte offset of the line's first byte
     path: str = ""  # the file it was read from ("-" for stdin)
     generation: int = 0  # how many times the reader started the path over (truncated, replaced)
+    #: Not a line of the file: "the file is final after line ``number``" (``SessionFiles`` with a settle
+    #: time); its turns are what the parser's ``settle`` returns, sent after that line's.
+    settle: bool = False
 
 
 class Stopped(Exception):
