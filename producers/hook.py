@@ -8,7 +8,8 @@ path: the rollout is found by its thread id under ``$CODEX_HOME/sessions``); bot
 The hook appends the completed turns of that transcript that its state file does not yet cover, with
 the same parser and resume state as ``ingest --format`` (one state file per transcript under
 ``--state-dir``). When the transcript's last turn is not complete yet (the host may not have flushed
-its final line), it re-reads the file for up to ``--wait`` seconds.
+its final line), it re-reads the file for up to ``--wait`` seconds, then settles the file: the call
+itself says the host has finished the turn (docs/hosts.md, "Settling").
 
 It must never stall or steer the host:
 
@@ -115,7 +116,11 @@ def transcript_of(format: str, payload: dict[str, Any]) -> str:
 
 
 def wait_for_last_turn(format: str, path: str, wait: float) -> None:
-    """Re-read the transcript until its last turn completes or ``wait`` seconds pass (bounded)."""
+    """Re-read the transcript until its last turn ends or ``wait`` seconds pass (bounded).
+
+    A turn ends for the hook when a line ends it or when its reply is written with no tool call
+    waiting (the host calls its Stop hook once the turn is written, so the hook settles it).
+    """
     deadline = time.monotonic() + wait
     parser = new_parser(format, path)
     reader = LineReader(path, follow=True, max_line_bytes=MAX_TRANSCRIPT_LINE_BYTES)
@@ -128,7 +133,7 @@ def wait_for_last_turn(format: str, path: str, wait: float) -> None:
                     parser.feed(line.number, line.data)
                 except InputError:
                     pass
-            if not parser.open_turn or time.monotonic() >= deadline:
+            if not parser.open_turn or parser.settle_ready or time.monotonic() >= deadline:
                 return
             time.sleep(0.05)
     finally:
@@ -182,7 +187,8 @@ def _run(args: argparse.Namespace, started: float, timeout: float) -> int:
     def notice(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    files = SessionFiles(format, [path], follow=False, states=saved, notice=notice)
+    # The host calls its Stop hook after the turn is written: the transcript is final for now (settle 0).
+    files = SessionFiles(format, [path], follow=False, states=saved, notice=notice, settle=0.0)
     remaining = timeout - (time.monotonic() - started)
     with TurnProducer(
         servers,

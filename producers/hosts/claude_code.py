@@ -284,14 +284,23 @@ class ClaudeCodeSession(SessionParser):
         """Whether a prompt's turn is in progress (not completed yet)."""
         return self._open is not None
 
+    @property
+    def turn_ended(self) -> bool:
+        """Whether the open turn's last message carried ``end_turn`` (only its later block lines may follow)."""
+        return self._open is not None and self._open.ended is not None
+
+    @property
+    def settle_ready(self) -> bool:
+        """Whether the open turn's model has answered it (or ended its message): ``settle()`` would end it."""
+        open_ = self._open
+        return open_ is not None and (open_.ended is not None or open_.answered())
+
     def settle(self) -> list[HostTurn]:
         """The open turn, when the file is final and the model had answered it (or ended its message)."""
         open_ = self._open
-        if open_ is None:
+        if open_ is None or not self.settle_ready:
             return []
-        if open_.ended is not None or open_.answered():
-            return self._complete(self._last_number, self._outcome(open_))
-        return []
+        return self._complete(self._last_number, self._outcome(open_))
 
     # ------------------------------------------------------------------------------------------ lines
 

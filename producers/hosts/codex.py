@@ -125,6 +125,12 @@ class CodexSession(SessionParser):
         """Whether a turn is in progress (not completed yet)."""
         return self._open is not None
 
+    @property
+    def settle_ready(self) -> bool:
+        """Whether the open turn was opened by a ``user_message`` and its reply is written, no call waiting."""
+        turn = self._open
+        return turn is not None and turn.legacy and turn.answered()
+
     def settle(self) -> list[HostTurn]:
         """The open turn of a rollout that writes no ``task_complete``, once its reply is written.
 
@@ -132,7 +138,7 @@ class CodexSession(SessionParser):
         ``turn_aborted``), so the file being final says nothing about it.
         """
         turn = self._open
-        if turn is None or not turn.legacy or not turn.answered():
+        if turn is None or not self.settle_ready:
             return []
         self._open = None
         return self._end(self._last_number, turn, ANSWERED, turn.last_micros)

@@ -67,6 +67,20 @@ class SessionParser(ABC):
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
         """The turns one parsed line (line ``number``, a JSON object) completes."""
 
+    @property
+    def turn_ended(self) -> bool:
+        """Whether the host has marked the open turn's end and only lines of its last message may follow.
+
+        Such a turn is settled after a short quiet instead of the whole settle time: a message's lines
+        are written together.
+        """
+        return False
+
+    @property
+    def settle_ready(self) -> bool:
+        """Whether ``settle()`` now would end the open turn (a question only: nothing changes)."""
+        return False
+
     def settle(self) -> list[HostTurn]:
         """The turns that end because the file is final: the host will write nothing more to it now.
 

@@ -18,7 +18,9 @@ applies a repeated turn once).
 
 Settling (``settle``, seconds): a file that has not grown for that long is final for now, and its
 parser's ``settle()`` is called after its last line: the turns it returns (an open turn that has its
-reply) are sent like the turns of a line, after that line's (``Line.settle``). A one-shot run settles
+reply) are sent like the turns of a line, after that line's (``Line.settle``). A turn the host has
+marked ended (``SessionParser.turn_ended``: an ``end_turn`` message whose later lines may still come)
+is settled after ``ENDED_TURN_QUIET`` seconds instead. A one-shot run settles
 a file whose modification time is that old when it is read (``0``: every file); a follower settles a
 file once it has been idle that long, and reads on with the same parser when it grows again. The
 state records the lines after which a settle's turns were acknowledged (``settled``) and whether the
@@ -50,6 +52,9 @@ MAX_TRANSCRIPT_LINE_BYTES = 64 * 1024 * 1024
 SESSION_POLL_INTERVAL = 0.5
 RESCAN_INTERVAL = 2.0
 EVICT_AFTER = 300.0
+#: Seconds of quiet after which a turn whose last message carried the host's end mark (``end_turn``) is
+#: settled: the message's block lines are written together, so only a crash mid-message waits longer.
+ENDED_TURN_QUIET = 2.0
 
 
 @dataclass(slots=True)
@@ -173,8 +178,13 @@ class SessionFiles:
         t.parser = self._new_parser(self.format, t.path)
         return True
 
-    def _settle_due(self, mtime: float) -> bool:
-        return self.settle is not None and time.time() - mtime >= self.settle
+    def _settle_due(self, mtime: float, t: _Tracked | None = None) -> bool:
+        if self.settle is None:
+            return False
+        idle = time.time() - mtime
+        if t is not None and t.parser is not None and t.parser.turn_ended:
+            return idle >= min(self.settle, ENDED_TURN_QUIET)
+        return idle >= self.settle
 
     def _unchanged(self, t: _Tracked, st: os.stat_result) -> bool:
         now = (FileId.of(st), st.st_size)
@@ -210,7 +220,7 @@ class SessionFiles:
                 continue
             t.mtime = st.st_mtime
             if self._unchanged(t, st):
-                if t.parser is not None and self._settle_due(t.mtime):
+                if t.parser is not None and self._settle_due(t.mtime, t):
                     yield from self._settle(t)  # following: idle for the settle time since the last read
                 continue
             if t.reader is None and not self._activate(t):
@@ -218,7 +228,7 @@ class SessionFiles:
             assert t.reader is not None
             yield from self._read(t)
             # idle before the read and still after it (a file that grew while it was read is not)
-            if self._settle_due(t.mtime) and self._settle_due(self._mtime(path, t.mtime)):
+            if self._settle_due(t.mtime, t) and self._settle_due(self._mtime(path, t.mtime), t):
                 yield from self._settle(t)
             t.active_at = time.monotonic()
             size = t.reader.size()

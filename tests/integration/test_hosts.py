@@ -181,7 +181,7 @@ def test_follow_picks_up_growing_and_new_sessions_and_resumes(
     with open(session, "a") as f:
         f.write(claude_line("user", "u2", "a1", "second?") + claude_line("assistant", "a2", "u2", "second."))
     resumed = cli(kafka_bootstrap, kafka_topic_name, "ingest", "--format", "claude-code", str(tmp_path / "projects"),
-                  "--follow", "--state", str(state), "--max-idle", "1", "--poll-interval", "0.05")
+                  "--follow", "--state", str(state), "--max-idle", "3", "--poll-interval", "0.05")  # > ENDED_TURN_QUIET
     assert resumed.returncode == 0, resumed.stderr
     records = read_topic(kafka_bootstrap, kafka_topic_name)
     assert sorted((r.turn.thread, r.turn.turn_id, r.turn.seq) for r in records) == [
@@ -239,7 +239,8 @@ def test_codex_hook_from_the_stop_payload_and_from_notify(
     hook = ["hook", "codex", "--state-dir", str(tmp_path / "hooks")]
     result = cli(kafka_bootstrap, kafka_topic_name, *hook, stdin=stop, CODEX_HOME=str(home))
     assert (result.returncode, result.stdout) == (0, ""), result.stderr
-    assert [r.turn.turn_id for r in read_topic(kafka_bootstrap, kafka_topic_name)] == ["t-1", "t-2", "t-4"]
+    # t-3 was interrupted (turn_aborted): a turn too, with turn.outcome interrupted
+    assert [r.turn.turn_id for r in read_topic(kafka_bootstrap, kafka_topic_name)] == ["t-1", "t-2", "t-3", "t-4"]
     notify = json.dumps({"type": "agent-turn-complete", "thread-id": "019a0000-0000-7000-8000-000000000002",
                          "turn-id": "b-5", "cwd": "/work/svc", "input-messages": ["Three, in lib."],
                          "last-assistant-message": "3 in lib"})

@@ -48,18 +48,19 @@ def sent_ids(sender: FakeSender) -> list[str]:
 
 
 def test_one_shot_reads_every_session_and_resumes_without_sending_again(tmp_path: Path) -> None:
+    # settle=0: every file is final (an end_turn message at a file's end ends its turn only then)
     root = tmp_path / "projects"
     shutil.copytree(FIXTURES / "claude-code" / "projects", root)
     state = str(tmp_path / "state.json")
     sender = FakeSender()
-    ingest, decoder = run(SessionFiles("claude-code", [str(root)]), sender, state)
+    ingest, decoder = run(SessionFiles("claude-code", [str(root)], settle=0.0), sender, state)
     ingest.run()
     assert len(sender.sent) == 13 and decoder.skipped == 1  # the corrupt line, reported with file and line
     saved = load_session_states(state, format="claude-code")
     assert len(saved) == 4
     # again: nothing new is sent, and the unchanged files are not even read
     again = FakeSender()
-    files = SessionFiles("claude-code", [str(root)], states=saved)
+    files = SessionFiles("claude-code", [str(root)], states=saved, settle=0.0)
     ingest, _ = run(files, again, state, saved)
     ingest.run()
     assert again.sent == []
@@ -72,7 +73,7 @@ def test_one_shot_reads_every_session_and_resumes_without_sending_again(tmp_path
                 reply("w-a3", "Yes, third.", "w-u3", "c1a1e000-0000-4000-8000-000000000004"))
     third = FakeSender()
     saved = load_session_states(state, format="claude-code")
-    ingest, _ = run(SessionFiles("claude-code", [str(root)], states=saved), third, state, saved)
+    ingest, _ = run(SessionFiles("claude-code", [str(root)], states=saved, settle=0.0), third, state, saved)
     ingest.run()
     assert sent_ids(third) == ["w-u2", "w-u3"]  # w-u2 completed once its last line got its newline
 
@@ -83,14 +84,14 @@ def test_following_many_files_keeps_none_open_and_picks_up_new_ones(tmp_path: Pa
         d = root / f"p{i % 7}"
         d.mkdir(parents=True, exist_ok=True)
         (d / f"s{i}.jsonl").write_bytes(prompt(f"u{i}", "q", None, f"s{i}") + reply(f"a{i}", "r", f"u{i}", f"s{i}"))
-    files = SessionFiles("claude-code", [str(root)], follow=True, poll_interval=0.01, rescan_interval=0.0)
+    files = SessionFiles("claude-code", [str(root)], follow=True, poll_interval=0.01, rescan_interval=0.0, settle=0.0)
     sender = FakeSender()
     ingest, _ = run(files, sender)
     fds_before = len(os.listdir("/proc/self/fd"))
     lines = list(files.lines())
     for line in lines:
         ingest._handle(line)
-    assert len(lines) == 600 and len(sender.sent) == 300
+    assert len([ln for ln in lines if not ln.settle]) == 600 and len(sender.sent) == 300
     assert len(os.listdir("/proc/self/fd")) <= fds_before  # every file closed again after its read
     # a new session appears, an old one grows with a partial line, one is deleted
     (root / "p0" / "new.jsonl").write_bytes(prompt("n1", "new?", None, "new") + reply("n2", "yes", "n1", "new"))
@@ -112,7 +113,7 @@ def test_following_many_files_keeps_none_open_and_picks_up_new_ones(tmp_path: Pa
 def test_a_replaced_or_truncated_file_is_read_again_from_its_start(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(prompt("u1", "one", None) + reply("a1", "1", "u1"))
-    files = SessionFiles("claude-code", [str(path)], follow=True, poll_interval=0.01)
+    files = SessionFiles("claude-code", [str(path)], follow=True, poll_interval=0.01, settle=0.0)
     sender = FakeSender()
     ingest, _ = run(files, sender)
     for line in files.lines():
@@ -142,7 +143,7 @@ def test_a_huge_tool_output_line_is_read_and_not_rendered(tmp_path: Path) -> Non
                        "message": {"id": "m", "content": [{"type": "tool_use", "id": "x", "name": "Bash", "input": {"command": "cat big"}}]}}).encode() + b"\n"
     path.write_bytes(prompt("u1", "cat it", None) + tool + big + reply("a", "It is big.", "r"))
     sender = FakeSender()
-    ingest, decoder = run(SessionFiles("claude-code", [str(path)]), sender)
+    ingest, decoder = run(SessionFiles("claude-code", [str(path)], settle=0.0), sender)
     ingest.run()
     (turn,) = [p.turn for p in sender.sent]
     assert decoder.skipped == 0 and "- Bash: cat big" in turn.body and "yyyy" not in turn.body
