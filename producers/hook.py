@@ -188,7 +188,7 @@ def _run(args: argparse.Namespace, started: float, timeout: float) -> int:
         print(message, file=sys.stderr, flush=True)
 
     # The host calls its Stop hook after the turn is written: the transcript is final for now (settle 0).
-    files = SessionFiles(format, [path], follow=False, states=saved, notice=notice, settle=0.0)
+    files = SessionFiles(format, [path], follow=False, states=saved, notice=notice, settle=0.0, final=True)
     remaining = timeout - (time.monotonic() - started)
     with TurnProducer(
         servers,

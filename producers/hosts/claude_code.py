@@ -295,10 +295,19 @@ class ClaudeCodeSession(SessionParser):
         open_ = self._open
         return open_ is not None and (open_.ended is not None or open_.answered())
 
-    def settle(self) -> list[HostTurn]:
-        """The open turn, when the file is final and the model had answered it (or ended its message)."""
+    def settle(self, final: bool = False) -> list[HostTurn]:
+        """The open turn, when the file is final and the model had answered it (or ended its message).
+
+        ``final`` (the Stop hook's call: Claude Code calls it once the turn's lines are written, before
+        its ``stop_hook_summary``): the open turn ends as that line would end it, once the model has
+        written anything for it (a turn can end on a tool result with no closing text).
+        """
         open_ = self._open
-        if open_ is None or not self.settle_ready:
+        if open_ is None:
+            return []
+        if final and open_.order and not self.settle_ready:
+            return self._complete(self._last_number, ABORTED if open_.api_error else ANSWERED)
+        if not self.settle_ready:
             return []
         return self._complete(self._last_number, self._outcome(open_))
 

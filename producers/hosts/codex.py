@@ -131,11 +131,11 @@ class CodexSession(SessionParser):
         turn = self._open
         return turn is not None and turn.legacy and turn.answered()
 
-    def settle(self) -> list[HostTurn]:
+    def settle(self, final: bool = False) -> list[HostTurn]:
         """The open turn of a rollout that writes no ``task_complete``, once its reply is written.
 
         A started turn (``task_started``) always ends with a line of its own (``task_complete`` or
-        ``turn_aborted``), so the file being final says nothing about it.
+        ``turn_aborted``), so the file being final says nothing about it, even from a hook (``final``).
         """
         turn = self._open
         if turn is None or not self.settle_ready:

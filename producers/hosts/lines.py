@@ -81,13 +81,15 @@ class SessionParser(ABC):
         """Whether ``settle()`` now would end the open turn (a question only: nothing changes)."""
         return False
 
-    def settle(self) -> list[HostTurn]:
+    def settle(self, final: bool = False) -> list[HostTurn]:
         """The turns that end because the file is final: the host will write nothing more to it now.
 
         Called when a file has not grown for the settle time (a one-shot import or a follower) and by
         a host's stop hook (the host calls it after the turn is written). A host whose open turn has a
-        reply and no pending tool call completes it here; otherwise nothing. Afterwards the parser
-        reads on as if the open turn had ended, so a later line never completes it twice.
+        reply and no pending tool call completes it here; otherwise nothing. ``final``: the host itself
+        said the turn is over (its Stop hook was called): a host whose stop hook runs after the turn's
+        lines ends the open turn however it ends, as the line the host writes next would. Afterwards the
+        parser reads on as if the open turn had ended, so a later line never completes it twice.
         """
         return []
 

@@ -114,12 +114,15 @@ class SessionFiles:
         rescan_interval: float = RESCAN_INTERVAL,
         evict_after: float = EVICT_AFTER,
         settle: float | None = None,
+        final: bool = False,
         parsers: Callable[[str, str], SessionParser] = new_parser,
     ) -> None:
         """``settle``: seconds without growth after which a file is final for now (``None``: never);
+        ``final``: a settle is the host's own word that its turn is over (a Stop hook's call);
         ``parsers(format, path)``: a fresh parser for a file."""
         self.format = format
         self.settle = settle
+        self.final = final
         self._new_parser = parsers
         self.roots = [os.path.abspath(r) for r in roots]
         self.path = ", ".join(roots)
@@ -352,7 +355,7 @@ class SessionDecoder:
 
     def _settled(self, line: Line, tracked: _Tracked, parser: SessionParser) -> list[TurnRecord]:
         """What settling the parser after ``line`` returns; nothing to send when an earlier run sent it."""
-        host_turns = parser.settle()
+        host_turns = parser.settle(final=self.files.final)
         for problem in parser.problems:
             self._skip(line, "turn_left_out", problem)
         parser.problems.clear()

@@ -308,5 +308,5 @@ def test_a_hook_called_before_each_stop_hook_summary_sends_what_a_later_reader_s
         if entry.get("subtype") != "stop_hook_summary":
             continue
         parser = ClaudeCodeSession("S")
-        hooked = feed(parser, lines[:cut]) + parser.settle()
+        hooked = feed(parser, lines[:cut]) + parser.settle(final=True)  # as the hook settles
         assert key(full[: len(hooked)]) == key(hooked)
