@@ -37,6 +37,7 @@ from throughline.log import DEFAULT_PARTITIONS
 from throughline.producers import hook
 from throughline.producers.exceptions import IngestStateError, LinesRejectedError
 from throughline.producers.hosts.files import FORMATS, default_roots
+from throughline.producers.hosts.registry import adapter as host_adapter
 from throughline.producers.ingest import (
     POLL_INTERVAL,
     Ingest,
@@ -215,7 +216,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
     if state_path and not args.state:
         _notice(f"resume state: {state_path}")
     poll = SESSION_POLL_INTERVAL if args.poll_interval is None else args.poll_interval
-    files = SessionFiles(args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=_notice)
+    files = _session_source(args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll))
     decoder = SessionDecoder(files, warn=_notice, producer_name=INGEST_PRODUCER_NAME, producer_version=PRODUCER_VERSION)
     stop = threading.Event()
     label = " ".join(roots)
@@ -250,6 +251,14 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
         f"{decoder.skipped} lines skipped"
     )
     return _exit_code(args, bool(signals.signals), stats, f"{stats.rejected} turns refused by the broker (see the lines above)")
+
+
+def _session_source(format: str, roots: list[str], **options: Any) -> Any:
+    """The line source of a host format: its files (``SessionFiles``), or the adapter's own for a row store."""
+    host = host_adapter(format)
+    if host.reads == "rows":
+        return host.open_source(roots, notice=_notice, **options)
+    return SessionFiles(format, roots, notice=_notice, **options)
 
 
 def _notice(message: str) -> None:

@@ -1,0 +1,246 @@
+"""OpenCode's SQLite store read as a line source: each session a list of immutable records (``opencode``).
+
+The store is opened read-only through SQLite's URI (``file:...?mode=ro``), so the running OpenCode is
+never locked out: SQLite readers take no write lock, and in WAL mode (OpenCode's) a reader sees the last
+committed transaction without blocking the writer. Each session is presented as a ``Line`` stream, named
+``<store>#<session id>``: record N is the session's N-th final message (with its parts), as JSON, so the
+ingest loop, the resume state and the parser treat it as they treat a line file (``Line.end`` is the
+record's number: the state records how many records of each session the broker acknowledged, and the
+SHA-256 of the last, checked before anything is skipped on resume).
+
+Following polls the store, never reads it whole again: every ``poll_interval`` it asks which sessions
+have ``message`` or ``part`` rows updated at or after the last ``time_updated`` it saw (the
+watermark; both tables are indexed by session), and reads only their messages after the last one it
+presented (by ``(time_created, id)``, the order of OpenCode's own index). A message is presented once
+final (``opencode`` says when); rows deleted after they were presented (OpenCode deletes reverted
+messages when the next prompt is sent) become a ``removed`` record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from throughline.errors import InputError
+from throughline.producers.hosts.adapter import HostAdapter
+from throughline.producers.hosts.lines import SessionParser
+from throughline.producers.ingest.state import FileId, IngestState
+from throughline.producers.ingest.tail import Line
+
+__all__ = ["OpenCodeSource", "connect_read_only"]
+
+_BUSY_TIMEOUT_S = 1.0
+
+
+def connect_read_only(path: str) -> sqlite3.Connection:
+    """A read-only connection to an SQLite file that never takes a write lock (``mode=ro`` URI)."""
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S, check_same_thread=False)
+    conn.execute("PRAGMA query_only = 1")
+    return conn
+
+
+@dataclass(slots=True)
+class _Session:
+    path: str  # "<store>#<session id>"
+    store: str
+    id: str
+    parser: SessionParser
+    saved: IngestState | None
+    skip_to: int = 0
+    count: int = 0  # records presented
+    last: tuple[int, str] | None = None  # (time_created, id) of the last message presented
+    presented: list[str] = field(default_factory=list)  # the ids of the messages presented, in order
+
+
+@dataclass(slots=True)
+class _Store:
+    path: str
+    conn: sqlite3.Connection
+    file: FileId
+    watermark: int | None = None  # the latest time_updated seen (None: nothing read yet)
+
+
+class OpenCodeSource:
+    """The sessions of OpenCode stores as one line source (``SessionFiles``'s shape; one thread uses it)."""
+
+    blocking = False
+
+    def __init__(
+        self,
+        adapter: HostAdapter,
+        roots: list[str],
+        *,
+        follow: bool = False,
+        states: Mapping[str, IngestState] | None = None,
+        poll_interval: float = 0.5,
+        notice: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self.adapter = adapter
+        self.format = adapter.name
+        self.roots = [os.path.abspath(r) for r in roots]
+        self.path = ", ".join(roots)
+        self.follow = follow
+        self.eof = False
+        self.poll_interval = poll_interval
+        self.tracked: dict[str, _Session] = {}
+        self.covered_end: Callable[[str], int | None] = lambda path: None
+        self._states = dict(states or {})
+        self._notice = notice
+        self._stores: dict[str, _Store] = {}
+        for root in self.roots:
+            if not os.path.exists(root):
+                if not follow:
+                    raise InputError(f"{root}: no such file or directory", code="file_not_found")
+                notice(f"{root}: does not exist yet; waiting for it")
+        self._scan()
+
+    def _scan(self) -> None:
+        for root in self.roots:
+            for path in self.adapter.session_files(root):
+                if path in self._stores:
+                    continue
+                try:
+                    conn = connect_read_only(path)
+                    conn.execute("SELECT 1 FROM message LIMIT 1").fetchall()
+                    self._stores[path] = _Store(path, conn, FileId.of(os.stat(path)))
+                except (sqlite3.Error, OSError) as exc:
+                    self._notice(f"{path}: not an OpenCode store ({exc}); skipped")
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def _changed(self, store: _Store) -> list[str]:
+        """The sessions with rows updated since the watermark (every session on the first read)."""
+        if store.watermark is None:
+            rows = store.conn.execute("SELECT id, time_updated FROM session ORDER BY id").fetchall()
+            newest = store.conn.execute(
+                "SELECT max(m), max(p) FROM (SELECT max(time_updated) AS m FROM message), "
+                "(SELECT max(time_updated) AS p FROM part)"
+            ).fetchone()
+            store.watermark = max([0, *(v for v in newest if v is not None), *(r[1] or 0 for r in rows)])
+            return [r[0] for r in rows]
+        mark = store.watermark
+        rows = store.conn.execute(
+            "SELECT session_id, max(time_updated) FROM message WHERE time_updated >= ? GROUP BY session_id "
+            "UNION ALL SELECT session_id, max(time_updated) FROM part WHERE time_updated >= ? GROUP BY session_id "
+            "UNION ALL SELECT id, time_updated FROM session WHERE time_updated >= ?",
+            (mark, mark, mark),
+        ).fetchall()
+        store.watermark = max([mark, *(r[1] or 0 for r in rows)])
+        return sorted({r[0] for r in rows})
+
+    def _session(self, store: _Store, session_id: str) -> _Session:
+        path = f"{store.path}#{session_id}"
+        s = self.tracked.get(path)
+        if s is None:
+            saved = self._states.get(path)
+            s = self.tracked[path] = _Session(
+                path, store.path, session_id, self.adapter.new_parser(path), saved
+            )
+        return s
+
+    def _records(self, store: _Store, s: _Session) -> list[dict[str, Any]]:
+        """The session's records not presented yet (its final messages after the last one, and removals)."""
+        row = store.conn.execute(
+            "SELECT id, directory, parent_id FROM session WHERE id = ?", (s.id,)
+        ).fetchone()
+        if row is None:
+            return []
+        session = {"id": row[0], "directory": row[1], "parent_id": row[2]}
+        out: list[dict[str, Any]] = []
+        if s.presented:
+            present = {
+                r[0] for r in store.conn.execute("SELECT id FROM message WHERE session_id = ?", (s.id,))
+            }
+            removed = [m for m in s.presented if m not in present]
+            if removed:
+                out.append({"session": session, "removed": removed})
+                s.presented = [m for m in s.presented if m in present]
+        after = s.last or (-1, "")
+        rows = store.conn.execute(
+            "SELECT id, time_created, data FROM message WHERE session_id = ? "
+            "AND (time_created > ? OR (time_created = ? AND id > ?)) ORDER BY time_created, id",
+            (s.id, after[0], after[0], after[1]),
+        ).fetchall()
+        for i, (message_id, created, data) in enumerate(rows):
+            try:
+                message = json.loads(data)
+            except ValueError:
+                message = {}
+            if not isinstance(message, dict):
+                message = {}
+            if not self._final(message, later=i + 1 < len(rows)):
+                break  # presented in order: nothing after a message still being written
+            message["id"] = message_id
+            parts = []
+            for part_id, part_data in store.conn.execute(
+                "SELECT id, data FROM part WHERE message_id = ? ORDER BY id", (message_id,)
+            ):
+                try:
+                    part = json.loads(part_data)
+                except ValueError:
+                    continue
+                if isinstance(part, dict):
+                    part["id"] = part_id
+                    parts.append(part)
+            out.append({"session": session, "message": message, "parts": parts})
+            s.last = (created, message_id)
+            s.presented.append(message_id)
+        return out
+
+    @staticmethod
+    def _final(message: Mapping[str, Any], *, later: bool) -> bool:
+        if message.get("role") == "assistant":
+            time = message.get("time")
+            return bool(message.get("error")) or (isinstance(time, Mapping) and bool(time.get("completed")))
+        return later  # a user message (and its parts) is complete once OpenCode has written the next message
+
+    def _lines(self, store: _Store, s: _Session, records: list[dict[str, Any]]) -> Iterator[Line]:
+        encoded = [
+            json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() for r in records
+        ]
+        if s.count == 0 and s.saved is not None:
+            n = s.saved.offset
+            fits = s.saved.file == store.file and n <= len(encoded)
+            fits = fits and (n == 0 or s.saved.line_sha256 in (None, hashlib.sha256(encoded[n - 1]).digest()))
+            if fits:
+                s.skip_to = n
+            else:
+                self._notice(f"{s.path}: the store no longer holds the saved record; sending its turns again")
+        for data in encoded:
+            s.count += 1
+            yield Line(s.count, data, s.count, store.file, start=s.count - 1, path=s.path)
+
+    def lines(self) -> Iterator[Line]:
+        """The records presented now, session by session."""
+        if self.follow:
+            self._scan()
+        for store in list(self._stores.values()):
+            try:
+                for session_id in self._changed(store):
+                    s = self._session(store, session_id)
+                    yield from self._lines(store, s, self._records(store, s))
+            except sqlite3.Error as exc:  # busy or mid-migration: the next poll tries again
+                self._notice(f"{store.path}: {exc}; read again at the next poll")
+        if not self.follow:
+            self.eof = True
+
+    def check_file(self) -> Iterator[Line]:
+        """Nothing to do between polls (new stores are found in ``lines``)."""
+        return iter(())
+
+    def parser_of(self, line: Line) -> tuple[_Session, SessionParser] | None:
+        """The session a record belongs to and its parser."""
+        s = self.tracked.get(line.path)
+        return (s, s.parser) if s is not None else None
+
+    def close(self) -> None:
+        """Close every store."""
+        for store in self._stores.values():
+            store.conn.close()
