@@ -21,8 +21,12 @@ INSTALL_TIMEOUT_S = 900.0
 RUN_TIMEOUT_S = 120.0
 
 
-def run(argv: list[str], env: dict[str, str], stdin: str | None = None, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, input=stdin, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+def run(
+    argv: list[str], env: dict[str, str], stdin: str | None = None, timeout: float = RUN_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, input=stdin, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def test_an_adapter_installed_from_its_own_distribution_ingests_and_hooks_through_a_broker(
@@ -45,7 +49,11 @@ def test_an_adapter_installed_from_its_own_distribution_ingests_and_hooks_throug
     home = tmp_path / "toychat"
     (home / "sessions").mkdir(parents=True)
     shutil.copy(EXAMPLE / "tests" / "fixtures" / "s1.jsonl", home / "sessions" / "s1.jsonl")
-    env.update(THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap, THROUGHLINE_TOPIC=kafka_topic_name, TOYCHAT_HOME=str(home))
+    env.update(
+        THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        THROUGHLINE_TOPIC=kafka_topic_name,
+        TOYCHAT_HOME=str(home),
+    )
     env.pop("THROUGHLINE_DB", None)
     ingested = run([cli, "ingest", "--format", "toychat"], env)  # the adapter's default root
     assert ingested.returncode == 0, ingested.stderr
@@ -55,7 +63,9 @@ def test_an_adapter_installed_from_its_own_distribution_ingests_and_hooks_throug
 
     # the host's stop hook: the open turn (p-4, after a rewind to p-2) is final now
     payload = json.dumps({"transcript_path": str(home / "sessions" / "s1.jsonl"), "session_id": "s1"})
-    hooked = run(["sh", "-c", f"{cli} hook toychat --wait 0.2 --state-dir {tmp_path / 'hooks'}"], env, stdin=payload)
+    hooked = run(
+        ["sh", "-c", f"{cli} hook toychat --wait 0.2 --state-dir {tmp_path / 'hooks'}"], env, stdin=payload
+    )
     assert (hooked.returncode, hooked.stdout) == (0, ""), hooked.stderr
     records = read_topic(kafka_bootstrap, kafka_topic_name)
     seqs = {r.turn.turn_id: r.turn.seq for r in records}

@@ -47,9 +47,15 @@ def add_message(conn: sqlite3.Connection, m: dict[str, Any], updated: int | None
     """One ``message`` row and its ``part`` rows, in one transaction (as OpenCode's writes are)."""
     at = updated or m["created"]
     conn.execute("BEGIN")
-    conn.execute("INSERT INTO message VALUES (?, ?, ?, ?, ?)", (m["id"], m["session"], m["created"], at, json.dumps(m["data"])))
+    conn.execute(
+        "INSERT INTO message VALUES (?, ?, ?, ?, ?)",
+        (m["id"], m["session"], m["created"], at, json.dumps(m["data"])),
+    )
     for p in m["parts"]:
-        conn.execute("INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)", (p["id"], m["id"], m["session"], m["created"], at, json.dumps(p["data"])))
+        conn.execute(
+            "INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)",
+            (p["id"], m["id"], m["session"], m["created"], at, json.dumps(p["data"])),
+        )
     conn.execute("COMMIT")
 
 

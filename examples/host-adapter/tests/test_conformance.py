@@ -24,7 +24,12 @@ class TestToyChat(HostAdapterContract):
 
     def expected_turns(self, session: str) -> list[tuple[str, int, str]]:
         # p-4 is the open turn settle() completes; the rewind to p-2 makes it seq 2
-        return [("p-1", 1, "answered"), ("p-2", 2, "interrupted"), ("p-3", 3, "answered"), ("p-4", 2, "answered")]
+        return [
+            ("p-1", 1, "answered"),
+            ("p-2", 2, "interrupted"),
+            ("p-3", 3, "answered"),
+            ("p-4", 2, "answered"),
+        ]
 
     def has_rewinds(self) -> bool:
         return True

@@ -64,7 +64,11 @@ class ToyChatSession(SessionParser):
         """The turns one line completes."""
         event, at = entry.get("event"), timestamp_micros(entry.get("at"))
         if event == "prompt":
-            turn_id, cwd, text = nonempty_str(entry.get("id")), nonempty_str(entry.get("cwd")), entry.get("text")
+            turn_id, cwd, text = (
+                nonempty_str(entry.get("id")),
+                nonempty_str(entry.get("cwd")),
+                entry.get("text"),
+            )
             if turn_id is None or cwd is None or not isinstance(text, str):
                 self.problems.append(f"line {number}: a prompt without id, cwd or text; left out")
                 return []
@@ -100,10 +104,24 @@ class ToyChatSession(SessionParser):
         del self.chain[turn.seq - 1 :]
         self.chain.append(turn.turn_id)
         body, attributes = render_body(turn.prompt, turn.tools, turn.reply)
-        return [HostTurn(host=HOST, thread=self.thread, project=turn.project, turn_id=turn.turn_id,
-                         completed_at_micros=completed, body=body, seq=turn.seq, line=number,
-                         attributes={"ingest.format": HOST, "ingest.line": str(number),
-                                     OUTCOME_ATTRIBUTE: outcome, **attributes})]
+        return [
+            HostTurn(
+                host=HOST,
+                thread=self.thread,
+                project=turn.project,
+                turn_id=turn.turn_id,
+                completed_at_micros=completed,
+                body=body,
+                seq=turn.seq,
+                line=number,
+                attributes={
+                    "ingest.format": HOST,
+                    "ingest.line": str(number),
+                    OUTCOME_ATTRIBUTE: outcome,
+                    **attributes,
+                },
+            )
+        ]
 
 
 class ToyChatHost(HostAdapter):
