@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from throughline.producers.ingest.tail import Line
 __all__ = ["OpenCodeSource", "connect_read_only"]
 
 _BUSY_TIMEOUT_S = 1.0
+#: A session whose newest row is older than this when it is read is not read again for that row.
+SAME_TIME_WINDOW_MS = 2000
 
 
 def connect_read_only(path: str) -> sqlite3.Connection:
@@ -65,6 +68,9 @@ class _Store:
     conn: sqlite3.Connection
     file: FileId
     watermark: int | None = None  # the latest time_updated seen (None: nothing read yet)
+    seen: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # session -> (newest time_updated, read at)
 
 
 class OpenCodeSource:
@@ -117,23 +123,28 @@ class OpenCodeSource:
 
     def _changed(self, store: _Store) -> list[str]:
         """The sessions with rows updated since the watermark (every session on the first read)."""
-        if store.watermark is None:
-            rows = store.conn.execute("SELECT id, time_updated FROM session ORDER BY id").fetchall()
-            newest = store.conn.execute(
-                "SELECT max(m), max(p) FROM (SELECT max(time_updated) AS m FROM message), "
-                "(SELECT max(time_updated) AS p FROM part)"
-            ).fetchone()
-            store.watermark = max([0, *(v for v in newest if v is not None), *(r[1] or 0 for r in rows)])
-            return [r[0] for r in rows]
-        mark = store.watermark
+        mark = store.watermark or 0  # the first read: every session
         rows = store.conn.execute(
             "SELECT session_id, max(time_updated) FROM message WHERE time_updated >= ? GROUP BY session_id "
             "UNION ALL SELECT session_id, max(time_updated) FROM part WHERE time_updated >= ? GROUP BY session_id "
             "UNION ALL SELECT id, time_updated FROM session WHERE time_updated >= ?",
             (mark, mark, mark),
         ).fetchall()
-        store.watermark = max([mark, *(r[1] or 0 for r in rows)])
-        return sorted({r[0] for r in rows})
+        newest: dict[str, int] = {}
+        for session_id, updated in rows:
+            newest[session_id] = max(newest.get(session_id, 0), updated or 0)
+        store.watermark = max([mark, *newest.values()])
+        now = int(time.time() * 1000)
+        changed = []
+        for session_id, updated in sorted(newest.items()):
+            seen = store.seen.get(session_id)
+            # ``>=`` finds again the rows at the watermark: a session read well after its newest row's time
+            # is not read again for them (a write in that same millisecond would have come before the read)
+            if seen is not None and seen[0] == updated and seen[1] > updated + SAME_TIME_WINDOW_MS:
+                continue
+            store.seen[session_id] = (updated, now)
+            changed.append(session_id)
+        return changed
 
     def _session(self, store: _Store, session_id: str) -> _Session:
         path = f"{store.path}#{session_id}"
