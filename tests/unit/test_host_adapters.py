@@ -57,6 +57,9 @@ class TestQwenCode(HostAdapterContract):
     def injected_texts(self) -> list[str]:
         return ["Background task bg-1 finished.", "Check it runs."]
 
+    def hook_points(self, session: str) -> list[int]:
+        return [4, 7, 10, 12]  # after each reply that ends the host's agent loop
+
     def expected_turns(self, session: str) -> list[tuple[str, int, str]]:
         return expected("qwen-code")
 
@@ -74,6 +77,9 @@ class TestGeminiCli(HostAdapterContract):
     def injected_texts(self) -> list[str]:
         return ["<session_context>", "/model", "Model set to"]
 
+    def hook_points(self, session: str) -> list[int]:
+        return [7, 12, 14, 16, 19]  # after each reply that ends the host's agent loop
+
     def expected_turns(self, session: str) -> list[tuple[str, int, str]]:
         return expected("gemini-cli")
 
@@ -90,6 +96,9 @@ class TestCopilotCli(HostAdapterContract):
 
     def injected_texts(self) -> list[str]:
         return ["pdf skill", "<current_datetime>"]
+
+    def hook_points(self, session: str) -> list[int]:
+        return [10, 20]  # after each reply that ends the host's agent loop
 
     def expected_turns(self, session: str) -> list[tuple[str, int, str]]:
         return expected("copilot-cli")

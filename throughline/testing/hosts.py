@@ -19,7 +19,8 @@ An adapter's own test suite subclasses it, names its fixtures and runs with pyte
 
 The checks: the adapter is well formed (name, ``reads``, roots, hook); parsing is deterministic; the
 prefix property (the turns of any prefix of a session are the first turns of the whole session, so a hook
-that stops early and a follower that reads on agree); ``settle`` is final (a second call adds nothing); a
+that stops early and a follower that reads on agree), and at the points where the host's stop hook runs
+a hook that ``settle``s and a follower send the same turns; ``settle`` is final (a second call adds nothing); a
 record that is not JSON is a typed error and loses no turn; every turn has a thread, a project, a
 completedAt and a valid ``turn.outcome``; bodies are rendered within ``MAX_BODY_BYTES``; injected
 context never becomes a prompt; rewinds, where the fixtures hold one, rewind seq; and the turns expected.
@@ -107,6 +108,14 @@ class HostAdapterContract(abc.ABC):
         """Whether a fixture holds a rewind (then some turn's seq must not be past its thread's tip)."""
         return False
 
+    def hook_points(self, session: str) -> list[int]:
+        """How many records the session held each time the host's stop hook would have run (none: not checked).
+
+        At each, a hook reads that many records and ``settle()``s: it must send what a follower that reads
+        the whole session sends, or a turn a later turn of the whole session supersedes (a rewind).
+        """
+        return []
+
     # ---------------------------------------------------------------------------------------- helpers
 
     def turns(self, session: str, *, settle: bool = True) -> list[HostTurn]:
@@ -150,6 +159,25 @@ class HostAdapterContract(abc.ABC):
                 assert prefix == whole[: len(prefix)], f"{session}: the first {cut} records"
             settled = [turn_key(t) for t in self.turns(session)]
             assert settled[: len(whole)] == whole  # settle only adds the open turn, at the end
+
+    def test_a_hook_and_a_follower_agree(self) -> None:
+        adapter = self.adapter()
+        for session in self.sessions():
+            records = self.records(session)
+            whole = self.turns(session)
+            by_id = {t.turn_id: turn_key(t) for t in whole}
+            for point in self.hook_points(session):
+                for t in parse_records(adapter, session, records[:point]):
+                    if t.turn_id in by_id:
+                        assert turn_key(t) == by_id[t.turn_id], (
+                            f"{session}: the hook at record {point}, turn {t.turn_id}"
+                        )
+                        continue
+                    # a turn the whole session takes back: a later turn takes its place in the chain
+                    assert any(
+                        (w.thread, w.project) == (t.thread, t.project) and w.seq <= t.seq and w.line > point
+                        for w in whole
+                    ), f"{session}: the hook at record {point} sent {t.turn_id}, which nothing supersedes"
 
     def test_settle_is_final(self) -> None:
         adapter = self.adapter()

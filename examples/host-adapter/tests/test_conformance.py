@@ -31,5 +31,8 @@ class TestToyChat(HostAdapterContract):
             ("p-4", 2, "answered"),
         ]
 
+    def hook_points(self, session: str) -> list[int]:
+        return [5, 10, 13]  # ToyChat runs its stop hook after "done" (and after the last reply)
+
     def has_rewinds(self) -> bool:
         return True
