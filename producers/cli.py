@@ -37,7 +37,7 @@ from throughline.log import DEFAULT_PARTITIONS
 from throughline.producers import hook
 from throughline.producers.exceptions import IngestStateError, LinesRejectedError
 from throughline.producers.hosts.files import FORMATS, default_roots
-from throughline.producers.hosts.registry import adapter as host_adapter
+from throughline.producers.hosts.sources import session_source
 from throughline.producers.ingest import (
     POLL_INTERVAL,
     Ingest,
@@ -50,7 +50,6 @@ from throughline.producers.ingest import (
 from throughline.producers.ingest.sessions import (
     SESSION_POLL_INTERVAL,
     SessionDecoder,
-    SessionFiles,
     SessionsState,
 )
 from throughline.producers.ingest.state import load_session_states
@@ -216,7 +215,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
     if state_path and not args.state:
         _notice(f"resume state: {state_path}")
     poll = SESSION_POLL_INTERVAL if args.poll_interval is None else args.poll_interval
-    files = _session_source(args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll))
+    files = session_source(args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=_notice)
     decoder = SessionDecoder(files, warn=_notice, producer_name=INGEST_PRODUCER_NAME, producer_version=PRODUCER_VERSION)
     stop = threading.Event()
     label = " ".join(roots)
@@ -251,14 +250,6 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
         f"{decoder.skipped} lines skipped"
     )
     return _exit_code(args, bool(signals.signals), stats, f"{stats.rejected} turns refused by the broker (see the lines above)")
-
-
-def _session_source(format: str, roots: list[str], **options: Any) -> Any:
-    """The line source of a host format: its files (``SessionFiles``), or the adapter's own for a row store."""
-    host = host_adapter(format)
-    if host.reads == "rows":
-        return host.open_source(roots, notice=_notice, **options)
-    return SessionFiles(format, roots, notice=_notice, **options)
 
 
 def _notice(message: str) -> None:

@@ -65,6 +65,8 @@ class HostAdapter(ABC):
     reads: ClassVar[str] = "lines"
     #: The host event that runs ``throughline hook NAME`` (``None``: the host has no stop-like hook).
     hook_event: ClassVar[str | None] = None
+    #: Whether some session files are whole JSON documents the host rewrites (``is_document``).
+    has_documents: ClassVar[bool] = False
 
     @abstractmethod
     def default_roots(self, environ: Mapping[str, str]) -> list[str]:
@@ -155,6 +157,24 @@ class HostAdapter(ABC):
                 f"no {self.name} session {session} under {', '.join(self.default_roots(environ))}"
             )
         raise HookPayloadError("the hook payload names no transcript_path and no session id")
+
+    def is_document(self, path: str) -> bool:
+        """Whether a session file is one JSON document the host rewrites whole, not JSON Lines (default: no).
+
+        Such a file is read whole whenever it changes and presented as the records ``document_records``
+        gives (``records.DocumentSource``). Same thread and rules as ``is_session_file``; only asked when
+        ``has_documents`` is set.
+        """
+        return False
+
+    def document_records(self, document: Any) -> list[dict[str, Any]]:
+        """The records, in order, of a whole-document session (what the parser is fed, one per line).
+
+        Called from the ingest loop's thread each time the document changed; it must give the same
+        records for the same document, and the records of an earlier version as a prefix of a later one's
+        (else the session is read again from its start).
+        """
+        raise NotImplementedError(f"{self.name} has no whole-document sessions")
 
     def open_source(
         self,

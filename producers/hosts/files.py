@@ -45,8 +45,13 @@ def is_session_name(format: str, name: str) -> bool:
 
 
 def session_files(format: str, root: str) -> list[str]:
-    """The session files at ``root`` (itself when it is a file), sorted; none when it does not exist."""
-    return adapter(format).session_files(root)
+    """The JSON Lines session files at ``root`` (itself when it is one), sorted; none when it does not exist.
+
+    Whole-document sessions (``HostAdapter.is_document``) are left to ``records.DocumentSource``.
+    """
+    host = adapter(format)
+    found = host.session_files(root)
+    return [p for p in found if not host.is_document(p)] if host.has_documents else found
 
 
 def default_thread(format: str, path: str) -> str:

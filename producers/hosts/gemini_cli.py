@@ -30,6 +30,10 @@ Mapping:
   chain's turns whose prompts it holds, up to the first it does not (guess: compression restates the
   recorded messages).
 - A ``kind: "subagent"`` file is a subagent's own conversation: no turns.
+- Earlier versions wrote ``session-*.json``: the whole ``ConversationRecord`` (metadata and ``messages``),
+  rewritten at every message. The adapter presents it as its metadata then its messages
+  (``GeminiCliHost.document_records``), so the same parser reads it; a ``.json`` with a ``.jsonl``
+  beside it (converted when resumed) is left out.
 """
 
 from __future__ import annotations
@@ -208,6 +212,7 @@ class GeminiCliHost(HostAdapter):
     name = HOST
     summary = "Gemini CLI chat recordings (~/.gemini/tmp/*/chats)"
     hook_event = "AfterAgent"
+    has_documents = True
 
     def default_roots(self, environ: Mapping[str, str]) -> list[str]:
         """``$GEMINI_CLI_HOME/.gemini/tmp`` (``~/.gemini/tmp`` by default)."""
@@ -215,9 +220,32 @@ class GeminiCliHost(HostAdapter):
         return [os.path.join(base, ".gemini", "tmp")]
 
     def is_session_file(self, path: str) -> bool:
-        """``session-*.jsonl`` (a subagent's recording is named after its id, in a folder of its own)."""
+        """``session-*.jsonl``, and ``session-*.json`` of earlier versions (a subagent's recording is named
+        after its id, in a folder of its own)."""
         name = os.path.basename(path)
-        return name.startswith("session-") and name.endswith(".jsonl")
+        return name.startswith("session-") and name.endswith((".jsonl", ".json"))
+
+    def is_document(self, path: str) -> bool:
+        """``session-*.json``: a whole ``ConversationRecord`` the earlier versions rewrote at every message."""
+        return path.endswith(".json")
+
+    def session_files(self, root: str) -> list[str]:
+        """The recordings at ``root``, without a ``.json`` whose ``.jsonl`` exists (gemini-cli converts a
+        ``.json`` session to ``.jsonl`` when it is resumed, copying every message)."""
+        found = super().session_files(root)
+        kept = set(found)
+        return [p for p in found if not (p.endswith(".json") and p + "l" in kept)]
+
+    def document_records(self, document: Any) -> list[dict[str, Any]]:
+        """A ``ConversationRecord``'s metadata, then each of its messages: the lines a ``.jsonl`` holds."""
+        if not isinstance(document, Mapping):
+            return []
+        metadata = {k: v for k, v in document.items() if k != "messages"}
+        messages = document.get("messages")
+        records: list[dict[str, Any]] = [metadata]
+        if isinstance(messages, list):
+            records.extend(m for m in messages if isinstance(m, dict))
+        return records
 
     def project_of(self, path: str) -> str | None:
         """The project a recording belongs to: ``.project_root`` beside ``chats``, else ``projects.json``.

@@ -18,20 +18,18 @@ messages when the next prompt is sent) become a ``removed`` record.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from throughline.errors import InputError
 from throughline.producers.hosts.adapter import HostAdapter
-from throughline.producers.hosts.lines import SessionParser
-from throughline.producers.ingest.state import FileId, IngestState
+from throughline.producers.hosts.records import RecordSource, encode_record
+from throughline.producers.ingest.state import FileId
 from throughline.producers.ingest.tail import Line
 
 __all__ = ["OpenCodeSource", "connect_read_only"]
@@ -50,14 +48,9 @@ def connect_read_only(path: str) -> sqlite3.Connection:
 
 
 @dataclass(slots=True)
-class _Session:
-    path: str  # "<store>#<session id>"
-    store: str
-    id: str
-    parser: SessionParser
-    saved: IngestState | None
-    skip_to: int = 0
-    count: int = 0  # records presented
+class _Cursor:
+    """Where a session's presented messages end."""
+
     last: tuple[int, str] | None = None  # (time_created, id) of the last message presented
     presented: list[str] = field(default_factory=list)  # the ids of the messages presented, in order
 
@@ -73,38 +66,13 @@ class _Store:
     )  # session -> (newest time_updated, read at)
 
 
-class OpenCodeSource:
+class OpenCodeSource(RecordSource):
     """The sessions of OpenCode stores as one line source (``SessionFiles``'s shape; one thread uses it)."""
 
-    blocking = False
-
-    def __init__(
-        self,
-        adapter: HostAdapter,
-        roots: list[str],
-        *,
-        follow: bool = False,
-        states: Mapping[str, IngestState] | None = None,
-        poll_interval: float = 0.5,
-        notice: Callable[[str], None] = lambda message: None,
-    ) -> None:
-        self.adapter = adapter
-        self.format = adapter.name
-        self.roots = [os.path.abspath(r) for r in roots]
-        self.path = ", ".join(roots)
-        self.follow = follow
-        self.eof = False
-        self.poll_interval = poll_interval
-        self.tracked: dict[str, _Session] = {}
-        self.covered_end: Callable[[str], int | None] = lambda path: None
-        self._states = dict(states or {})
-        self._notice = notice
+    def __init__(self, adapter: HostAdapter, roots: list[str], **options: Any) -> None:
+        super().__init__(adapter, roots, **options)
         self._stores: dict[str, _Store] = {}
-        for root in self.roots:
-            if not os.path.exists(root):
-                if not follow:
-                    raise InputError(f"{root}: no such file or directory", code="file_not_found")
-                notice(f"{root}: does not exist yet; waiting for it")
+        self._cursors: dict[str, _Cursor] = {}
         self._scan()
 
     def _scan(self) -> None:
@@ -146,20 +114,10 @@ class OpenCodeSource:
             changed.append(session_id)
         return changed
 
-    def _session(self, store: _Store, session_id: str) -> _Session:
-        path = f"{store.path}#{session_id}"
-        s = self.tracked.get(path)
-        if s is None:
-            saved = self._states.get(path)
-            s = self.tracked[path] = _Session(
-                path, store.path, session_id, self.adapter.new_parser(path), saved
-            )
-        return s
-
-    def _records(self, store: _Store, s: _Session) -> list[dict[str, Any]]:
+    def _records(self, store: _Store, session_id: str, s: _Cursor) -> list[dict[str, Any]]:
         """The session's records not presented yet (its final messages after the last one, and removals)."""
         row = store.conn.execute(
-            "SELECT id, directory, parent_id FROM session WHERE id = ?", (s.id,)
+            "SELECT id, directory, parent_id FROM session WHERE id = ?", (session_id,)
         ).fetchone()
         if row is None:
             return []
@@ -167,7 +125,7 @@ class OpenCodeSource:
         out: list[dict[str, Any]] = []
         if s.presented:
             present = {
-                r[0] for r in store.conn.execute("SELECT id FROM message WHERE session_id = ?", (s.id,))
+                r[0] for r in store.conn.execute("SELECT id FROM message WHERE session_id = ?", (session_id,))
             }
             removed = [m for m in s.presented if m not in present]
             if removed:
@@ -177,7 +135,7 @@ class OpenCodeSource:
         rows = store.conn.execute(
             "SELECT id, time_created, data FROM message WHERE session_id = ? "
             "AND (time_created > ? OR (time_created = ? AND id > ?)) ORDER BY time_created, id",
-            (s.id, after[0], after[0], after[1]),
+            (session_id, after[0], after[0], after[1]),
         ).fetchall()
         for i, (message_id, created, data) in enumerate(rows):
             try:
@@ -212,22 +170,6 @@ class OpenCodeSource:
             return bool(message.get("error")) or (isinstance(time, Mapping) and bool(time.get("completed")))
         return later  # a user message (and its parts) is complete once OpenCode has written the next message
 
-    def _lines(self, store: _Store, s: _Session, records: list[dict[str, Any]]) -> Iterator[Line]:
-        encoded = [
-            json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() for r in records
-        ]
-        if s.count == 0 and s.saved is not None:
-            n = s.saved.offset
-            fits = s.saved.file == store.file and n <= len(encoded)
-            fits = fits and (n == 0 or s.saved.line_sha256 in (None, hashlib.sha256(encoded[n - 1]).digest()))
-            if fits:
-                s.skip_to = n
-            else:
-                self._notice(f"{s.path}: the store no longer holds the saved record; sending its turns again")
-        for data in encoded:
-            s.count += 1
-            yield Line(s.count, data, s.count, store.file, start=s.count - 1, path=s.path)
-
     def lines(self) -> Iterator[Line]:
         """The records presented now, session by session."""
         if self.follow:
@@ -235,21 +177,14 @@ class OpenCodeSource:
         for store in list(self._stores.values()):
             try:
                 for session_id in self._changed(store):
-                    s = self._session(store, session_id)
-                    yield from self._lines(store, s, self._records(store, s))
+                    path = f"{store.path}#{session_id}"
+                    cursor = self._cursors.setdefault(path, _Cursor())
+                    records = [encode_record(r) for r in self._records(store, session_id, cursor)]
+                    yield from self._present(self._tracked(path), store.file, records)
             except sqlite3.Error as exc:  # busy or mid-migration: the next poll tries again
                 self._notice(f"{store.path}: {exc}; read again at the next poll")
         if not self.follow:
             self.eof = True
-
-    def check_file(self) -> Iterator[Line]:
-        """Nothing to do between polls (new stores are found in ``lines``)."""
-        return iter(())
-
-    def parser_of(self, line: Line) -> tuple[_Session, SessionParser] | None:
-        """The session a record belongs to and its parser."""
-        s = self.tracked.get(line.path)
-        return (s, s.parser) if s is not None else None
 
     def close(self) -> None:
         """Close every store."""

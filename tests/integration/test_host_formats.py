@@ -295,3 +295,56 @@ def test_the_hook_runs_from_a_shell_as_the_host_runs_it(
     )
     # never 2: each of these hosts reads 2 as "block" or "retry"
     assert (bad.returncode, bad.stdout) == (1, "")
+
+
+def test_gemini_sessions_of_earlier_versions_are_read_whole_and_followed_as_they_are_rewritten(
+    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(ADAPTED / "gemini-cli-legacy" / "tmp", home / ".gemini" / "tmp")
+    document = home / ".gemini" / "tmp" / "old-proj" / "chats" / "session-2025-11-01T09-00-0ld0c0de.json"
+    env = {"GEMINI_CLI_HOME": str(home)}
+    argv = [CLI, "ingest", "--format", "gemini-cli", "--follow", "--state", str(tmp_path / "f.state")]
+    proc = subprocess.Popen(
+        [*argv, "--poll-interval", "0.05"],
+        env=env_for(kafka_bootstrap, kafka_topic_name, **env),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # the .json and the .jsonl it was converted to when resumed: the .json of that one is left out
+        wait_for(
+            lambda: len(records_now(kafka_bootstrap, kafka_topic_name)) >= 2,
+            "the first turn of both sessions",
+        )
+        doc = json.loads(document.read_text())
+        doc["messages"].append(
+            {"id": "old-u3", "timestamp": "2025-11-01T09:03:00.000Z", "type": "user", "content": "Thanks."}
+        )
+        document.write_text(json.dumps(doc, indent=2) + "\n")  # gemini-cli rewrote the whole file
+        wait_for(
+            lambda: any(
+                r.turn.turn_id == "old-u2" and r.turn.thread.startswith("0ld")
+                for r in records_now(kafka_bootstrap, kafka_topic_name)
+            ),
+            "the turn the rewrite completed",
+        )
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, err
+    records = read_topic(kafka_bootstrap, kafka_topic_name)
+    got = {(r.turn.thread[:4], r.turn.turn_id, r.turn.seq, r.turn.project) for r in records}
+    assert ("0ld0", "old-u1", 1, "/work/gemini-old") in got and (
+        "c0nv",
+        "old-u1",
+        1,
+        "/work/gemini-old",
+    ) in got
+    assert ("0ld0", "old-u2", 2, "/work/gemini-old") in got
+    assert got <= {
+        (t, u, s, "/work/gemini-old") for t in ("0ld0", "c0nv") for u, s in (("old-u1", 1), ("old-u2", 2))
+    }

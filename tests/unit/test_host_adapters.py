@@ -87,6 +87,24 @@ class TestGeminiCli(HostAdapterContract):
         return True
 
 
+class TestGeminiCliLegacyDocuments(HostAdapterContract):
+    """``session-*.json`` of the versions before JSON Lines (a ``.json`` converted to ``.jsonl`` is left out)."""
+
+    def adapter(self) -> HostAdapter:
+        return adapter("gemini-cli")
+
+    def sessions(self) -> list[str]:
+        return self.adapter().session_files(str(ADAPTED / "gemini-cli-legacy"))
+
+    def expected_turns(self, session: str) -> list[tuple[str, int, str]]:
+        return [("old-u1", 1, "answered"), ("old-u2", 2, "answered")]
+
+
+def test_a_converted_gemini_session_is_read_from_its_jsonl_only() -> None:
+    names = [Path(p).name for p in adapter("gemini-cli").session_files(str(ADAPTED / "gemini-cli-legacy"))]
+    assert names == ["session-2025-11-01T09-00-0ld0c0de.json", "session-2025-11-02T09-00-c0nv0000.jsonl"]
+
+
 class TestCopilotCli(HostAdapterContract):
     def adapter(self) -> HostAdapter:
         return adapter("copilot-cli")

@@ -32,6 +32,7 @@ A session's records are its file's lines by default (``records``); a host that r
 from __future__ import annotations
 
 import abc
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ from pathlib import Path
 from throughline.core.turn import MAX_BODY_BYTES
 from throughline.errors import InputError
 from throughline.producers.hosts.adapter import HostAdapter
+from throughline.producers.hosts.records import encode_record
 from throughline.producers.hosts.render import OUTCOME_ATTRIBUTE, HostTurn
 
 __all__ = ["OUTCOMES", "HostAdapterContract", "parse_records", "turn_key"]
@@ -93,7 +95,11 @@ class HostAdapterContract(abc.ABC):
         """The fixture sessions (the names ``new_parser`` is given): at least one, with at least one turn."""
 
     def records(self, session: str) -> list[bytes]:
-        """The records of a session in order (default: the file's lines)."""
+        """The records of a session in order (default: the file's lines, or a whole document's records)."""
+        adapter = self.adapter()
+        if adapter.has_documents and adapter.is_document(session):
+            document = json.loads(Path(session).read_bytes())
+            return [encode_record(r) for r in adapter.document_records(document)]
         return Path(session).read_bytes().splitlines()
 
     def injected_texts(self) -> list[str]:
