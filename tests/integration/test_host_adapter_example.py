@@ -42,9 +42,19 @@ def test_an_adapter_installed_from_its_own_distribution_ingests_and_hooks_throug
     cli = str(env_dir / "bin" / "throughline")
     before = run([cli, "ingest", "--help"], env)
     assert "toychat" not in before.stdout  # throughline alone does not know the host
-    plugin = run([python, "-m", "pip", "install", "-q", "-e", str(EXAMPLE)], env, timeout=INSTALL_TIMEOUT_S)
+    plugin = run(
+        [python, "-m", "pip", "install", "-q", "-e", f"{EXAMPLE}[test]"], env, timeout=INSTALL_TIMEOUT_S
+    )
     assert plugin.returncode == 0, plugin.stderr
     assert "toychat" in run([cli, "ingest", "--help"], env).stdout
+    # the adapter's own suite runs throughline's conformance kit in that environment
+    kit = run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
+        env,
+        timeout=INSTALL_TIMEOUT_S,
+    )
+    assert kit.returncode == 0, kit.stdout + kit.stderr
+    assert "passed" in kit.stdout and "failed" not in kit.stdout
 
     home = tmp_path / "toychat"
     (home / "sessions").mkdir(parents=True)

@@ -21,6 +21,15 @@ ADAPTED = FIXTURES / "adapters"
 EXPECTED = json.loads((ADAPTED / "expected.json").read_text())
 
 
+HUGE = "x" * (700 * 1024)  # over MAX_BODY_BYTES on its own
+
+
+def write_lines(path: Path, entries: list[dict]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return str(path)
+
+
 def expected(host: str) -> list[tuple[str, int, str]]:
     return [(turn_id, seq, outcome) for turn_id, seq, outcome, _ in EXPECTED["turns"][host]]
 
@@ -57,6 +66,28 @@ class TestQwenCode(HostAdapterContract):
     def injected_texts(self) -> list[str]:
         return ["Background task bg-1 finished.", "Check it runs."]
 
+    def oversized_session(self, folder: Path) -> str:
+        base = {"sessionId": "S", "cwd": "/w", "timestamp": "2026-05-01T10:00:00Z"}
+        return write_lines(
+            folder / "chats" / "S.jsonl",
+            [
+                {
+                    **base,
+                    "type": "user",
+                    "uuid": "u",
+                    "parentUuid": None,
+                    "message": {"role": "user", "parts": [{"text": "Go."}]},
+                },
+                {
+                    **base,
+                    "type": "assistant",
+                    "uuid": "a",
+                    "parentUuid": "u",
+                    "message": {"role": "model", "parts": [{"text": HUGE}]},
+                },
+            ],
+        )
+
     def hook_points(self, session: str) -> list[int]:
         return [4, 7, 10, 12]  # after each reply that ends the host's agent loop
 
@@ -76,6 +107,16 @@ class TestGeminiCli(HostAdapterContract):
 
     def injected_texts(self) -> list[str]:
         return ["<session_context>", "/model", "Model set to"]
+
+    def oversized_session(self, folder: Path) -> str:
+        return write_lines(
+            folder / "chats" / "session-x.jsonl",
+            [
+                {"sessionId": "S", "projectHash": "h"},
+                {"id": "u", "timestamp": "2026-05-01T10:00:00Z", "type": "user", "content": HUGE},
+                {"id": "g", "timestamp": "2026-05-01T10:00:01Z", "type": "gemini", "content": "Done."},
+            ],
+        )
 
     def hook_points(self, session: str) -> list[int]:
         return [7, 12, 14, 16, 19]  # after each reply that ends the host's agent loop
@@ -114,6 +155,20 @@ class TestCopilotCli(HostAdapterContract):
 
     def injected_texts(self) -> list[str]:
         return ["pdf skill", "<current_datetime>"]
+
+    def oversized_session(self, folder: Path) -> str:
+        def ev(kind: str, data: dict, eid: str) -> dict:
+            return {"type": kind, "data": data, "id": eid, "timestamp": "2026-05-01T10:00:00Z"}
+
+        return write_lines(
+            folder / "s" / "events.jsonl",
+            [
+                ev("session.start", {"sessionId": "S", "context": {"cwd": "/w"}}, "e1"),
+                ev("user.message", {"content": "Go."}, "e2"),
+                ev("assistant.message", {"messageId": "m", "content": HUGE, "toolRequests": []}, "e3"),
+                ev("assistant.turn_end", {"turnId": "0"}, "e4"),
+            ],
+        )
 
     def hook_points(self, session: str) -> list[int]:
         return [10, 20]  # after each reply that ends the host's agent loop

@@ -22,7 +22,8 @@ prefix property (the turns of any prefix of a session are the first turns of the
 that stops early and a follower that reads on agree), and at the points where the host's stop hook runs
 a hook that ``settle``s and a follower send the same turns; ``settle`` is final (a second call adds nothing); a
 record that is not JSON is a typed error and loses no turn; every turn has a thread, a project, a
-completedAt and a valid ``turn.outcome``; bodies are rendered within ``MAX_BODY_BYTES``; injected
+completedAt and a valid ``turn.outcome``; bodies are rendered within ``MAX_BODY_BYTES`` (an oversized
+turn, when the suite writes one, is cut and says so); injected
 context never becomes a prompt; rewinds, where the fixtures hold one, rewind seq; and the turns expected.
 
 A session's records are its file's lines by default (``records``); a host that reads rows overrides
@@ -34,6 +35,7 @@ from __future__ import annotations
 import abc
 import json
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -113,6 +115,11 @@ class HostAdapterContract(abc.ABC):
     def has_rewinds(self) -> bool:
         """Whether a fixture holds a rewind (then some turn's seq must not be past its thread's tip)."""
         return False
+
+    def oversized_session(self, folder: Path) -> str | None:
+        """A session written into ``folder`` whose turn renders over ``MAX_BODY_BYTES`` (a reply or prompt
+        of a megabyte or more; ``None``: not checked). Its body must be cut to the limit and say so."""
+        return None
 
     def hook_points(self, session: str) -> list[int]:
         """How many records the session held each time the host's stop hook would have run (none: not checked).
@@ -220,6 +227,16 @@ class HostAdapterContract(abc.ABC):
                 assert t.body.startswith("## Prompt\n\n") and "\n\n## Reply\n\n" in t.body
                 if t.attributes.get("ingest.bodyTruncated") == "true":
                     assert int(t.attributes["ingest.bodyBytes"]) > MAX_BODY_BYTES
+
+    def test_an_oversized_turn_is_cut_to_the_limit_and_says_so(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="oversized-") as folder:
+            session = self.oversized_session(Path(folder))
+            if session is None:
+                return
+            turns = self.turns(session)
+            assert turns, "the oversized session gave no turn"
+            assert all(len(t.body.encode("utf-8")) <= MAX_BODY_BYTES for t in turns)
+            assert any(t.attributes.get("ingest.bodyTruncated") == "true" for t in turns)
 
     def test_injected_context_is_never_a_prompt(self) -> None:
         texts = self.injected_texts()
