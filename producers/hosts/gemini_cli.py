@@ -26,9 +26,10 @@ Mapping:
   the timestamp of the turn's last ``gemini`` message (a rewrite keeps it), whatever ends the turn.
 - ``$rewindTo`` a turn's prompt takes that turn and the later ones off the chain (the next prompt's seq
   rewinds); to another message of the open turn, cuts the open turn back; to an id the file does not
-  hold, clears the conversation (as gemini-cli's reader does). A ``$set.messages`` checkpoint keeps the
-  chain's turns whose prompts it holds, up to the first it does not (guess: compression restates the
-  recorded messages).
+  hold, clears the conversation (as gemini-cli's reader does). A ``$set.messages`` checkpoint is the
+  model-facing history after a compression or a masking (``updateMessagesFromHistory``): no rewind, the
+  chain keeps every turn; a later ``$rewindTo`` one of its own messages (a summary) takes back the turns
+  recorded after it.
 - A ``kind: "subagent"`` file is a subagent's own conversation: no turns.
 - Earlier versions wrote ``session-*.json``: the whole ``ConversationRecord`` (metadata and ``messages``),
   rewritten at every message. The adapter presents it as its metadata then its messages
@@ -90,6 +91,7 @@ class GeminiCliSession(SessionParser):
         self._open: OpenTurn | None = None
         self._open_ids: list[str] = []  # the open turn's message ids, prompt first
         self._turn_of: dict[str, str] = {}  # message id -> the turn (prompt id) it belongs to
+        self._synthetic: dict[str, int] = {}  # a checkpoint's own message id -> the chain's length then
         self._last_number = 0
         self.problems: list[str] = []
 
@@ -129,6 +131,13 @@ class GeminiCliSession(SessionParser):
         kind = entry.get("type")
         micros = timestamp_micros(entry.get("timestamp"))
         open_ = self._open
+        owner = self._turn_of.get(message_id)
+        if owner is not None and (open_ is None or owner != open_.turn_id):
+            return []  # a message of a finished turn written again: that turn was sent as it was
+        if kind == "user" and open_ is not None and message_id == open_.turn_id:
+            text = message_text(entry.get("content"))
+            open_.prompt = text if text.strip() else open_.prompt  # the prompt written again
+            return []
         if kind == "user":
             text = message_text(entry.get("content"))
             if text.strip() and not text.strip().startswith(IGNORED_PREFIXES):
@@ -191,7 +200,9 @@ class GeminiCliSession(SessionParser):
             self._open_ids = self._open_ids[:cut]
             return
         self._open, self._open_ids = None, []  # every later message is taken back, the open turn with them
-        if owner is None:
+        if owner is None and message_id in self._synthetic:
+            del self.chain.turn_ids[self._synthetic[message_id] :]  # back to a checkpoint's summary
+        elif owner is None:
             self.chain.clear()  # an id the file does not hold: gemini-cli clears the conversation
         elif owner == message_id:
             self.chain.rewind_to(owner)  # the prompt itself: that turn and every later one
@@ -199,11 +210,16 @@ class GeminiCliSession(SessionParser):
             del self.chain.turn_ids[self.chain.turn_ids.index(owner) + 1 :]
 
     def _checkpoint(self, messages: list[Any]) -> None:
-        kept = {m.get("id") for m in messages if isinstance(m, Mapping)}
-        for i, turn_id in enumerate(self.chain.turn_ids):
-            if turn_id not in kept:
-                del self.chain.turn_ids[i:]
-                break
+        """``$set.messages``: the model-facing history after a compression or a masking, no rewind.
+
+        Its messages that the file does not hold otherwise (a compression's summary) are points a later
+        ``$rewindTo`` may name: rewinding there takes back the turns recorded after the checkpoint.
+        """
+        point = self._open.seq if self._open is not None else self.chain.next_seq() - 1
+        for m in messages:
+            message_id = nonempty_str(m.get("id")) if isinstance(m, Mapping) else None
+            if message_id is not None and message_id not in self._turn_of:
+                self._synthetic[message_id] = point  # the turns up to the open one are before the checkpoint
 
 
 class GeminiCliHost(HostAdapter):

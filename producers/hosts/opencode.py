@@ -23,6 +23,8 @@ Mapping (docs/hosts.md):
   ``tool-calls``: outcome ``answered``), or that ended in an ``error`` (``MessageAbortedError``:
   ``interrupted``; else ``aborted``), or at the next prompt. completedAt = that message's
   ``time.completed`` (else its ``time.created``), in milliseconds.
+- A compaction (a ``user`` message with a ``compaction`` part, then an assistant message with
+  ``summary: true``) is OpenCode's own work: neither ends nor answers the open turn.
 - Reverting (``/undo``) hides the messages from a point on, and OpenCode deletes them when the next prompt
   is sent: a ``removed`` record then takes the turns of the deleted prompts off the chain, so the next
   prompt's seq rewinds.
@@ -125,8 +127,8 @@ class OpenCodeSession(SessionParser):
             self._open = OpenTurn(message_id, prompt, project, self.chain.next_seq(), created)
             return out
         open_ = self._open
-        if open_ is None or message.get("role") != "assistant":
-            return []
+        if open_ is None or message.get("role") != "assistant" or message.get("summary"):
+            return []  # a compaction's summary is OpenCode's own message, not the model's answer to the prompt
         for part in parts:
             if isinstance(part, Mapping) and part.get("type") == "tool":
                 state = part.get("state")
