@@ -10,7 +10,8 @@ Mapping:
 
 - thread = ``session.start.data.sessionId`` (else the session's folder name); project = the
   ``context.cwd`` of the latest ``session.start`` / ``session.resume`` / ``session.context_changed``
-  (else the ``cwd`` of the session's ``workspace.yaml``, which the adapter reads).
+  when the prompt is sent (else the ``cwd`` of the session's ``workspace.yaml``, which the adapter
+  reads). A chain is one (project, host, thread): seq counts the session's turns in the turn's project.
 - A human prompt is a ``user.message`` with no ``source`` (guess: a ``source`` marks text the host or a
   skill or another agent injected) that is not an autopilot continuation; turnId = the event's ``id``.
   One prompt starts one turn, however many model calls (``assistant.turn_start`` ... ``turn_end``,
@@ -62,7 +63,7 @@ class CopilotCliSession(SessionParser):
         self.default_thread = default_thread
         self.thread: str | None = None
         self.cwd = workspace_cwd
-        self.chain = Chain()
+        self.chains: dict[str, Chain] = {}  # per project: a chain is one (project, host, thread)
         self._open: OpenTurn | None = None
         self._last_number = 0
         self.problems: list[str] = []
@@ -94,6 +95,7 @@ class CopilotCliSession(SessionParser):
                 self.cwd = cwd
                 if self._open is not None and self._open.project is None:
                     self._open.project = cwd
+                    self._open.seq = self._chain(cwd).next_seq()
             return []
         if entry.get("agentId") or data.get("parentToolCallId"):
             return []  # a sub-agent's work: not the main agent's conversation
@@ -139,8 +141,11 @@ class CopilotCliSession(SessionParser):
         if not prompt or turn_id is None:
             return []
         out = self._close(number, self._open.outcome()) if self._open is not None else []
-        self._open = OpenTurn(turn_id, prompt, self.cwd, self.chain.next_seq(), micros)
+        self._open = OpenTurn(turn_id, prompt, self.cwd, self._chain(self.cwd).next_seq(), micros)
         return out
+
+    def _chain(self, project: str | None) -> Chain:
+        return self.chains.setdefault(project or "", Chain())
 
     def _close(self, number: int, outcome: str) -> list[HostTurn]:
         open_ = self._open
@@ -153,7 +158,7 @@ class CopilotCliSession(SessionParser):
                 f"turn {open_.turn_id} has no {'cwd' if open_.project is None else 'timestamp'}; left out"
             )
             return []
-        self.chain.add(open_.seq, open_.turn_id)
+        self._chain(open_.project).add(open_.seq, open_.turn_id)
         return [
             host_turn(
                 HOST, self.thread or self.default_thread, open_, open_.project, completed, number, outcome

@@ -160,6 +160,31 @@ def test_copilot_an_error_before_the_next_prompt_is_aborted_and_the_cwd_follows_
     ]
 
 
+def test_copilot_seq_counts_the_turns_of_the_turns_own_project() -> None:
+    def turn(n: int) -> list[dict[str, Any]]:
+        return [
+            c("user.message", {"content": f"q{n}"}, f"p{n}", n * 3),
+            c(
+                "assistant.message",
+                {"messageId": f"m{n}", "content": f"r{n}", "toolRequests": []},
+                f"a{n}",
+                n * 3 + 1,
+            ),
+            c("assistant.turn_end", {"turnId": "0"}, f"e{n}", n * 3 + 2),
+        ]
+
+    entries = [
+        START,
+        *turn(1),
+        c("session.context_changed", {"cwd": "/b"}, "x1"),
+        *turn(2),
+        c("session.context_changed", {"cwd": "/a"}, "x2"),
+        *turn(3),
+    ]
+    got = turns("copilot-cli", entries)
+    assert [(t.turn_id, t.project, t.seq) for t in got] == [("p1", "/a", 1), ("p2", "/b", 1), ("p3", "/a", 2)]
+
+
 def test_copilot_a_tool_call_still_running_keeps_the_turn_open() -> None:
     entries = [
         START,
