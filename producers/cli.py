@@ -46,6 +46,7 @@ from throughline.log import DEFAULT_PARTITIONS
 from throughline.producers import hook
 from throughline.producers.exceptions import IngestStateError, LinesRejectedError
 from throughline.producers.hosts.files import FORMATS, default_roots
+from throughline.producers.hosts.sources import session_source
 from throughline.producers.ingest import (
     POLL_INTERVAL,
     Ingest,
@@ -60,7 +61,6 @@ from throughline.producers.ingest.run import Sender
 from throughline.producers.ingest.sessions import (
     SESSION_POLL_INTERVAL,
     SessionDecoder,
-    SessionFiles,
     SessionsState,
 )
 from throughline.producers.ingest.state import load_session_states
@@ -276,7 +276,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
         _notice(f"resume state: {state_path}")
     poll = SESSION_POLL_INTERVAL if args.poll_interval is None else args.poll_interval
     settle = DEFAULT_SETTLE_SECONDS if args.settle is None else args.settle
-    files = SessionFiles(
+    files = session_source(
         args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=_notice, settle=settle
     )
     decoder = SessionDecoder(files, warn=_notice, producer_name=INGEST_PRODUCER_NAME, producer_version=PRODUCER_VERSION)

@@ -37,7 +37,9 @@ from typing import Any
 
 from throughline.cli import emit_error
 from throughline.errors import InputError, ThroughlineError
+from throughline.producers.hosts.adapter import HookPayloadError
 from throughline.producers.hosts.files import default_roots, new_parser
+from throughline.producers.hosts.registry import adapter, adapters
 from throughline.producers.ingest.run import Ingest
 from throughline.producers.ingest.sessions import (
     MAX_TRANSCRIPT_LINE_BYTES,
@@ -99,8 +101,18 @@ def read_payload(argument: str | None, stdin: Any) -> dict[str, Any]:
     return doc
 
 
+def hook_hosts() -> tuple[str, ...]:
+    """The hosts with a stop-like hook (``HostAdapter.hook_event``), from the host registry."""
+    return tuple(name for name, host in adapters().items() if host.hook_event is not None)
+
+
 def transcript_of(format: str, payload: dict[str, Any]) -> str:
     """The transcript a payload names (``transcript_path``; for Codex ``notify``, found by thread id)."""
+    if format not in ("claude-code", "codex"):  # every other host says through its adapter
+        try:
+            return adapter(format).transcript_of(payload, os.environ)
+        except HookPayloadError as exc:
+            raise HookError(str(exc)) from None
     path = payload.get("transcript_path")
     if isinstance(path, str) and path:
         return os.path.abspath(os.path.expanduser(path))
@@ -225,7 +237,7 @@ def register(subparsers: Any) -> None:
         description="Read a host's hook JSON (stdin, or the last argument for Codex notify) and append "
         "the completed turns of its transcript not yet appended. Exit 0 or 1, never 2.",
     )
-    p.add_argument("host", choices=("claude-code", "codex"), help="the host calling the hook")
+    p.add_argument("host", choices=hook_hosts(), help="the host calling the hook")
     p.add_argument("payload", nargs="?", default=None, help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=seconds_argument, default=DEFAULT_TIMEOUT, help=f"seconds before the hook gives up (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--wait", type=seconds_argument, default=DEFAULT_WAIT, help=f"seconds to wait for the last turn's final line (default {DEFAULT_WAIT:g})")

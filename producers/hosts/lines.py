@@ -61,11 +61,19 @@ class SessionParser(ABC):
     @property
     @abstractmethod
     def open_turn(self) -> bool:
-        """Whether a turn is in progress (begun, not completed yet)."""
+        """Whether a turn is in progress (begun, not completed yet).
+
+        Read by the thread that feeds the parser, between records (a follower keeps the parser of a file
+        whose turn is open; a hook waits a little for it to complete).
+        """
 
     @abstractmethod
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
-        """The turns one parsed line (line ``number``, a JSON object) completes."""
+        """The turns one parsed line (line ``number``, a JSON object) completes.
+
+        Called once per record, in order (``number`` 1, 2, ...), by one thread at a time: a parser belongs
+        to one session and is never shared. A parser that is dropped is rebuilt and fed from record 1.
+        """
 
     @property
     def turn_ended(self) -> bool:
