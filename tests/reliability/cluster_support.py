@@ -284,9 +284,11 @@ class ClusterWorld:
             what="the Observer to reach the head",
         )
         self.mark("serve and Observer caught up")
-        assert self.observer.terminate() == 0, self.observer.stderr()
+        # serve first: it answers the Observer's long-poll in flight at once, which the Observer, stopped
+        # first, would wait out (25 s) before it exits.
         self.stop_serve()
         self.mark(f"serve stopped in {self.shutdown_s:.1f}s")
+        assert self.observer.terminate() == 0, self.observer.stderr()
         return self.check(stored, ends, fold, head)
 
     def check(

@@ -159,6 +159,9 @@ class KafkaLog(TopicClient):
                 self._consumer.close()
         finally:
             self._lock.release()
+        # A close that came between the check above and the release found the lock taken: close now.
+        if self._closed and not self._consumer_closed and self._lock.acquire(blocking=False):
+            self._release()
 
     def close(self) -> None:
         """Close the view (idempotent, never waits for a request in flight).
