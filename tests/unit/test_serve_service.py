@@ -87,6 +87,39 @@ def test_retrying_is_visible_and_gives_up_after_its_window() -> None:
     assert isinstance(failure, BrokerUnavailableError) and failure.code == "broker_unavailable"
 
 
+def test_a_stop_during_an_outage_is_a_clean_stop() -> None:
+    # SIGTERM while the broker is away: the loop's request runs out of time after the stop was asked.
+    # That is a stop, not a failure (serve exits 0), and the retry in progress is no error either.
+    exits: list[bool] = []
+    asking = threading.Event()
+
+    def loop(stop: threading.Event) -> None:
+        asking.set()
+        stop.wait(10)
+        raise BrokerUnavailableError(["127.0.0.1:1"], "timed out")
+
+    thread = ProjectorThread(loop, on_exit=lambda: exits.append(True))
+    thread.start()
+    assert asking.wait(5)
+    assert thread.join(5)
+    assert thread.phase() == "stopped" and thread.error() is None and exits == [True]
+
+
+def test_a_stop_while_waiting_to_retry_is_not_a_failure() -> None:
+    failing = threading.Event()
+
+    def loop(stop: threading.Event) -> None:
+        failing.set()
+        raise BrokerUnavailableError(["127.0.0.1:1"], "refused")
+
+    thread = ProjectorThread(loop, on_exit=lambda: None, retry_first=30.0)
+    thread.start()
+    assert failing.wait(5)
+    _wait_for(lambda: thread.error() is not None)  # retrying: visible on /readyz
+    assert thread.join(5)
+    assert thread.phase() == "stopped"  # run_service raises only a "failed" projector's error
+
+
 def test_a_hard_failure_stops_the_service() -> None:
     exits: list[bool] = []
 

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from throughline.core.ports import LogView
 
 DEFAULT_LOG_TIMEOUT = 10.0
+#: How often a caller queued for the consumer looks whether the view was closed meanwhile.
+_CLOSED_CHECK_S = 0.1
 
 
 class KafkaLog(TopicClient):
@@ -63,6 +65,7 @@ class KafkaLog(TopicClient):
         self._timeout_ms = max(1000, int(timeout * 1000))
         self._lock = threading.Lock()
         self._closed = False
+        self._consumer_closed = False
         self._errors = KafkaErrors(self._servers, kafka_config)
         self._consumer = clients.consumer(
             self._servers,
@@ -123,21 +126,52 @@ class KafkaLog(TopicClient):
 
     def _ask(self, wanted: Sequence[int], *, first: bool) -> dict[int, int]:
         tps = [TopicPartition(self._topic, p) for p in wanted]
-        with self._lock:
-            if self._closed:
-                raise LogError("the log view is closed", code="log_closed")
+        self._acquire()
+        try:
             with self._errors:
                 ask = self._consumer.beginning_offsets if first else self._consumer.end_offsets
                 answer = ask(tps, timeout_ms=self._timeout_ms)
+        finally:
+            self._release()
         return {tp.partition: int(offset) for tp, offset in answer.items()}
 
-    def close(self) -> None:
-        """Close the connection (idempotent)."""
-        with self._lock:
+    def _acquire(self) -> None:
+        """Take the consumer, or raise ``log_closed`` once the view is closed.
+
+        While a broker fails over, every request waits out its timeout, and callers that queued behind
+        it would each wait their turn (a queue of readers is several timeouts long). Waiting in slices,
+        a queued caller sees the view closed and gives up at once: a closing service waits for the one
+        request in flight, not for the queue behind it.
+        """
+        while True:
             if self._closed:
-                return
-            self._closed = True
-            self._consumer.close()
+                raise LogError("the log view is closed", code="log_closed")
+            if self._lock.acquire(timeout=_CLOSED_CHECK_S):
+                if not self._closed:
+                    return
+                self._release()
+
+    def _release(self) -> None:
+        """Give the consumer back; the last user of a closed view closes the consumer."""
+        try:
+            if self._closed and not self._consumer_closed:
+                self._consumer_closed = True
+                self._consumer.close()
+        finally:
+            self._lock.release()
+        # A close that came between the check above and the release found the lock taken: close now.
+        if self._closed and not self._consumer_closed and self._lock.acquire(blocking=False):
+            self._release()
+
+    def close(self) -> None:
+        """Close the view (idempotent, never waits for a request in flight).
+
+        Later and queued calls raise ``log_closed`` at once; the consumer is closed now when nobody
+        uses it, else by the request in flight when it returns (bounded by the view's timeout).
+        """
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            self._release()
 
     def __enter__(self) -> KafkaLog:
         return self

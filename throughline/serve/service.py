@@ -135,7 +135,12 @@ class ProjectorThread:
             try:
                 self._loop(self.stop)
             except ThroughlineError as exc:
-                if not exc.retriable or self.stop.is_set():
+                if exc.retriable and self.stop.is_set():
+                    # Stopping while the broker is away (its request ran out of time): a clean stop; the
+                    # projection holds what was committed, and the next start resumes from there.
+                    _log.warning("projector: %s while stopping: %s", exc.code, exc.message)
+                    return
+                if not exc.retriable:
                     raise
                 now = time.monotonic()
                 if now - started >= HEALTHY_RUN:  # it ran well for a while: a new outage starts now
@@ -369,13 +374,21 @@ def run_service(
                 asyncio.run(server.serve(sockets=[sock]))
             finally:
                 request_stop()
+                stopped_at = time.monotonic()
+                # No request is answered any more: reads still queued for the log view (during a broker
+                # failover each of its requests waits out its timeout) give up now instead of keeping
+                # the process alive one timeout each after the service is done.
+                log.close()
                 if projector is not None and not projector.join(options.drain_timeout, abort=forced):
                     _log.error(
                         "stopping without waiting for the projector (%s); a batch it had not committed is "
                         "applied again on the next start",
                         "second signal" if forced.is_set() else f"--drain-timeout {options.drain_timeout:g}s",
                     )
-    failure = projector.error() if projector is not None else None
+                _log.info("stopped: HTTP closed, projector joined %.1fs later", time.monotonic() - stopped_at)
+    # Only a projector that failed ends the service with its error: one stopped while it waited to retry
+    # (a broker away at the signal) stopped cleanly.
+    failure = projector.error() if projector is not None and projector.phase() == "failed" else None
     if failure is not None:
         raise failure
     return 0

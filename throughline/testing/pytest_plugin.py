@@ -16,6 +16,12 @@ Session-wide, started lazily the first time a test asks for it, stopped at sessi
     (possibly secured) broker, PLAINTEXT for the brokers the harness starts. With a broker of its own
     the plugin removes ``THROUGHLINE_KAFKA_CONFIG`` from the session's environment, so that library
     calls and CLI subprocesses of the tests speak PLAINTEXT to it.
+``kafka_cluster``
+    A :class:`~throughline.testing.kafka.cluster.KafkaCluster`: three more JVM nodes (each a KRaft
+    broker and controller) on loopback, for tests that kill leaders and controllers; started on first
+    use, one for the session. A test that kills or stops nodes starts them again before it ends
+    (``cluster.start()`` starts whatever is down and waits until it is healthy); the fixture checks
+    that each test left it so.
 ``kafka_secured_broker``
     A :class:`~throughline.testing.kafka.secured.SecuredKafka`: one more JVM broker with SASL_SSL
     (PLAIN, SCRAM-SHA-256/512), mutual-TLS and wrong-host-name TLS listeners, certificates made for
@@ -74,6 +80,7 @@ from throughline.testing.kafka import (
     provision_kafka,
     provision_private_kafka,
 )
+from throughline.testing.kafka.cluster import KafkaCluster
 from throughline.testing.kafka.secured import SecuredKafka
 
 _INFO_KEY = pytest.StashKey[list[str]]()
@@ -211,6 +218,26 @@ def kafka_secured_broker(request: pytest.FixtureRequest) -> Iterator[SecuredKafk
     with contextlib.closing(SecuredKafka(report=_terminal_reporter(request.config)).start()) as broker:
         _announce(request, f"{broker.describe()} ready in {broker.startup_s:.1f}s")
         yield broker
+
+
+@pytest.fixture(scope="session")
+def _kafka_cluster_session(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    with contextlib.closing(KafkaCluster(report=_terminal_reporter(request.config)).start()) as cluster:
+        _announce(request, f"{cluster.describe()} ready in {cluster.last_startup_s or 0:.1f}s")
+        yield cluster
+
+
+@pytest.fixture
+def kafka_cluster(request: pytest.FixtureRequest, _kafka_cluster_session: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The session's three-node KRaft cluster, healthy at the start of the test; a test that leaves a
+    node down fails (after its nodes are started again, so that the next test has three)."""
+    cluster = _kafka_cluster_session
+    cluster.start()  # a test before this one that failed half-way may have left a node down
+    _used_by(request, f"cluster {cluster.describe()}", cluster)
+    yield cluster
+    down = [i for i in cluster.node_ids if i not in cluster.running()]
+    cluster.start()
+    assert not down, f"the test left cluster nodes {down} down (started again for the next test)"
 
 
 @pytest.fixture

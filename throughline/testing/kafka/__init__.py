@@ -16,7 +16,8 @@ Every broker this module starts listens on 127.0.0.1 only, and every wait is bou
 The package's modules, one concern each: :mod:`~throughline.testing.kafka.maven` (the jars),
 :mod:`~throughline.testing.kafka.jvm` (the JVM broker), :mod:`~throughline.testing.kafka.docker` (the
 docker provider), :mod:`~throughline.testing.kafka.provision` (choosing one),
-:mod:`~throughline.testing.kafka.handle` (what they return), :mod:`~throughline.testing.kafka.admin`
+:mod:`~throughline.testing.kafka.handle` (what they return), :mod:`~throughline.testing.kafka.cluster`
+(three JVM nodes as one KRaft cluster, for leader and controller failovers), :mod:`~throughline.testing.kafka.admin`
 (readiness and topics), :mod:`~throughline.testing.kafka.cli` (the command line);
 :mod:`~throughline.testing.kafka.config`, :mod:`~throughline.testing.kafka.support` and
 :mod:`~throughline.testing.kafka.exceptions` hold what they share.
@@ -57,6 +58,7 @@ from __future__ import annotations
 
 from throughline.testing.kafka.admin import admin_client, client_config_for, create_topic, wait_for_kafka
 from throughline.testing.kafka.cli import BrokerState, default_state_dir, main
+from throughline.testing.kafka.cluster import KafkaCluster
 from throughline.testing.kafka.config import (
     DEFAULT_STARTUP_TIMEOUT_S,
     DEFAULT_STOP_TIMEOUT_S,
@@ -119,6 +121,7 @@ __all__ = [
     "HarnessError",
     "JavaNotFoundError",
     "KafkaBroker",
+    "KafkaCluster",
     "KafkaDistribution",
     "KafkaHandle",
     "MavenFetchError",

@@ -142,12 +142,15 @@ class KafkaBroker(OwnedBroker):
         distribution: KafkaDistribution | None = None,
         detached: bool = False,
         report: Reporter | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         """Configure a broker; nothing starts until :meth:`start`.
 
         ``work_dir`` defaults to a fresh temporary folder. If it holds the metadata of an earlier
         broker (``broker-meta.json``), that broker's ports and cluster id are reused.
         ``detached`` brokers outlive this Python process (no atexit stop, no parent-death signal).
+        ``cluster_id``: the KRaft cluster id to format a new data directory with (the nodes of one
+        cluster share it; default a random one).
         """
         self.settings = settings or BrokerSettings()
         self._distribution = distribution
@@ -156,9 +159,10 @@ class KafkaBroker(OwnedBroker):
         self._work_dir: Path | None = Path(work_dir).resolve() if work_dir is not None else None
         self._port = self.settings.port
         self._controller_port = self.settings.controller_port
-        self._cluster_id: str | None = None
+        self._cluster_id: str | None = cluster_id
         self._proc: subprocess.Popen[bytes] | None = None
         self._pid: int | None = None
+        self._launched_at = time.monotonic()
         self.last_startup_s: float | None = None
         """Seconds the most recent :meth:`start` took (JVM launch until the broker answered)."""
         self._load_meta()
@@ -261,12 +265,14 @@ class KafkaBroker(OwnedBroker):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self, *, timeout_s: float | None = None) -> KafkaBroker:
-        """Start the JVM (formatting storage on first start) and wait until it answers."""
+    def start(self, *, timeout_s: float | None = None, wait: bool = True) -> KafkaBroker:
+        """Start the JVM (formatting storage on first start) and wait until it answers.
+
+        ``wait=False`` returns once the JVM is launched (the nodes of a cluster answer only once a
+        quorum of them runs): :meth:`wait_ready` then waits.
+        """
         if self.is_running():
             return self
-        timeout_s = timeout_s if timeout_s is not None else self.settings.startup_timeout_s
-        timeout_s = startup_timeout_s() if timeout_s is None else timeout_s
         dist = self._distribution or fetch_kafka_jars(report=self._report)
         self._distribution = dist
         java = find_java()
@@ -289,9 +295,19 @@ class KafkaBroker(OwnedBroker):
                 preexec_fn=None if self._detached else die_with_parent_preexec(signal.SIGTERM),
             )
         self._pid = self._proc.pid
+        self._launched_at = started
         (self.work_dir / "broker.pid").write_text(f"{self._pid}\n")
         if not self._detached:
             register_live(self)
+        if wait:
+            self.wait_ready(timeout_s=timeout_s)
+        return self
+
+    def wait_ready(self, *, timeout_s: float | None = None) -> float:
+        """Wait (bounded) until the launched JVM answers; a broker that never does is killed. The
+        seconds since its launch."""
+        timeout_s = timeout_s if timeout_s is not None else self.settings.startup_timeout_s
+        timeout_s = startup_timeout_s() if timeout_s is None else timeout_s
         try:
             wait_for_kafka(
                 self.bootstrap_servers,
@@ -302,8 +318,8 @@ class KafkaBroker(OwnedBroker):
         except BaseException:
             self._terminate(graceful=False, timeout_s=self.settings.stop_timeout_s)
             raise
-        self.last_startup_s = time.monotonic() - started
-        return self
+        self.last_startup_s = time.monotonic() - self._launched_at
+        return self.last_startup_s
 
     def stop(self, *, keep_data: bool = False, graceful: bool = True, timeout_s: float | None = None) -> None:
         """Stop the JVM: SIGTERM, wait (15 s), then SIGKILL. ``graceful=False`` sends SIGKILL at once.
