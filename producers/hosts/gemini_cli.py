@@ -100,7 +100,7 @@ class GeminiCliSession(SessionParser):
         """Whether a prompt's turn is in progress."""
         return self._open is not None
 
-    def settle(self) -> list[HostTurn]:
+    def settle(self, final: bool = False) -> list[HostTurn]:
         """The open turn, when the file is final and the model answered it."""
         if self._open is None or not self._open.answered():
             return []

@@ -92,7 +92,7 @@ class OpenCodeSession(SessionParser):
         """Whether a prompt's turn is in progress."""
         return self._open is not None
 
-    def settle(self) -> list[HostTurn]:
+    def settle(self, final: bool = False) -> list[HostTurn]:
         """The open turn once the store is final and the model answered it (rows written by older versions)."""
         if self._open is None or not self._open.answered():
             return []

@@ -116,9 +116,9 @@ class QwenCodeSession(ClaudeCodeSession):
         """The turns one parsed line completes."""
         return [_as_qwen(t) for t in super().take(number, claude_entry(entry))]
 
-    def settle(self) -> list[HostTurn]:
+    def settle(self, final: bool = False) -> list[HostTurn]:
         """The open turn, when the file is final and the model had answered it."""
-        return [_as_qwen(t) for t in super().settle()]
+        return [_as_qwen(t) for t in super().settle(final)]
 
 
 def _as_qwen(turn: HostTurn) -> HostTurn:

@@ -62,7 +62,8 @@ def test_dry_run_prints_the_host_turns_in_file_order_and_feeds_back_unchanged(tm
         and first["seq"] == 1
         and first["completedAt"] == "2026-03-01T10:00:12.000000Z"
     )
-    assert first["attributes"] == {"ingest.format": "claude-code", "ingest.line": "14"}
+    # ended by the line after its end_turn message's last line (line 14)
+    assert first["attributes"] == {"ingest.format": "claude-code", "ingest.line": "15", "turn.outcome": "answered"}
     # the same order on every run, and the same lines through the jsonl format
     assert cli("--format", "claude-code", str(root), "--dry-run").stdout == proc.stdout
     back = cli("-", "--dry-run", stdin=proc.stdout)

@@ -71,10 +71,14 @@ class ToyParser(SessionParser):
             return self._complete(number, "end")
         return []
 
-    def settle(self) -> list[HostTurn]:
+    def settle(self, final: bool = False) -> list[HostTurn]:
         if self.current is None or not self.current[1]:
             return []
         return self._complete(0, "settled")
+
+
+#: The files are found as this host's (a registered one); their lines are read by the toy parser.
+FORMAT = "claude-code"
 
 
 def toy(format: str, path: str) -> SessionParser:
@@ -94,8 +98,8 @@ def run_once(
     path: Path, state: str, settle: float | None, sender: FakeSender | None = None
 ) -> tuple[FakeSender, SessionFiles]:
     sender = sender or FakeSender()
-    saved = load_session_states(state, format="toy")
-    files = SessionFiles("toy", [str(path)], states=saved, settle=settle, parsers=toy)
+    saved = load_session_states(state, format=FORMAT)
+    files = SessionFiles(FORMAT, [str(path)], states=saved, settle=settle, parsers=toy)
     decoder = SessionDecoder(files, warn=lambda m: None)
     Ingest(
         files,
@@ -122,7 +126,7 @@ def test_settle_zero_sends_the_open_turn_after_the_last_line_and_a_rerun_reads_n
     path.write_bytes(FIRST)
     sender, _ = run_once(path, state, settle=0)
     assert bodies(sender) == [("t1", 1, "one (end)"), ("t2", 2, "two (settled)")]
-    saved = load_session_states(state, format="toy")[str(path)]
+    saved = load_session_states(state, format=FORMAT)[str(path)]
     assert (saved.line, saved.offset, saved.settled, saved.settled_end) == (5, len(FIRST), (5,), True)
     again, files = run_once(path, state, settle=0)
     assert again.sent == [] and all(t.parser is None for t in files.tracked.values())  # not even read
@@ -133,7 +137,7 @@ def test_one_shot_settles_only_a_file_idle_for_the_settle_time(tmp_path: Path) -
     path.write_bytes(FIRST)
     sender, _ = run_once(path, state, settle=120)
     assert [t for t, _, _ in bodies(sender)] == ["t1"]  # written just now: maybe still going on
-    assert load_session_states(state, format="toy")[str(path)].settled_end is False
+    assert load_session_states(state, format=FORMAT)[str(path)].settled_end is False
     age(path, 121)
     later, _ = run_once(path, state, settle=120)  # unchanged since the state, but now due: read again
     assert bodies(later) == [("t2", 2, "two (settled)")]
@@ -154,7 +158,7 @@ def test_a_file_that_grows_after_a_settle_is_read_on_as_settled_never_sending_th
     # with other content: the projector would see turn id t2 again with another body.
     sender, _ = run_once(path, state, settle=120)
     assert bodies(sender) == [("t3", 3, "three (end)")]
-    saved = load_session_states(state, format="toy")[str(path)]
+    saved = load_session_states(state, format=FORMAT)[str(path)]
     assert (saved.line, saved.settled, saved.settled_end) == (8, (5,), False)
 
 
@@ -168,7 +172,7 @@ def test_a_settled_turn_the_broker_did_not_acknowledge_is_sent_again(tmp_path: P
         run_once(path, state, settle=0, sender=failing)
     except BrokerUnavailableError:
         pass
-    saved = load_session_states(state, format="toy")[str(path)]
+    saved = load_session_states(state, format=FORMAT)[str(path)]
     assert (saved.line, saved.settled, saved.settled_end) == (
         5,
         (),
@@ -191,7 +195,7 @@ def test_a_state_with_a_settle_a_rewritten_file_no_longer_holds_is_not_replayed(
 def test_following_settles_an_idle_file_once_and_reads_on_with_the_same_parser(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(FIRST)
-    files = SessionFiles("toy", [str(path)], follow=True, poll_interval=0.01, settle=0.3, parsers=toy)
+    files = SessionFiles(FORMAT, [str(path)], follow=True, poll_interval=0.01, settle=0.3, parsers=toy)
     sender = FakeSender()
     ingest = Ingest(files, sender, decoder=SessionDecoder(files, warn=lambda m: None), err=io.StringIO())
     files.covered = ingest.covered_line
@@ -223,7 +227,7 @@ def test_an_evicted_parser_is_rebuilt_with_its_settles(tmp_path: Path) -> None:
     path.write_bytes(FIRST)
     age(path, 1)
     files = SessionFiles(
-        "toy", [str(path)], follow=True, poll_interval=0.01, settle=0.3, parsers=toy, evict_after=0.0
+        FORMAT, [str(path)], follow=True, poll_interval=0.01, settle=0.3, parsers=toy, evict_after=0.0
     )
     sender = FakeSender()
     ingest = Ingest(files, sender, decoder=SessionDecoder(files, warn=lambda m: None), err=io.StringIO())
@@ -245,11 +249,11 @@ def test_the_settles_survive_the_state_file(tmp_path: Path) -> None:
     path, state = tmp_path / "s.jsonl", str(tmp_path / "state.json")
     path.write_bytes(FIRST)
     run_once(path, state, settle=0)
-    saved = load_session_states(state, format="toy")
+    saved = load_session_states(state, format=FORMAT)
     doc = json.loads(Path(state).read_text())
     assert doc["files"][str(path)]["settled"] == [5] and doc["files"][str(path)]["settledEnd"] is True
-    save_session_states(state, saved, format="toy")
-    assert load_session_states(state, format="toy") == saved
+    save_session_states(state, saved, format=FORMAT)
+    assert load_session_states(state, format=FORMAT) == saved
 
 
 def test_a_state_saved_between_a_line_and_its_replayed_settle_keeps_the_settle(tmp_path: Path) -> None:
@@ -258,8 +262,8 @@ def test_a_state_saved_between_a_line_and_its_replayed_settle_keeps_the_settle(t
     run_once(path, state, settle=0)
     with open(path, "ab") as f:
         f.write(lines({"p": "t3"}, {"r": "three"}, {"end": True}))
-    saved = load_session_states(state, format="toy")
-    files = SessionFiles("toy", [str(path)], states=saved, settle=None, parsers=toy)
+    saved = load_session_states(state, format=FORMAT)
+    files = SessionFiles(FORMAT, [str(path)], states=saved, settle=None, parsers=toy)
     sender = FakeSender()
     ingest = Ingest(
         files,
@@ -273,9 +277,9 @@ def test_a_state_saved_between_a_line_and_its_replayed_settle_keeps_the_settle(t
         ingest._handle(line)
         if line.number == 5 and not line.settle:
             ingest.save(force=True)  # line 5 covered, its replayed settle not handled yet
-            kept = load_session_states(state, format="toy")[str(path)]
+            kept = load_session_states(state, format=FORMAT)[str(path)]
             assert (kept.line, kept.settled, kept.settled_end) == (5, (5,), True)
     ingest._collect(wait=True)
     ingest.save(force=True)
     assert [t for t, _, _ in bodies(sender)] == ["t3"]
-    assert load_session_states(state, format="toy")[str(path)].settled == (5,)
+    assert load_session_states(state, format=FORMAT)[str(path)].settled == (5,)

@@ -68,9 +68,10 @@ def turn_key(t: HostTurn) -> tuple[object, ...]:
 
 
 def parse_records(
-    adapter: HostAdapter, session: str, records: Sequence[bytes], *, settle: bool = True
+    adapter: HostAdapter, session: str, records: Sequence[bytes], *, settle: bool = True, final: bool = False
 ) -> list[HostTurn]:
-    """The turns a fresh parser gives for ``records`` (record N is line N), then ``settle`` when asked."""
+    """The turns a fresh parser gives for ``records`` (record N is line N), then ``settle`` when asked
+    (``final``: as a stop hook's call settles)."""
     parser = adapter.new_parser(session)
     turns: list[HostTurn] = []
     for number, data in enumerate(records, 1):
@@ -79,7 +80,7 @@ def parse_records(
         except InputError:
             continue
     if settle:
-        turns.extend(parser.settle())
+        turns.extend(parser.settle(final=final))
     return turns
 
 
@@ -180,7 +181,7 @@ class HostAdapterContract(abc.ABC):
             whole = self.turns(session)
             by_id = {t.turn_id: turn_key(t) for t in whole}
             for point in self.hook_points(session):
-                for t in parse_records(adapter, session, records[:point]):
+                for t in parse_records(adapter, session, records[:point], final=True):
                     if t.turn_id in by_id:
                         assert turn_key(t) == by_id[t.turn_id], (
                             f"{session}: the hook at record {point}, turn {t.turn_id}"
@@ -203,6 +204,7 @@ class HostAdapterContract(abc.ABC):
                     pass
             parser.settle()
             assert parser.settle() == [], "a second settle() completed a turn again"
+            assert parser.settle(final=True) == [], "a final settle() after a settle() completed a turn again"
 
     def test_a_record_that_is_not_json_is_a_typed_error_and_loses_nothing(self) -> None:
         adapter = self.adapter()

@@ -92,7 +92,7 @@ class ToyChatSession(SessionParser):
             return self._end(number, "interrupted", at)
         return []
 
-    def settle(self) -> list[HostTurn]:
+    def settle(self, final: bool = False) -> list[HostTurn]:
         """The open turn once the file is final, if it has its reply."""
         return self._end(0, "answered", None) if self.open is not None and self.open.reply else []
 
