@@ -64,6 +64,10 @@ RECORD_OVERHEAD_BYTES = 4096
 MAX_RETRIES = 100
 LINGER_MS = 5
 BATCH_BYTES = 128 * 1024
+#: The codec of the producer's record batches. Turn bodies are text (prose, code, tool output): zstd
+#: stored them in the fewest bytes on the broker for about the throughput of no compression
+#: (docs/benchmarks.md, "Compression"); every reader decompresses any codec (pyproject's dependencies).
+COMPRESSION = "zstd"
 
 
 def _version() -> str:
@@ -269,6 +273,7 @@ class TurnProducer(TopicClient):
             max_request_size=TOPIC_MAX_MESSAGE_BYTES,
             linger_ms=LINGER_MS,
             batch_size=BATCH_BYTES,
+            compression_type=COMPRESSION,
             # Our topic is created on purpose (infinite retention); never let a send auto-create one.
             allow_auto_create_topics=False,
         )
