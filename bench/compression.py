@@ -3,14 +3,17 @@
 For each codec (none, gzip, snappy, lz4, zstd), ``TurnProducer.send_many`` appends the same turns to a
 fresh topic; the item reports the bytes the broker keeps per turn (the partitions' log sizes from
 DescribeLogDirs: every segment, indexes excluded) and the producer's throughput, each as a ratio of the
-uncompressed run. The codecs run interleaved within each repetition (the order rotates), so drifting
-load hits each alike. Targets: the chosen codec (``TurnProducer``'s ``COMPRESSION``) keeps <= 0.4x the
-uncompressed bytes at >= 0.8x the uncompressed throughput.
+uncompressed run beside it (each codec's run is paired with one, the order alternating), so load that
+drifts on the shared machine cancels out of the ratios; the producing process's CPU time is reported
+too, as it depends less on that load than the wall clock does. Targets: the chosen codec
+(``TurnProducer``'s ``COMPRESSION``) keeps <= 0.4x the uncompressed bytes at >= 0.8x the uncompressed
+throughput.
 
-The bodies (``transcript_bodies``) mix what agent transcripts hold: prose paragraphs, fenced code,
-shell commands with their output, test runs, diffs, JSON tool results and file paths, drawn from
+The bodies (``transcript_body``) mix what agent transcripts hold: prose paragraphs, fenced code, shell
+commands with their output, test runs, diffs, JSON tool results and file paths, drawn from
 vocabularies, prose of free word order, and identifiers that never repeat (commit hashes, digests,
-timestamps, line numbers); sizes are log-normal around 1.3 KiB (a few up to 24 KiB). They are generated, not random bytes.
+timestamps, line numbers); sizes are log-normal, median ~1.3 KiB, mean ~2 KiB, at most 24 KiB. They are
+generated text, not random bytes.
 
 Standalone: ``.venv/bin/python -m bench compression [--turns N] [--repeat N]`` prints the section as
 markdown (``THROUGHLINE_TEST_BOOTSTRAP_SERVERS`` or a broker started here).
@@ -25,6 +28,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from bench.common import (
     BASE_MICROS,
@@ -160,7 +164,7 @@ def _tool(rng: random.Random) -> str:
 
 
 def transcript_body(rng: random.Random) -> str:
-    """One turn body: prose, code and tool lines in a transcript's proportions, ~1.5 KiB log-normal."""
+    """One turn body: prose, code and tool lines in a transcript's proportions (median ~1.3 KiB)."""
     target = min(24_000, max(120, int(rng.lognormvariate(7.2, 0.8))))
     parts: list[str] = []
     size = 0
@@ -229,65 +233,85 @@ def log_bytes(bootstrap: str, topic: str) -> int:
     return total
 
 
-def _one(bootstrap: str, codec: str, turns: list[TurnRecord]) -> tuple[float, int]:
-    """Seconds for ``TurnProducer.send_many`` with ``codec``, and the bytes the broker then keeps."""
+@dataclass(frozen=True)
+class Run:
+    """One ``send_many`` of every turn with one codec."""
+
+    seconds: float  # wall clock
+    cpu: float  # CPU seconds of this process (the caller's thread and kafka-python's sender thread)
+    log_bytes: int  # what the broker then keeps
+
+
+def _one(bootstrap: str, codec: str, turns: list[TurnRecord]) -> Run:
+    """``TurnProducer.send_many`` of ``turns`` with ``codec`` into a fresh topic."""
     topic = new_topic_name(f"compression-{codec}")
     try:
         with _codec(codec), TurnProducer(bootstrap, topic, partitions=PARTITIONS) as producer:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             producer.send_many(turns)
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         if sum(end_offsets(bootstrap, topic).values()) != len(turns):
             raise RuntimeError(f"topic {topic} does not hold {len(turns)} records")
-        return seconds, log_bytes(bootstrap, topic)
+        return Run(seconds, cpu, log_bytes(bootstrap, topic))
     finally:
         delete_topics(bootstrap, [topic])
 
 
 def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Section:
-    """Every codec, ``cfg.repeat`` interleaved repetitions; ratios to the uncompressed run."""
+    """Each codec paired with an uncompressed run right beside it (which goes first alternates),
+    ``cfg.repeat`` times; every ratio is a pair's, so load that drifts between pairs cancels out."""
     n = turns_count or (2_000 if cfg.quick else DEFAULT_TURNS)
     log(f"compression: generating {n:,} transcript-shaped turns")
     turns = transcript_turns(n)
     body_bytes = sum(len(t.body.encode("utf-8")) for t in turns)
-    rates: dict[str, list[float]] = {c: [] for c in CODECS}
-    sizes: dict[str, list[float]] = {c: [] for c in CODECS}
+    runs: dict[str, list[Run]] = {c: [] for c in CODECS}
     byte_ratio: dict[str, list[float]] = {c: [] for c in CODECS}
     rate_ratio: dict[str, list[float]] = {c: [] for c in CODECS}
-    _one(bootstrap, "none", turns[:5_000])  # a warm-up (connections, the broker's JIT), not counted
+    cpu_ratio: dict[str, list[float]] = {c: [] for c in CODECS}
+    _one(bootstrap, "none", turns[: min(n, 5_000)])  # a warm-up (connections, the broker's JIT), not counted
+    codecs = CODECS[1:]
     for rep in range(cfg.repeat):
-        order = CODECS[rep % len(CODECS) :] + CODECS[: rep % len(CODECS)]
-        got: dict[str, tuple[float, int]] = {}
-        for codec in order:
-            got[codec] = _one(bootstrap, codec, turns)
+        for codec in codecs[rep % len(codecs) :] + codecs[: rep % len(codecs)]:
+            pair = ("none", codec) if (rep + codecs.index(codec)) % 2 == 0 else (codec, "none")
+            got = {c: _one(bootstrap, c, turns) for c in pair}
+            base, run = got["none"], got[codec]
+            runs["none"].append(base)
+            runs[codec].append(run)
+            byte_ratio[codec].append(run.log_bytes / base.log_bytes)
+            rate_ratio[codec].append(base.seconds / run.seconds)
+            cpu_ratio[codec].append(run.cpu / base.cpu)
             log(
-                f"compression rep {rep + 1} {codec}: {n / got[codec][0]:,.0f} turns/s, {got[codec][1] / n:,.0f} bytes/turn"
+                f"compression rep {rep + 1} {codec}: {n / run.seconds:,.0f} turns/s against {n / base.seconds:,.0f}, "
+                f"CPU {run.cpu / base.cpu:.2f}x, {run.log_bytes / n:,.0f} bytes/turn"
             )
-        base_s, base_b = got["none"]
-        for codec, (s, b) in got.items():
-            rates[codec].append(n / s)
-            sizes[codec].append(b / n)
-            byte_ratio[codec].append(b / base_b)
-            rate_ratio[codec].append(base_s / s)
+    for ratios in (byte_ratio, rate_ratio, cpu_ratio):
+        ratios["none"] = [1.0] * len(runs["none"])
     chosen = producer_module.COMPRESSION or "none"
     section = Section("compression", "7. Compression: bytes on the broker and producer throughput per codec")
     rows = [
-        "| codec | bytes on the broker per turn | x uncompressed | TurnProducer turns/s | x uncompressed |",
-        "|---|---|---|---|---|",
+        "| codec | bytes on the broker per turn | x uncompressed | TurnProducer turns/s | x uncompressed "
+        "| producer CPU per turn | x uncompressed |",
+        "|---|---|---|---|---|---|---|",
     ]
     for codec in CODECS:
         mark = " (TurnProducer's default)" if codec == chosen else ""
+        per_turn = Figure("", [r.log_bytes / n for r in runs[codec]], "B")
+        rate = Figure("", [n / r.seconds for r in runs[codec]], "/s")
+        cpu = Figure("", [r.cpu / n * 1e6 for r in runs[codec]], "us", "{:.0f}")
         rows.append(
-            f"| {codec}{mark} | {Figure('', sizes[codec], 'B').text()} | {statistics.median(byte_ratio[codec]):.2f} "
-            f"| {Figure('', rates[codec], '/s').text()} | {statistics.median(rate_ratio[codec]):.2f} |"
+            f"| {codec}{mark} | {per_turn.text()} | {statistics.median(byte_ratio[codec]):.2f} "
+            f"| {rate.text()} | {statistics.median(rate_ratio[codec]):.2f} "
+            f"| {cpu.text()} us | {statistics.median(cpu_ratio[codec]):.2f} |"
         )
     section.tables.append("\n".join(rows))
     section.figures = [
-        Figure(f"{c}: bytes on the broker / uncompressed", byte_ratio[c], "ratio", "{:.2f}") for c in CODECS
-    ]
-    section.figures += [
-        Figure(f"{c}: TurnProducer throughput / uncompressed", rate_ratio[c], "ratio", "{:.2f}")
-        for c in CODECS
+        Figure(f"{c}: {what} / uncompressed (per pair)", ratios[c], "ratio", "{:.2f}")
+        for what, ratios in (
+            ("bytes on the broker", byte_ratio),
+            ("TurnProducer throughput", rate_ratio),
+            ("producer CPU", cpu_ratio),
+        )
+        for c in codecs
     ]
     section.targets = [
         Target(
@@ -310,7 +334,12 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
         "(acks=all, idempotent, linger 5 ms, 128 KiB batches) and each codec in turn.",
         "Bytes on the broker: the partitions' log sizes (DescribeLogDirs) after every turn was acknowledged: "
         "record batches with their headers, indexes excluded. Throughput: turns/s of `send_many` (validation, "
-        "encoding, compression, every acknowledgement), connecting and creating the topic outside the clock.",
+        "encoding, compression, every acknowledgement), connecting and creating the topic outside the clock. "
+        "Producer CPU: CPU seconds of the producing process over the same span (the caller and kafka-python's "
+        "sender thread; not the broker's), less sensitive than the wall clock to the shared machine's load.",
+        f"Each codec's run is paired with an uncompressed run right beside it ({cfg.repeat} pairs a codec, the "
+        "order alternating); a ratio is the median of the pairs' ratios, and the uncompressed row's absolute "
+        "figures are over all its runs.",
         "kafka-python compresses in the producer's own Python process: gzip at level 9 (kafka-python's default), "
         "zstd at zstandard's default level 3, lz4 frames, snappy in xerial framing.",
     ]
