@@ -11,16 +11,18 @@ producer that commits and aborts (its last transaction aborted: the log ends on 
 
 Then: each client put every turn on throughline's partition; every batch carries the codec its producer
 was given (read off the log by the record reader itself); and ``project --until-caught-up`` (the fetch
-worker), a replay in this process without the worker (``serve``'s staged path), kafka-python's own parser
-and the reader all hold exactly the committed turns, in the order written, with the applied offsets at
-the log's end (past every marker).
+worker), a replay in this process without the worker (``serve``'s staged path), kafka-python's own
+parser, the reader and a group member all hold exactly the committed turns, in the order written, with
+the applied offsets at the log's end (past every marker).
 """
 
 from __future__ import annotations
 
+import os
+import random
 import subprocess
 import sys
-import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from throughline.core.partitioning import partition_for
 from throughline.core.turn import TurnRecord
 from throughline.log import KafkaLog, ensure_topic
 from throughline.log import fetch as record_fetch
+from throughline.log.group import GroupConsumer
 from throughline.log.record_batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -183,12 +186,12 @@ class Written:
 @pytest.fixture(scope="module")
 def written(kafka_bootstrap: str) -> Written:
     """One topic written by librdkafka, the Java client and ``TurnProducer`` (the clients run at once)."""
-    topic = f"other-clients-{threading.get_ident() % 100_000}"
+    topic = f"other-clients-{os.getpid()}-{random.randrange(1 << 30)}"
     ensure_topic(kafka_bootstrap, topic, partitions=PARTITIONS, timeout=30.0)
-    python = LOADGEN.ensure() and LOADGEN.python
+    LOADGEN.ensure()  # built once per machine (pip, ~15 s), then reused
     scripts = {client: _script(client, topic) for client in ("librdkafka", "java")}
     commands = {
-        "librdkafka": [str(python), str(LIBRDKAFKA_EXAMPLE), kafka_bootstrap, topic],
+        "librdkafka": [str(LOADGEN.python), str(LIBRDKAFKA_EXAMPLE), kafka_bootstrap, topic],
         "java": _java_command(kafka_bootstrap, topic),
     }
     with ThreadPoolExecutor(2) as pool:
@@ -340,3 +343,29 @@ def test_the_projector_replay_and_reader_hold_exactly_the_committed_turns(
             )
             assert page.status == "ok", (project, page.reason)  # no wait: the markers are applied too
             assert [t.contentDigest for t in page.turns] == [t.content_digest.hex() for t in turns]
+
+
+def test_a_group_member_reads_exactly_the_committed_turns(written: Written, kafka_group_id: str) -> None:
+    # A member of a projector group (``serve --group``) fetches through the same record reader, its
+    # partitions assigned by the group: it too skips the aborted turns and the markers.
+    member = GroupConsumer(
+        [written.bootstrap],
+        written.topic,
+        group=kafka_group_id,
+        url="http://127.0.0.1:8080",
+        client_id="other-clients-member",
+        timeout=30.0,
+    )
+    got: dict[tuple[int, int], TurnRecord] = {}
+    try:
+        deadline = time.monotonic() + 90.0
+        while len(got) < len(written.committed):
+            assert time.monotonic() < deadline, (
+                f"the member read {len(got)} of {len(written.committed)} turns"
+            )
+            for records in member.poll(0.5, 1000).values():
+                got.update(((r.partition, r.offset), decode_turn(r.value)) for r in records)
+    finally:
+        member.close()
+    read = sorted((t.turn_id, t.content_digest) for t in got.values())
+    assert read == sorted((t.turn_id, t.content_digest) for t in written.committed)
