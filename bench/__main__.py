@@ -1,5 +1,5 @@
 """The one command: ``.venv/bin/python -m bench [--quick] [sizes...]`` runs every measurement against a
-real Kafka broker and writes ``docs/benchmarks.md``.
+real Kafka broker and writes ``docs/benchmarks.md``; ``python -m bench compression`` runs item 7 alone.
 
 The broker is ``THROUGHLINE_TEST_BOOTSTRAP_SERVERS`` when set, else a Kafka 4.1 broker started (and
 stopped) here by ``throughline.testing.kafka``. Every topic this run creates starts with ``bench.``;
@@ -33,7 +33,7 @@ from bench.common import (
     parse_count,
 )
 
-MEASUREMENTS = ("producer", "throughput", "reader", "freshness", "memory")
+MEASUREMENTS = ("producer", "throughput", "reader", "freshness", "memory", "compression")
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -149,9 +149,11 @@ def _section(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite; return the exit code (0 unless a measurement failed)."""
-    from bench import freshness, memory, producer, projector, reader, report
+    from bench import compression, freshness, memory, producer, projector, reader, report
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["compression"]:  # the compression item alone, printed (bench/compression.py)
+        return compression.main(args[1:])
     cfg = parse_args(args)
     command = ".venv/bin/python -m bench" + ("" if not args else " " + shlex.join(args))
     started = report.now()
@@ -200,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _section("freshness", lambda: freshness.measure(cfg, bootstrap, cap, work), sections, failures)
             if _wanted(cfg, "memory"):
                 _section("memory", lambda: memory.measure(cfg, bootstrap, work), sections, failures)
+            if _wanted(cfg, "compression"):
+                _section("compression", lambda: compression.measure(cfg, bootstrap), sections, failures)
         finally:
             delete_topics(bootstrap, topics)
     seconds = time.perf_counter() - t0

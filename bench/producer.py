@@ -29,7 +29,7 @@ from bench.common import (
 )
 from bench.profile import recording
 from throughline.core.turn import TurnRecord
-from throughline.producers.producer import TurnProducer
+from throughline.producers.producer import COMPRESSION, TurnProducer
 
 
 def run_turn_producer(bootstrap: str, topic: str, turns: list[TurnRecord], partitions: int) -> float:
@@ -46,7 +46,7 @@ def run_turn_producer(bootstrap: str, topic: str, turns: list[TurnRecord], parti
 def run_bare_producer(bootstrap: str, topic: str, data: Encoded, partitions: int) -> float:
     """Seconds for a bare ``KafkaProducer`` to send the same bytes (all acknowledged)."""
     create_topic(bootstrap, topic, partitions)
-    producer = bare_producer(bootstrap)
+    producer = bare_producer(bootstrap, compression_type=COMPRESSION)  # TurnProducer's codec too
     try:
         producer.partitions_for(topic)  # metadata outside the clock, as TurnProducer's constructor does
         start = time.perf_counter()
@@ -106,7 +106,8 @@ def measure(cfg: Config, bootstrap: str, turns: list[TurnRecord], data: Encoded)
         section.targets[0].bottleneck = got[0].bottleneck()
     section.notes = [
         f"{n:,} turns of ~{data.value_bytes // max(1, n):,} encoded bytes, {cfg.partitions} partitions, "
-        "acks=all, idempotent, linger 5 ms, 128 KiB batches (TurnProducer's settings) for both.",
+        f"acks=all, idempotent, linger 5 ms, 128 KiB batches, {COMPRESSION} compression (TurnProducer's "
+        "settings) for both.",
         f"The target ratio is the median of {len(ratios)} per-repetition ratios (each repetition's two "
         "producers run back to back, the bare one first), with a distribution-free interval of that median; "
         "the bare producer's rate alone varies by up to 1.5x between repetitions on this machine.",

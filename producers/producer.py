@@ -64,6 +64,11 @@ RECORD_OVERHEAD_BYTES = 4096
 MAX_RETRIES = 100
 LINGER_MS = 5
 BATCH_BYTES = 128 * 1024
+#: The codec of the producer's record batches. Turn bodies are text (prose, code, tool output): zstd
+#: is the one codec that kept them in at most 0.4x the uncompressed bytes on the broker (0.29x), for
+#: 1.25x the producer's CPU (lz4 and snappy: ~0.45x; gzip: 2.75x the CPU; docs/benchmarks.md, item 7).
+#: Every reader decompresses any codec (pyproject's dependencies).
+COMPRESSION = "zstd"
 
 
 def _version() -> str:
@@ -279,6 +284,7 @@ class TurnProducer(TopicClient):
             max_request_size=TOPIC_MAX_MESSAGE_BYTES,
             linger_ms=LINGER_MS,
             batch_size=BATCH_BYTES,
+            compression_type=COMPRESSION,
             # Our topic is created on purpose (infinite retention); never let a send auto-create one.
             allow_auto_create_topics=False,
         )
