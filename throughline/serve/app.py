@@ -60,6 +60,7 @@ from throughline.serve.read_api import (
 )
 from throughline.serve.read_route import ReadRoute, ReadThreads
 from throughline.serve.responses import ErrorDocument, install_error_handlers, read_response, too_large
+from throughline.serve.tokens import VerifiedTokens
 
 if TYPE_CHECKING:
     from throughline.serve.group import GroupRouter
@@ -94,6 +95,7 @@ def create_app(
     stopping: threading.Event | None = None,
     read_page: ReadPage | None = None,
     router: GroupRouter | None = None,
+    tokens: VerifiedTokens | None = None,
 ) -> FastAPI:
     """The FastAPI application of ``throughline serve``.
 
@@ -101,6 +103,7 @@ def create_app(
     ``stopping`` is set on shutdown so that long-polls return at once. ``read_page`` defaults to
     ``throughline.reader.read_page``. ``router``: a ``serve --group`` member's
     (``throughline.serve.group``): reads of partitions it does not answer itself are forwarded.
+    ``tokens``: the scoped tokens ``serve --token-keys`` accepts (docs/security.md).
     """
     settings = settings or ApiSettings()
     metrics = metrics or ServeMetrics()
@@ -116,7 +119,7 @@ def create_app(
         router=router,
     )
     metrics.registry.on_scrape(api.refresh_metrics)
-    auth = BearerAuth(settings.auth_token)
+    auth = BearerAuth(settings.auth_token, tokens)
     threads = ReadThreads(settings.max_waiters + 32)
 
     @asynccontextmanager
@@ -142,11 +145,15 @@ def create_app(
 
     async def require_token(request: Request) -> None:
         # async: a sync dependency would cost every request a hop to the worker threads and back.
-        auth.check(request.headers.get("authorization"))
+        request.state.grant = auth.check(request.headers.get("authorization"))
+
+    async def require_metrics(request: Request) -> None:
+        auth.check(request.headers.get("authorization")).require_metrics()
 
     install_error_handlers(app)
 
     async def _read_or_forward(request: Request, read: ReadRequest, body: bytes | None) -> Response:
+        api.permit(request.state.grant, read)  # before anything else: the same answer whether it exists or not
         if api.router is not None:
             target = READ_PATH + (f"?{request.url.query}" if request.url.query else "")
             try:
@@ -231,7 +238,7 @@ def create_app(
         "/metrics",
         summary="Prometheus metrics (text exposition format 0.0.4)",
         tags=["operations"],
-        dependencies=[Depends(require_token)],
+        dependencies=[Depends(require_metrics)],
         response_class=Response,
         responses={200: {"content": {"text/plain": {}}}, 401: {"model": ErrorDocument}},
     )

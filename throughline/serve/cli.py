@@ -16,6 +16,9 @@ from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
 from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
+from throughline.serve.security import require_tls_off_loopback
+from throughline.serve.token_cli import add_security_options, tls_options
+from throughline.serve.token_cli import register as register_token
 from throughline.settings import add_connection_options, add_sync_commits, seconds_argument, settings_from
 from throughline.settings import count_argument as _count
 
@@ -39,7 +42,8 @@ def _port(text: str) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``serve`` subcommand."""
+    """Add the ``serve`` and ``token`` subcommands."""
+    register_token(subparsers)
     p = subparsers.add_parser(
         "serve",
         help="run the projector and the HTTP read API in one process",
@@ -147,6 +151,7 @@ def register(subparsers: Any) -> None:
         metavar="K",
         help=f"with --group: members that hold each partition (default 2 with two or more members; env {ENV_COPIES})",
     )
+    add_security_options(p)
     p.add_argument("--log-level", choices=_LEVELS, default="warning", help="log level on stderr (default warning)")
     p.add_argument("--access-log", action="store_true", help="log every request on stderr")
     add_connection_options(p)
@@ -159,7 +164,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from throughline.serve.service import ServeOptions, run_service
 
     token = load_auth_token(args.auth_token_file)
-    require_token_off_loopback(args.host, token)
+    require_token_off_loopback(args.host, token, scoped=args.token_keys is not None)
+    tls = tls_options(args)
+    require_tls_off_loopback(args.host, tls, args.insecure_http)
     settings = settings_from(args)
     settings.require_bootstrap()  # fail fast, before binding anything
     group = _group_spec(args)
@@ -184,6 +191,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
         group=group,
+        token_keys=args.token_keys,
+        token_audience=args.token_audience,
+        tls=tls,
     )
     return run_service(settings, options)
 

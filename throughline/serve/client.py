@@ -39,6 +39,7 @@ from throughline.reader.wire import ObserverRead
 from throughline.serve import READ_PATH, REASON_HEADER
 from throughline.serve.auth import load_auth_token
 from throughline.serve.exceptions import BadResponseError, ServeError, ServerUnavailableError
+from throughline.serve.security import ENV_CA, client_context
 from throughline.serve.transport import exchange, new_opener
 
 ENV_URL = "THROUGHLINE_URL"
@@ -130,7 +131,9 @@ class HttpReader:
 
     ``url``: one URL, or several (comma-separated or a sequence) to fail over between (see the module).
     ``wait`` (seconds, default 0) is the long-poll: an empty first page of a series is held by the
-    server until the project's chain moves past the after cursor, at most that long.
+    server until the project's chain moves past the after cursor, at most that long. ``token``: the
+    bearer token (the admin token or a scoped one); ``ca``: the CA file ``https://`` servers are
+    verified with (default the system's); a refused certificate raises a ``TlsVerifyError``.
     """
 
     def __init__(
@@ -140,6 +143,7 @@ class HttpReader:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         wait: float = 0.0,
+        ca: str | None = None,
     ) -> None:
         #: Every member's URL, in the order given.
         self.urls = parse_urls(url)
@@ -147,7 +151,8 @@ class HttpReader:
         self.timeout = float(timeout)
         self.wait = float(wait)
         self._token = token
-        self._opener = new_opener()
+        # https:// URLs are verified against ``ca`` (a PEM file), else the system's trust store.
+        self._opener = new_opener(client_context(ca) if ca else None)
 
     @property
     def url(self) -> str:
@@ -270,7 +275,14 @@ def add_http_options(parser: argparse.ArgumentParser, *, status: bool = False) -
         "--auth-token-file",
         default=None,
         metavar="FILE",
-        help="bearer token for --url (env THROUGHLINE_AUTH_TOKEN)",
+        help="bearer token for --url: the admin token or a scoped one from `throughline token issue` "
+        "(env THROUGHLINE_AUTH_TOKEN)",
+    )
+    group.add_argument(
+        "--ca",
+        default=None,
+        metavar="FILE",
+        help=f"verify https:// --url servers with this CA certificate file (PEM; env {ENV_CA}; default the system's)",
     )
 
 
@@ -286,4 +298,5 @@ def http_reader_from_args(args: argparse.Namespace) -> HttpReader | None:
         return None
     token = load_auth_token(getattr(args, "auth_token_file", None))
     # A following Observer long-polls: the server holds its empty first pages until turns arrive.
-    return HttpReader(url, token=token, wait=FOLLOW_WAIT if getattr(args, "follow", False) else 0.0)
+    ca = getattr(args, "ca", None) or os.environ.get(ENV_CA) or None
+    return HttpReader(url, token=token, wait=FOLLOW_WAIT if getattr(args, "follow", False) else 0.0, ca=ca)

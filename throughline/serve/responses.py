@@ -1,7 +1,7 @@
 """What the API answers: the read document, the error documents, and which HTTP status an error gets.
 
-Hard input errors are 400 (401 for the bearer token, 413/414 for a request too large), a quarantined
-source 409, a retriable failure 503 (with ``Retry-After``), anything else 500; every error answer is the
+Hard input errors are 400 (401 for a missing or refused token, 403 for a read outside the token's
+scope, 413/414 for a request too large), a quarantined source 409, a retriable failure 503 (with ``Retry-After``), anything else 500; every error answer is the
 ``{"error": {"code", "message"}}`` document and none carries a stack trace.
 """
 
@@ -19,7 +19,12 @@ from throughline.errors import InputError, ThroughlineError
 from throughline.reader.exceptions import SourceQuarantinedError
 from throughline.reader.wire import ObserverRead
 from throughline.serve import REASON_HEADER
-from throughline.serve.exceptions import InvalidRequestError, RequestTooLargeError, UnauthorizedError
+from throughline.serve.exceptions import (
+    ForbiddenError,
+    InvalidRequestError,
+    RequestTooLargeError,
+    UnauthorizedError,
+)
 
 _log = logging.getLogger("throughline.serve")
 
@@ -54,6 +59,8 @@ def http_status(error: ThroughlineError) -> int:
         return getattr(error, "http_status", 413)
     if isinstance(error, UnauthorizedError):
         return 401
+    if isinstance(error, ForbiddenError):
+        return 403
     if isinstance(error, InputError):
         return 400
     if isinstance(error, SourceQuarantinedError):
