@@ -36,6 +36,7 @@ from throughline.serve.exceptions import (
 _X509_NOT_YET_VALID = 9
 _X509_EXPIRED = 10
 _X509_HOSTNAME_MISMATCH = 62
+_X509_IP_ADDRESS_MISMATCH = 64
 
 #: Larger answers are cut here (a read page is at most ~100 bodies of 64 KiB by default).
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -66,7 +67,7 @@ def tls_error(url: str, exc: ssl.SSLCertVerificationError) -> TlsVerifyError:
     detail = getattr(exc, "verify_message", None) or exc.__class__.__name__
     if code in (_X509_EXPIRED, _X509_NOT_YET_VALID):
         return TlsExpiredError(f"the certificate of {url} is refused: {detail}")
-    if code == _X509_HOSTNAME_MISMATCH:
+    if code in (_X509_HOSTNAME_MISMATCH, _X509_IP_ADDRESS_MISMATCH):
         return TlsHostnameError(f"the certificate of {url} does not name its host: {detail}")
     return TlsUntrustedError(f"the certificate of {url} is not signed by a trusted CA (--ca): {detail}")
 
