@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import signal
 import ssl
+import sys
 import threading
 from dataclasses import dataclass
 from types import FrameType
@@ -142,6 +143,17 @@ class KeyWatcher:
         if self._previous is not None:
             signal.signal(signal.SIGHUP, self._previous)
             self._previous = None
+
+
+def redact_access_log() -> None:
+    """uvicorn's access log (``serve --access-log``) without query strings, and on stderr as the CLI
+    documents (uvicorn's default handler writes it to stdout, where ``serve`` prints only its URL)."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactQuery) for f in access.filters):
+        access.addFilter(RedactQuery())
+    for handler in access.handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
 
 
 class RedactQuery(logging.Filter):

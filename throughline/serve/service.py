@@ -42,7 +42,13 @@ from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
 from throughline.serve.exceptions import ProjectorFailedError, ServeError
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
-from throughline.serve.security import KeyWatcher, RedactQuery, TlsOptions, client_context, server_context
+from throughline.serve.security import (
+    KeyWatcher,
+    TlsOptions,
+    client_context,
+    redact_access_log,
+    server_context,
+)
 from throughline.serve.tokens import DEFAULT_AUDIENCE, KeyRing, VerifiedTokens
 from throughline.settings import Settings
 
@@ -364,7 +370,7 @@ def run_service(
         )
         config.load()
         config.ssl = tls  # ours: uvicorn's own context would allow TLS below 1.2
-        logging.getLogger("uvicorn.access").addFilter(RedactQuery())
+        redact_access_log()
         if ring is not None:
             stack.enter_context(KeyWatcher(ring))
         server = _Server(config, on_ready=lambda: announce(url))
