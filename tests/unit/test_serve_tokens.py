@@ -77,6 +77,24 @@ def test_a_token_round_trips_with_its_scope(keys: tuple[Path, Path, KeyRing]) ->
     assert token.count(".") == 3 and token.startswith("tl1.") and len(token) < 600
 
 
+def test_scope_is_judged_on_the_canonical_project(keys: tuple[Path, Path, KeyRing]) -> None:
+    signing, _, ring = keys
+    grant = verify_token(
+        _token(signing, projects=["/srv/x/../team-c/app/"], prefixes=["/srv/team-a/"]), ring, now=NOW
+    )
+    assert grant.covers("/srv/team-a/app") and grant.covers("/srv/team-a//app/./sub")
+    assert grant.covers("/srv/team-c/app") and grant.covers("/srv//team-c/app/")  # the same project
+    for escape in (
+        "/srv/team-a/../team-b/x",
+        "/srv/team-a/..",
+        "/srv/team-a/app/../../team-b",
+        "",
+        ".",
+        "a\x00",
+    ):
+        assert not grant.covers(escape), escape
+
+
 def test_scopes_metrics_and_admin(keys: tuple[Path, Path, KeyRing]) -> None:
     signing, _, ring = keys
     metrics = verify_token(_token(signing, scope="metrics", projects=[]), ring, now=NOW)

@@ -36,12 +36,15 @@ import re
 import secrets
 import threading
 import time
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from throughline.core.identity import canonical_project
+from throughline.errors import ThroughlineError
 from throughline.serve.exceptions import (
     ForbiddenError,
     ForbiddenProjectError,
@@ -319,6 +322,11 @@ def issue_token(
     if scope not in SCOPES:
         raise InvalidTokenRequestError(f"--scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     names, starts = _check_names(projects, "--project"), _check_names(prefixes, "--project-prefix")
+    try:  # the form reads are judged in (a prefix is compared as given, in NFC, so its trailing / stays)
+        names = [canonical_project(n) for n in names]
+    except ThroughlineError as exc:
+        raise InvalidTokenRequestError(f"--project: {exc.message}") from None
+    starts = [unicodedata.normalize("NFC", p) for p in starts]
     if scope == "read" and not names and not starts:
         raise InvalidTokenRequestError(
             "a read token needs --project P or --project-prefix PREFIX (at least one)"
@@ -369,12 +377,20 @@ class Grant:
     jti: str | None = None
 
     def covers(self, project: object) -> bool:
-        """Whether a read of ``project`` is allowed (an admin reads every project)."""
+        """Whether a read of ``project`` is allowed (an admin reads every project).
+
+        Compared in the canonical form the reader hashes (``canonical_project``), so that a name such
+        as ``/srv/team-a/../team-b/x`` is judged as the project it reads, ``/srv/team-b/x``; a name
+        that has no canonical form is covered by no read token."""
         if self.scope == "admin":
             return True
         if self.scope != "read" or not isinstance(project, str):
             return False
-        return project in self.projects or any(project.startswith(p) for p in self.prefixes)
+        try:
+            name = canonical_project(project)
+        except ThroughlineError:
+            return False
+        return name in self.projects or any(name.startswith(p) for p in self.prefixes)
 
     def require_project(self, project: object) -> None:
         """``ForbiddenProjectError`` unless ``covers(project)``; the error names no project."""
@@ -392,6 +408,17 @@ class Grant:
 
 
 ADMIN = Grant(scope="admin")
+
+
+def _canonical_names(names: Iterable[str]) -> list[str]:
+    """The canonical forms of the names that have one (the others cover nothing)."""
+    found = []
+    for name in names:
+        try:
+            found.append(canonical_project(name))
+        except ThroughlineError:
+            continue
+    return found
 
 
 def _claims(segment: str) -> dict[str, Any]:
@@ -453,8 +480,8 @@ def verify_token(
         raise TokenExpiredError("the token has expired")
     return Grant(
         scope=claims["scope"],
-        projects=frozenset(claims["projects"]),
-        prefixes=tuple(claims["prefixes"]),
+        projects=frozenset(_canonical_names(claims["projects"])),
+        prefixes=tuple(unicodedata.normalize("NFC", p) for p in claims["prefixes"]),
         expires=claims["exp"],
         kid=parts[1],
         jti=claims["jti"],
