@@ -46,6 +46,8 @@ from throughline.serve.openapi import (
     READ_BODY,
     READ_DESCRIPTION,
     READ_RESPONSES,
+    SECURED,
+    SECURITY_SCHEMES,
     openapi_document,
     openapi_text,
 )
@@ -142,6 +144,14 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.api = api
+    framework_openapi = app.openapi
+
+    def openapi_with_security() -> dict[str, Any]:
+        if app.openapi_schema is None:  # built once, then served from the framework's cache
+            framework_openapi().setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi_with_security  # type: ignore[method-assign]
 
     async def require_token(request: Request) -> None:
         # async: a sync dependency would cost every request a hop to the worker threads and back.
@@ -182,7 +192,7 @@ def create_app(
         response_model=None,
         responses=READ_RESPONSES,
         dependencies=[Depends(require_token)],
-        openapi_extra={"parameters": QUERY_PARAMETERS},
+        openapi_extra={"parameters": QUERY_PARAMETERS, "security": SECURED},
         operation_id="readObserverTurnPage",
         tags=["read"],
     )
@@ -198,7 +208,7 @@ def create_app(
         response_model=None,
         responses=READ_RESPONSES,
         dependencies=[Depends(require_token)],
-        openapi_extra=READ_BODY,
+        openapi_extra={**READ_BODY, "security": SECURED},
         operation_id="readObserverTurnPagePost",
         tags=["read"],
     )
@@ -240,7 +250,12 @@ def create_app(
         tags=["operations"],
         dependencies=[Depends(require_metrics)],
         response_class=Response,
-        responses={200: {"content": {"text/plain": {}}}, 401: {"model": ErrorDocument}},
+        responses={
+            200: {"content": {"text/plain": {}}},
+            401: {"model": ErrorDocument, "description": "missing or refused bearer token"},
+            403: {"model": ErrorDocument, "description": "forbidden_scope: a read token (metrics or admin reads them)"},
+        },
+        openapi_extra={"security": SECURED},
     )
     def metrics_endpoint() -> Response:
         return Response(content=metrics.render(), media_type=CONTENT_TYPE)
