@@ -266,3 +266,10 @@ def test_the_client_sends_the_token_and_raises_the_typed_refusals(world: World, 
             HttpReader(served.url, token=tokens.by_kind["expired"]).read_observer_turn_page(project=PROJECT)
         with pytest.raises(TokenUnknownKeyError):
             HttpReader(served.url, token=tokens.by_kind["stranger"]).read_observer_turn_page(project=PROJECT)
+
+
+def test_a_405_names_every_method_of_the_path(client: TestClient) -> None:
+    for method in ("PUT", "DELETE", "PATCH"):
+        answer = client.request(method, READ_PATH, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert answer.status_code == 405 and answer.headers["allow"] == "GET, POST"
+    assert client.request("POST", "/metrics").headers["allow"] == "GET"
