@@ -334,6 +334,17 @@ def test_rotation_while_an_observer_follows_three_members_over_https(
         _wait("member 0 accepts k2", lambda: members[0].code("GET", "/metrics", k2_admin) == (200, None), 30)
         answers = {members[0].code("GET", READ_PATH, k2_admin, project=p) for p in PROJECTS}
         assert (200, None) in answers and (401, "token_unknown_key") in answers, answers
+        # Every member, every project (held or forwarded): a read token of another project is refused
+        # by the member asked, before anything is forwarded; the metrics token reads no project.
+        other = issue_token(k1, projects=[PROJECTS[1]], expires_in=600)
+        metrics = issue_token(k1, scope="metrics", expires_in=600)
+        for member in members:
+            for p in PROJECTS[2:]:
+                assert member.code("GET", READ_PATH, other, project=p) == (403, "forbidden_project")
+                assert member.code("POST", READ_PATH, metrics, project=p) == (403, "forbidden_scope")
+            assert member.code("POST", READ_PATH, other, project=PROJECTS[1]) == (200, None)
+            assert member.code("GET", "/metrics", metrics) == (200, None)
+            assert member.code("GET", "/metrics", other) == (403, "forbidden_scope")
         produce_round()
         # The documented rotation: the new public key to every member, then tokens of the new key,
         # then the old key retired everywhere.

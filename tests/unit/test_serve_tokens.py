@@ -363,3 +363,33 @@ def test_cli_keygen_and_issue(tmp_path: Path) -> None:
         [*cmd, "issue", "--key", str(tmp_path / "k.json")], capture_output=True, text=True, timeout=60
     )
     assert refused.returncode == 2 and json.loads(refused.stderr)["error"]["code"] == "invalid_token_request"
+
+
+def test_the_key_watcher_reloads_on_change_and_on_sighup(
+    tmp_path: Path, keys: tuple[Path, Path, KeyRing]
+) -> None:
+    import time as _time
+
+    from throughline.serve.security import KeyWatcher
+
+    signing, folder, ring = keys
+    first = ring.kids()
+    with KeyWatcher(ring, poll=0.05) as watcher:
+        generate_key_file(tmp_path / "k2.json", public_out=folder / "k2.pub")
+        deadline = _time.monotonic() + 10
+        while len(ring.kids()) < 2:
+            assert _time.monotonic() < deadline, "a new key file was not picked up"
+            _time.sleep(0.02)
+        (folder / "broken.pub").write_text("{")  # a bad file: the keys in use stay
+        _time.sleep(0.3)
+        assert len(ring.kids()) == 2
+        (folder / "broken.pub").unlink()
+        (folder / "k1.pub").unlink()
+        generation = ring.generation
+        watcher._on_hup(1, None)  # what SIGHUP calls
+        deadline = _time.monotonic() + 10
+        while ring.generation == generation or first[0] in ring.kids():
+            assert _time.monotonic() < deadline, "SIGHUP did not reload"
+            _time.sleep(0.02)
+    with pytest.raises(TokenUnknownKeyError):
+        verify_token(_token(signing), ring, now=NOW)
