@@ -204,3 +204,11 @@ def test_plain_http_off_loopback_needs_insecure_http(tmp_path: Path, pki: Pki) -
     assert refused.returncode == 2 and json.loads(refused.stderr)["error"]["code"] == "tls_required"
     half = subprocess.run([*base, "--tls-cert", str(pki.cert)], capture_output=True, text=True, timeout=60)
     assert half.returncode == 2 and json.loads(half.stderr)["error"]["code"] == "invalid_tls_option"
+
+
+def test_a_member_advertises_the_scheme_it_serves(pki: Pki) -> None:
+    base = [sys.executable, "-m", "throughline.cli", "serve", "--bootstrap-servers", "127.0.0.1:1", "--port", "0"]
+    tls = ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)]
+    for extra in ([*tls, "--advertise", "http://127.0.0.1:9"], ["--advertise", "https://127.0.0.1:9"]):
+        done = subprocess.run([*base, "--group", "g", *extra], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and json.loads(done.stderr)["error"]["code"] == "invalid_group_option", extra

@@ -16,6 +16,7 @@ from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
 from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
+from throughline.serve.exceptions import InvalidGroupOptionError
 from throughline.serve.security import require_tls_off_loopback
 from throughline.serve.token_cli import add_security_options, tls_options
 from throughline.serve.token_cli import register as register_token
@@ -170,6 +171,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     settings.require_bootstrap()  # fail fast, before binding anything
     group = _group_spec(args)
+    if group is not None and group.url.startswith("https://") != (tls is not None):
+        # Members forward each other's callers' tokens: over HTTPS exactly when this member serves it.
+        raise InvalidGroupOptionError(
+            "--advertise must be an https:// URL with --tls-cert, and an http:// URL without it"
+        )
     options = ServeOptions(
         host=args.host,
         port=args.port,
@@ -201,7 +207,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _group_spec(args: argparse.Namespace) -> GroupSpec | None:
     """``--group``/``--advertise``/``--copies`` (or their variables) as a ``GroupSpec``, or ``None``."""
     from throughline.projector.group_runner import GroupSpec
-    from throughline.serve.exceptions import InvalidGroupOptionError
 
     name = args.group if args.group is not None else os.environ.get(ENV_GROUP) or None
     url = args.advertise if args.advertise is not None else os.environ.get(ENV_ADVERTISE_URL) or None
