@@ -35,6 +35,7 @@ from support.certs import Pki, make_pki
 from test_serve import OTHER, PROJECT, START_TIMEOUT, Serve, produce, turn
 from test_serve_group import PARTITIONS, PROJECTS, _free_port, _settled
 
+from throughline.core.identity import project_sha256
 from throughline.errors import ThroughlineError
 from throughline.producers.producer import TurnProducer
 from throughline.serve.client import HttpReader
@@ -188,6 +189,31 @@ def test_one_serve_over_https_with_scoped_tokens(
         403,
         "forbidden_project",
     )
+
+    # The leak scan over the wire: project A's token, every way to ask about B; nothing of B comes back.
+    _, _, b_doc = serve.request("POST", READ_PATH, body={"project": OTHER}, token=ADMIN)
+    b_cursor = json.loads(b_doc)["throughCursor"]
+    answers: list[str] = []
+    for method, body in (
+        ("GET", {"project": OTHER}),
+        ("GET", {"project": OTHER, "wait": "1"}),
+        ("GET", {"project": PROJECT, "afterCursor": b_cursor}),
+        ("POST", {"project": OTHER, "afterCursor": b_cursor}),
+        ("POST", {"project": PROJECT, "throughCursor": b_cursor}),
+        ("POST", {"project": PROJECT + "/../other-project"}),
+        ("POST", {"project": [OTHER]}),
+    ):
+        if method == "GET":
+            query = READ_PATH + "?" + urllib.parse.urlencode(body)
+            status, headers, payload = serve.request("GET", query, token=tokens["read_a"])
+        else:
+            status, headers, payload = serve.request("POST", READ_PATH, body=body, token=tokens["read_a"])
+        assert status in (200, 400, 403), (body, status)  # A with B's cursor: resync_required
+        answers.append(payload.decode() + json.dumps(headers))
+    answers.append(serve.metrics(ADMIN))
+    scanned = "\n".join(answers)
+    for secret in (OTHER, project_sha256(OTHER).hex(), "turn 1 of main", tokens["read_a"], ADMIN):
+        assert secret not in scanned, secret
 
     # The CLI clients: the token from a file and from the environment, the server verified with --ca.
     token_file = tmp_path / "read_a.token"
