@@ -308,7 +308,7 @@ def test_base64_must_be_canonical() -> None:
     assert b64decode(b64encode(b"\xff\x00")) == b"\xff\x00"
     assert b64decode("_wA") == b"\xff\x00"
     assert b64decode("_wB") is None  # same bytes, a non-zero unused bit
-    assert b64decode("_wA=") is None and b64decode("A") is None and b64decode("") is None
+    assert b64decode("_wA=") is None and b64decode("A") is None and b64decode("AAAA\n") is None
 
 
 def test_the_admin_token_is_admin_and_no_token_is_refused(keys: tuple[Path, Path, KeyRing]) -> None:

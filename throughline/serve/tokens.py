@@ -27,8 +27,6 @@ Key files (``token keygen``) are JSON: ``{"schema": "throughline.token_key.v1", 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import os
@@ -43,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from throughline.core.encoding import b64url_decode as b64decode
+from throughline.core.encoding import b64url_encode as b64encode
 from throughline.core.identity import canonical_project
 from throughline.errors import ThroughlineError
 from throughline.serve.exceptions import (
@@ -74,25 +74,8 @@ SCOPES = ("read", "metrics", "admin")
 Scope = Literal["read", "metrics", "admin"]
 
 _KID = re.compile(r"^[0-9a-f]{16}\Z")
-_B64 = re.compile(r"^[A-Za-z0-9_-]+\Z")
 _CLAIMS = frozenset({"aud", "scope", "projects", "prefixes", "iat", "exp", "jti", "label"})
 _REQUIRED = _CLAIMS - {"label"}
-
-
-def b64encode(data: bytes) -> str:
-    """base64url without padding."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def b64decode(text: str) -> bytes | None:
-    """The bytes of a canonical base64url text without padding, else ``None``."""
-    if not _B64.match(text) or len(text) % 4 == 1:
-        return None
-    try:
-        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError):
-        return None
-    return data if b64encode(data) == text else None  # unused low bits must be zero
 
 
 def key_id(public: Ed25519PublicKey) -> str:
