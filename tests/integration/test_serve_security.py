@@ -6,8 +6,8 @@ Two tests, each starting real processes on loopback against the test broker:
   kind of token over HTTPS; the CLI clients (``read``, ``observe``, ``status --url``) sending a scoped
   token from a file and from the environment with ``--ca``; nothing of project B and no token in the
   access log; a key added and one retired with SIGHUP;
-- a group of three members over HTTPS, forwarding to each other's ``https://`` URLs, each verifying
-  the caller's token itself; the documented rotation done while an Observer follows a project through
+- a group of three members over mutual TLS, forwarding to each other's ``https://`` URLs (each
+  verifies the other's certificate and presents its own), each verifying the caller's token itself; the documented rotation done while an Observer follows a project through
   the three members: nothing refused that should pass, every turn seen once and in order, and the
   retired key's tokens refused by every member afterwards.
 """
@@ -39,6 +39,7 @@ from throughline.core.identity import project_sha256
 from throughline.errors import ThroughlineError
 from throughline.producers.producer import TurnProducer
 from throughline.serve.client import HttpReader
+from throughline.serve.exceptions import ServerUnavailableError
 from throughline.serve.tokens import generate_key_file, issue_token, load_signing_key
 
 ADMIN = "admin-token-for-the-security-tests-01"
@@ -75,6 +76,7 @@ class HttpsServe(Serve):
             env={"THROUGHLINE_AUTH_TOKEN": ADMIN, **(env or {})},
         )  # fmt: skip
         self.context = ssl.create_default_context(cafile=str(pki.ca))
+        self.context.load_cert_chain(str(pki.cert), str(pki.key))  # for members that require mutual TLS
 
     def start(self) -> HttpsServe:
         with open(self.stderr_path, "a", encoding="utf-8") as err:
@@ -262,11 +264,12 @@ def test_one_serve_over_https_with_scoped_tokens(
 
 
 class HttpsMember(HttpsServe):
-    """One ``serve --group`` member over HTTPS, with its own key folder, advertising an https URL."""
+    """One ``serve --group`` member over mutual TLS (its clients, other members included, present a
+    certificate the test CA signed), with its own key folder, advertising an https URL."""
 
     def __init__(self, bootstrap: str, topic: str, db: Path, pki: Pki, keys: Path, group: str) -> None:
         super().__init__(
-            bootstrap, topic, db, pki, keys, "--ca", str(pki.ca),
+            bootstrap, topic, db, pki, keys, "--ca", str(pki.ca), "--tls-client-ca", str(pki.ca),
             env={"THROUGHLINE_GROUP": group, "THROUGHLINE_GROUP_SESSION_TIMEOUT_MS": "6000"},
         )  # fmt: skip
         port = _free_port()
@@ -312,6 +315,10 @@ def test_rotation_while_an_observer_follows_three_members_over_https(
     for member in members:
         member.start()
     _wait("the group settled", lambda: _settled(members))  # type: ignore[arg-type]
+    with pytest.raises(ServerUnavailableError):  # mutual TLS: no client certificate, no handshake
+        HttpReader(members[0].url, token=ADMIN, ca=str(pki.ca), timeout=5).read_observer_turn_page(
+            project=followed
+        )
 
     k1 = load_signing_key(tmp_path / "k1.json")
     current = [issue_token(k1, projects=[followed], expires_in=600)]
@@ -325,7 +332,10 @@ def test_rotation_while_an_observer_follows_three_members_over_https(
         for _ in range(100_000):
             if stop.is_set():
                 return
-            reader = HttpReader(urls, token=current[0], ca=str(pki.ca), wait=0.5, timeout=30)
+            reader = HttpReader(
+                urls, token=current[0], ca=str(pki.ca), client_cert=str(pki.cert), client_key=str(pki.key),
+                wait=0.5, timeout=30,
+            )  # fmt: skip
             try:
                 page = reader.read_observer_turn_page(project=followed, after_cursor=after, limit=100)
                 pages = [page]

@@ -137,6 +137,8 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(world: World, pki: Pk
             HttpReader(served.url, ca=str(pki.ca), timeout=5).read_observer_turn_page(project=PROJECT)
         member = client_context(str(pki.ca), cert=str(pki.cert), key=str(pki.key))
         assert _handshake(served.port, member) == "TLSv1.3"
+        reader = HttpReader(served.url, ca=str(pki.ca), client_cert=str(pki.cert), client_key=str(pki.key))
+        assert reader.read_observer_turn_page(project=PROJECT).ok
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
@@ -207,8 +209,19 @@ def test_plain_http_off_loopback_needs_insecure_http(tmp_path: Path, pki: Pki) -
 
 
 def test_a_member_advertises_the_scheme_it_serves(pki: Pki) -> None:
-    base = [sys.executable, "-m", "throughline.cli", "serve", "--bootstrap-servers", "127.0.0.1:1", "--port", "0"]
+    base = [
+        sys.executable,
+        "-m",
+        "throughline.cli",
+        "serve",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--port",
+        "0",
+    ]
     tls = ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)]
     for extra in ([*tls, "--advertise", "http://127.0.0.1:9"], ["--advertise", "https://127.0.0.1:9"]):
         done = subprocess.run([*base, "--group", "g", *extra], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and json.loads(done.stderr)["error"]["code"] == "invalid_group_option", extra
+        assert done.returncode == 2 and json.loads(done.stderr)["error"]["code"] == "invalid_group_option", (
+            extra
+        )

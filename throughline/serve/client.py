@@ -43,6 +43,8 @@ from throughline.serve.security import ENV_CA, client_context
 from throughline.serve.transport import exchange, new_opener
 
 ENV_URL = "THROUGHLINE_URL"
+ENV_CLIENT_CERT = "THROUGHLINE_CLIENT_CERT"
+ENV_CLIENT_KEY = "THROUGHLINE_CLIENT_KEY"
 DEFAULT_TIMEOUT = 30.0
 #: Long-poll of ``observe --follow --url`` (below the server's default cap of 30 s).
 FOLLOW_WAIT = 25.0
@@ -144,6 +146,8 @@ class HttpReader:
         timeout: float = DEFAULT_TIMEOUT,
         wait: float = 0.0,
         ca: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
     ) -> None:
         #: Every member's URL, in the order given.
         self.urls = parse_urls(url)
@@ -152,7 +156,9 @@ class HttpReader:
         self.wait = float(wait)
         self._token = token
         # https:// URLs are verified against ``ca`` (a PEM file), else the system's trust store.
-        self._opener = new_opener(client_context(ca) if ca else None)
+        # ``client_cert``/``client_key``: for a server that requires mutual TLS (``serve --tls-client-ca``).
+        wants_tls = ca or client_cert
+        self._opener = new_opener(client_context(ca, cert=client_cert, key=client_key) if wants_tls else None)
 
     @property
     def url(self) -> str:
@@ -284,6 +290,18 @@ def add_http_options(parser: argparse.ArgumentParser, *, status: bool = False) -
         metavar="FILE",
         help=f"verify https:// --url servers with this CA certificate file (PEM; env {ENV_CA}; default the system's)",
     )
+    group.add_argument(
+        "--client-cert",
+        default=None,
+        metavar="FILE",
+        help=f"mutual TLS: present this certificate (PEM, env {ENV_CLIENT_CERT}) to a serve with --tls-client-ca",
+    )
+    group.add_argument(
+        "--client-key",
+        default=None,
+        metavar="FILE",
+        help=f"the private key of --client-cert (PEM, env {ENV_CLIENT_KEY}; default: in the certificate file)",
+    )
 
 
 def http_reader_from_args(args: argparse.Namespace) -> HttpReader | None:
@@ -299,4 +317,7 @@ def http_reader_from_args(args: argparse.Namespace) -> HttpReader | None:
     token = load_auth_token(getattr(args, "auth_token_file", None))
     # A following Observer long-polls: the server holds its empty first pages until turns arrive.
     ca = getattr(args, "ca", None) or os.environ.get(ENV_CA) or None
-    return HttpReader(url, token=token, wait=FOLLOW_WAIT if getattr(args, "follow", False) else 0.0, ca=ca)
+    cert = getattr(args, "client_cert", None) or os.environ.get(ENV_CLIENT_CERT) or None
+    key = getattr(args, "client_key", None) or os.environ.get(ENV_CLIENT_KEY) or None
+    wait = FOLLOW_WAIT if getattr(args, "follow", False) else 0.0
+    return HttpReader(url, token=token, wait=wait, ca=ca, client_cert=cert, client_key=key)
