@@ -4,6 +4,10 @@ Off by default on a loopback address (only local processes reach it), required o
 ``serve`` refuses to bind elsewhere without a token. The token comes from ``--auth-token-file`` or the
 ``THROUGHLINE_AUTH_TOKEN`` variable; clients send ``Authorization: Bearer <token>``. Tokens are compared
 in constant time, and neither the token nor the header ever appears in a log line or an error message.
+
+That token is the admin's. Scoped tokens (``serve --token-keys``, ``throughline.serve.tokens``) are
+checked here too: ``BearerAuth.check`` returns the request's ``Grant``, and the routes refuse what
+its scope does not cover (docs/security.md).
 """
 
 from __future__ import annotations

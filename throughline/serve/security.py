@@ -161,6 +161,7 @@ class RedactQuery(logging.Filter):
     may carry cursors and page tokens, none of which belongs in a log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record's path argument without its query; never drops a record."""
         args = record.args
         if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
             record.args = (*args[:2], args[2].split("?", 1)[0] + "?...", *args[3:])
