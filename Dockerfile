@@ -6,6 +6,9 @@
 #
 # In a container the API binds 0.0.0.0 (the default CMD), so a bearer token is required: serve refuses
 # to start without THROUGHLINE_AUTH_TOKEN (or --auth-token-file). compose.yaml wires it to Kafka.
+# Plain HTTP beyond loopback also needs --insecure-http (docs/security.md): the default CMD says so,
+# because the container's port is published on the host's loopback or behind a TLS proxy; to serve
+# HTTPS from the container itself, run `serve --host 0.0.0.0 --tls-cert F --tls-key F` instead.
 #
 # The base is the official python:3.11-slim image. Where it cannot be pulled (no registry), build on the
 # local Debian one that scripts/docker-images makes (images/python/Dockerfile):
@@ -48,4 +51,4 @@ EXPOSE 8787
 STOPSIGNAL SIGTERM
 
 ENTRYPOINT ["throughline"]
-CMD ["serve", "--host", "0.0.0.0"]
+CMD ["serve", "--host", "0.0.0.0", "--insecure-http"]

@@ -420,3 +420,34 @@ def test_the_harness_reaches_a_secured_external_broker(
         provision_kafka(timeout_s=60)
     transcript.add(str(refused.value))
     assert "kafka_authentication_failed" in str(refused.value)
+
+
+def test_an_error_text_carrying_the_password_is_scrubbed_in_every_client(
+    kafka_secured_broker: SecuredKafka, tmp_path: Path, kafka_topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library error whose text carries the configured password (kafka-python echoing its settings)
+    leaves every client (producer, log view, admin, ensure, projector) with ``****`` in its place.
+
+    The broker is real and the listener check logs in with the real password; then kafka-python's
+    client constructor raises an error that quotes the password, the way a library's configuration
+    error can. The broker itself never echoes a password, so the echo is put in at that seam."""
+    import kafka
+
+    broker = kafka_secured_broker
+    create_topic(broker.plaintext_bootstrap, kafka_topic_name, partitions=1)
+    config = load_kafka_config(broker.client_config(tmp_path / "plain.properties", "PLAIN"))
+    (password,) = [s for s in config.secrets() if s]
+
+    def echoing(self: object, **settings: object) -> None:
+        raise kafka.errors.KafkaConnectionError(
+            f"connection setup failed with sasl_plain_password={settings.get('sasl_plain_password')}"
+        )
+
+    for cls in (kafka.KafkaProducer, kafka.KafkaConsumer, kafka.KafkaAdminClient):
+        monkeypatch.setattr(cls, "__init__", echoing)
+    for client in ("producer", "log view", "admin", "ensure", "projector"):
+        with pytest.raises(ThroughlineError) as failed:
+            _connect(client, broker.sasl_ssl_bootstrap, kafka_topic_name, config, tmp_path / "echoed.duckdb")
+        assert "sasl_plain_password=****" in failed.value.message, (client, failed.value.message)
+        assert password not in failed.value.message, (client, failed.value.message)
+        assert password not in repr(failed.value) and password not in json.dumps(failed.value.to_json())

@@ -23,8 +23,10 @@ from throughline.serve.client import HttpReader
 class ServedApp:
     """``create_app`` over ``world`` on a free loopback port, for a ``with`` block."""
 
-    def __init__(self, world: World, settings: ApiSettings, router: Any = None) -> None:
-        app = create_app(projection=world.projection, log=world.log, token_key=KEY, settings=settings, router=router)
+    def __init__(self, world: World, settings: ApiSettings, router: Any = None, tokens: Any = None) -> None:
+        app = create_app(
+            projection=world.projection, log=world.log, token_key=KEY, settings=settings, router=router, tokens=tokens
+        )
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"

@@ -145,7 +145,7 @@ def test_serve_builds_from_the_repo_dockerfile(serve: dict[str, Any]) -> None:
     assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", text, re.M)
     assert build["args"]["PYTHON_IMAGE"] == "${THROUGHLINE_PYTHON_IMAGE:-python:3.11-slim}"
     assert re.search(r'^ENTRYPOINT \["throughline"\]', text, re.M)
-    assert re.search(r'^CMD \["serve", "--host", "0\.0\.0\.0"\]', text, re.M)
+    assert re.search(r'^CMD \["serve", "--host", "0\.0\.0\.0", "--insecure-http"\]', text, re.M)
     # Every folder the package is built from is copied into the image.
     for folder in ("throughline", "producers", "projector", "reader", "schemas"):
         assert re.search(rf"^COPY {folder} ", text, re.M), folder

@@ -46,6 +46,8 @@ from throughline.serve.openapi import (
     READ_BODY,
     READ_DESCRIPTION,
     READ_RESPONSES,
+    SECURED,
+    SECURITY_SCHEMES,
     openapi_document,
     openapi_text,
 )
@@ -61,6 +63,7 @@ from throughline.serve.read_api import (
 )
 from throughline.serve.read_route import ReadRoute, ReadThreads
 from throughline.serve.responses import ErrorDocument, install_error_handlers, read_response, too_large
+from throughline.serve.tokens import VerifiedTokens
 
 if TYPE_CHECKING:
     from throughline.serve.group import GroupRouter
@@ -96,6 +99,7 @@ def create_app(
     read_page: ReadPage | None = None,
     router: GroupRouter | None = None,
     replication: Replication | None = None,
+    tokens: VerifiedTokens | None = None,
 ) -> FastAPI:
     """The FastAPI application of ``throughline serve``.
 
@@ -105,6 +109,7 @@ def create_app(
     (``throughline.serve.group``): reads of partitions it does not answer itself are forwarded.
     ``replication``: describes the topic for ``/readyz`` (leader, replicas, ISR per partition), e.g.
     ``TopicWatch.describe``; without it ``/readyz`` leaves replication out.
+    ``tokens``: the scoped tokens ``serve --token-keys`` accepts (docs/security.md).
     """
     settings = settings or ApiSettings()
     metrics = metrics or ServeMetrics()
@@ -121,7 +126,7 @@ def create_app(
         replication=replication,
     )
     metrics.registry.on_scrape(api.refresh_metrics)
-    auth = BearerAuth(settings.auth_token)
+    auth = BearerAuth(settings.auth_token, tokens)
     threads = ReadThreads(settings.max_waiters + 32)
 
     @asynccontextmanager
@@ -144,14 +149,26 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.api = api
+    framework_openapi = app.openapi
+
+    def openapi_with_security() -> dict[str, Any]:
+        if app.openapi_schema is None:  # built once, then served from the framework's cache
+            framework_openapi().setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi_with_security  # type: ignore[method-assign]
 
     async def require_token(request: Request) -> None:
         # async: a sync dependency would cost every request a hop to the worker threads and back.
-        auth.check(request.headers.get("authorization"))
+        request.state.grant = auth.check(request.headers.get("authorization"))
+
+    async def require_metrics(request: Request) -> None:
+        auth.check(request.headers.get("authorization")).require_metrics()
 
     install_error_handlers(app)
 
     async def _read_or_forward(request: Request, read: ReadRequest, body: bytes | None) -> Response:
+        api.permit(request.state.grant, read)  # before anything else: the same answer whether it exists or not
         if api.router is not None:
             target = READ_PATH + (f"?{request.url.query}" if request.url.query else "")
             try:
@@ -180,7 +197,7 @@ def create_app(
         response_model=None,
         responses=READ_RESPONSES,
         dependencies=[Depends(require_token)],
-        openapi_extra={"parameters": QUERY_PARAMETERS},
+        openapi_extra={"parameters": QUERY_PARAMETERS, "security": SECURED},
         operation_id="readObserverTurnPage",
         tags=["read"],
     )
@@ -196,7 +213,7 @@ def create_app(
         response_model=None,
         responses=READ_RESPONSES,
         dependencies=[Depends(require_token)],
-        openapi_extra=READ_BODY,
+        openapi_extra={**READ_BODY, "security": SECURED},
         operation_id="readObserverTurnPagePost",
         tags=["read"],
     )
@@ -240,9 +257,14 @@ def create_app(
         "/metrics",
         summary="Prometheus metrics (text exposition format 0.0.4)",
         tags=["operations"],
-        dependencies=[Depends(require_token)],
+        dependencies=[Depends(require_metrics)],
         response_class=Response,
-        responses={200: {"content": {"text/plain": {}}}, 401: {"model": ErrorDocument}},
+        responses={
+            200: {"content": {"text/plain": {}}},
+            401: {"model": ErrorDocument, "description": "missing or refused bearer token"},
+            403: {"model": ErrorDocument, "description": "forbidden_scope: a read token (metrics or admin reads them)"},
+        },
+        openapi_extra={"security": SECURED},
     )
     def metrics_endpoint() -> Response:
         return Response(content=metrics.render(), media_type=CONTENT_TYPE)

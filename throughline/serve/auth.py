@@ -4,6 +4,10 @@ Off by default on a loopback address (only local processes reach it), required o
 ``serve`` refuses to bind elsewhere without a token. The token comes from ``--auth-token-file`` or the
 ``THROUGHLINE_AUTH_TOKEN`` variable; clients send ``Authorization: Bearer <token>``. Tokens are compared
 in constant time, and neither the token nor the header ever appears in a log line or an error message.
+
+That token is the admin's. Scoped tokens (``serve --token-keys``, ``throughline.serve.tokens``) are
+checked here too: ``BearerAuth.check`` returns the request's ``Grant``, and the routes refuse what
+its scope does not cover (docs/security.md).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from throughline.serve.exceptions import AuthTokenRequiredError, InvalidAuthTokenError, UnauthorizedError
+from throughline.serve.tokens import ADMIN, Grant, VerifiedTokens
+from throughline.serve.tokens import VERSION as TOKEN_VERSION
 
 ENV_AUTH_TOKEN = "THROUGHLINE_AUTH_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -71,34 +77,44 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything, so it is treated as exposed
 
 
-def require_token_off_loopback(host: str, token: str | None) -> None:
-    """Refuse to expose the API beyond this machine without authentication."""
-    if token is None and not is_loopback(host):
+def require_token_off_loopback(host: str, token: str | None, *, scoped: bool = False) -> None:
+    """Refuse to expose the API beyond this machine without authentication (``scoped``: ``--token-keys``)."""
+    if token is None and not scoped and not is_loopback(host):
         raise AuthTokenRequiredError(
             f"serve binds {host}, which is not a loopback address: set an auth token with "
-            f"--auth-token-file FILE or {ENV_AUTH_TOKEN}"
+            f"--auth-token-file FILE or {ENV_AUTH_TOKEN}, or scoped tokens with --token-keys PATH"
         )
 
 
 class BearerAuth:
-    """Checks the ``Authorization`` header of a request against the configured token."""
+    """Checks the ``Authorization`` header of a request: the admin token, or a scoped token.
 
-    def __init__(self, token: str | None) -> None:
+    ``token``: the ``--auth-token-file`` token, which grants ``admin``; ``verifier``: the scoped tokens
+    of ``--token-keys`` (``throughline.serve.tokens``). With neither, every request is an admin (a
+    loopback-only ``serve``). ``check`` returns the request's ``Grant``.
+    """
+
+    def __init__(self, token: str | None, verifier: VerifiedTokens | None = None) -> None:
         self._token = token.encode("ascii") if token is not None else None
+        self._verifier = verifier
 
     @property
     def enabled(self) -> bool:
-        """True when requests must carry the token."""
-        return self._token is not None
+        """True when requests must carry a token."""
+        return self._token is not None or self._verifier is not None
 
-    def check(self, authorization: str | None) -> None:
-        """Raise ``UnauthorizedError`` unless the header carries the token (always passes when disabled)."""
-        if self._token is None:
-            return
+    def check(self, authorization: str | None) -> Grant:
+        """The request's grant; ``UnauthorizedError`` (or a token error, all 401) when it has none."""
+        if not self.enabled:
+            return ADMIN
         if not authorization:
             raise UnauthorizedError("missing bearer token: send `Authorization: Bearer <token>`")
         m = _BEARER.match(authorization)
         if m is None:
             raise UnauthorizedError("the Authorization header is not `Bearer <token>`")
-        if not hmac.compare_digest(m.group(1).encode("ascii"), self._token):
-            raise UnauthorizedError("wrong bearer token")
+        presented = m.group(1)
+        if self._token is not None and hmac.compare_digest(presented.encode("ascii"), self._token):
+            return ADMIN
+        if self._verifier is not None and presented.startswith(TOKEN_VERSION + "."):
+            return self._verifier.grant(presented)
+        raise UnauthorizedError("wrong bearer token")

@@ -16,6 +16,10 @@ from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
 from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
+from throughline.serve.exceptions import InvalidGroupOptionError
+from throughline.serve.security import require_tls_off_loopback
+from throughline.serve.token_cli import add_security_options, tls_options
+from throughline.serve.token_cli import register as register_token
 from throughline.settings import (
     add_connection_options,
     add_replication_options,
@@ -46,7 +50,8 @@ def _port(text: str) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``serve`` subcommand."""
+    """Add the ``serve`` and ``token`` subcommands."""
+    register_token(subparsers)
     p = subparsers.add_parser(
         "serve",
         help="run the projector and the HTTP read API in one process",
@@ -155,6 +160,7 @@ def register(subparsers: Any) -> None:
         metavar="K",
         help=f"with --group: members that hold each partition (default 2 with two or more members; env {ENV_COPIES})",
     )
+    add_security_options(p)
     p.add_argument("--log-level", choices=_LEVELS, default="warning", help="log level on stderr (default warning)")
     p.add_argument("--access-log", action="store_true", help="log every request on stderr")
     add_connection_options(p)
@@ -167,11 +173,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from throughline.serve.service import ServeOptions, run_service
 
     token = load_auth_token(args.auth_token_file)
-    require_token_off_loopback(args.host, token)
+    require_token_off_loopback(args.host, token, scoped=args.token_keys is not None)
+    tls = tls_options(args)
+    require_tls_off_loopback(args.host, tls, args.insecure_http)
     settings = settings_from(args)
     settings.require_bootstrap()  # fail fast, before binding anything
     replication_factor, min_insync_replicas = replication_overrides(args)
     group = _group_spec(args)
+    if group is not None and group.url.startswith("https://") != (tls is not None):
+        # Members forward each other's callers' tokens: over HTTPS exactly when this member serves it.
+        raise InvalidGroupOptionError(
+            "--advertise must be an https:// URL with --tls-cert, and an http:// URL without it"
+        )
     options = ServeOptions(
         host=args.host,
         port=args.port,
@@ -195,6 +208,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
         group=group,
+        token_keys=args.token_keys,
+        token_audience=args.token_audience,
+        tls=tls,
     )
     return run_service(settings, options)
 
@@ -202,7 +218,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _group_spec(args: argparse.Namespace) -> GroupSpec | None:
     """``--group``/``--advertise``/``--copies`` (or their variables) as a ``GroupSpec``, or ``None``."""
     from throughline.projector.group_runner import GroupSpec
-    from throughline.serve.exceptions import InvalidGroupOptionError
 
     name = args.group if args.group is not None else os.environ.get(ENV_GROUP) or None
     url = args.advertise if args.advertise is not None else os.environ.get(ENV_ADVERTISE_URL) or None

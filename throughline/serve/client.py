@@ -39,9 +39,12 @@ from throughline.reader.wire import ObserverRead
 from throughline.serve import READ_PATH, REASON_HEADER
 from throughline.serve.auth import load_auth_token
 from throughline.serve.exceptions import BadResponseError, ServeError, ServerUnavailableError
+from throughline.serve.security import ENV_CA, client_context
 from throughline.serve.transport import exchange, new_opener
 
 ENV_URL = "THROUGHLINE_URL"
+ENV_CLIENT_CERT = "THROUGHLINE_CLIENT_CERT"
+ENV_CLIENT_KEY = "THROUGHLINE_CLIENT_KEY"
 DEFAULT_TIMEOUT = 30.0
 #: Long-poll of ``observe --follow --url`` (below the server's default cap of 30 s).
 FOLLOW_WAIT = 25.0
@@ -130,7 +133,9 @@ class HttpReader:
 
     ``url``: one URL, or several (comma-separated or a sequence) to fail over between (see the module).
     ``wait`` (seconds, default 0) is the long-poll: an empty first page of a series is held by the
-    server until the project's chain moves past the after cursor, at most that long.
+    server until the project's chain moves past the after cursor, at most that long. ``token``: the
+    bearer token (the admin token or a scoped one); ``ca``: the CA file ``https://`` servers are
+    verified with (default the system's); a refused certificate raises a ``TlsVerifyError``.
     """
 
     def __init__(
@@ -140,6 +145,9 @@ class HttpReader:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         wait: float = 0.0,
+        ca: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
     ) -> None:
         #: Every member's URL, in the order given.
         self.urls = parse_urls(url)
@@ -147,7 +155,10 @@ class HttpReader:
         self.timeout = float(timeout)
         self.wait = float(wait)
         self._token = token
-        self._opener = new_opener()
+        # https:// URLs are verified against ``ca`` (a PEM file), else the system's trust store.
+        # ``client_cert``/``client_key``: for a server that requires mutual TLS (``serve --tls-client-ca``).
+        wants_tls = ca or client_cert
+        self._opener = new_opener(client_context(ca, cert=client_cert, key=client_key) if wants_tls else None)
 
     @property
     def url(self) -> str:
@@ -270,7 +281,26 @@ def add_http_options(parser: argparse.ArgumentParser, *, status: bool = False) -
         "--auth-token-file",
         default=None,
         metavar="FILE",
-        help="bearer token for --url (env THROUGHLINE_AUTH_TOKEN)",
+        help="bearer token for --url: the admin token or a scoped one from `throughline token issue` "
+        "(env THROUGHLINE_AUTH_TOKEN)",
+    )
+    group.add_argument(
+        "--ca",
+        default=None,
+        metavar="FILE",
+        help=f"verify https:// --url servers with this CA certificate file (PEM; env {ENV_CA}; default the system's)",
+    )
+    group.add_argument(
+        "--client-cert",
+        default=None,
+        metavar="FILE",
+        help=f"mutual TLS: present this certificate (PEM, env {ENV_CLIENT_CERT}) to a serve with --tls-client-ca",
+    )
+    group.add_argument(
+        "--client-key",
+        default=None,
+        metavar="FILE",
+        help=f"the private key of --client-cert (PEM, env {ENV_CLIENT_KEY}; default: in the certificate file)",
     )
 
 
@@ -286,4 +316,8 @@ def http_reader_from_args(args: argparse.Namespace) -> HttpReader | None:
         return None
     token = load_auth_token(getattr(args, "auth_token_file", None))
     # A following Observer long-polls: the server holds its empty first pages until turns arrive.
-    return HttpReader(url, token=token, wait=FOLLOW_WAIT if getattr(args, "follow", False) else 0.0)
+    ca = getattr(args, "ca", None) or os.environ.get(ENV_CA) or None
+    cert = getattr(args, "client_cert", None) or os.environ.get(ENV_CLIENT_CERT) or None
+    key = getattr(args, "client_key", None) or os.environ.get(ENV_CLIENT_KEY) or None
+    wait = FOLLOW_WAIT if getattr(args, "follow", False) else 0.0
+    return HttpReader(url, token=token, wait=wait, ca=ca, client_cert=cert, client_key=key)

@@ -97,3 +97,103 @@ class InvalidGroupOptionError(InputError):
     http(s) URL, ``--copies`` below 1, or ``--no-projector`` (a member projects its partitions)."""
 
     code = "invalid_group_option"
+
+
+# -- scoped read tokens (docs/security.md)
+
+
+class TokenMalformedError(UnauthorizedError):
+    """A scoped token that is not one: wrong shape, bad base64, claims that are not the exact schema,
+    longer than the bound (HTTP 401)."""
+
+    code = "token_malformed"
+
+
+class TokenSignatureError(UnauthorizedError):
+    """A scoped token whose signature does not verify with the key its key id names: tampered with, or
+    signed by another key under a borrowed key id (HTTP 401)."""
+
+    code = "token_bad_signature"
+
+
+class TokenUnknownKeyError(UnauthorizedError):
+    """A scoped token signed by a key this server does not hold (never had, or retired) (HTTP 401)."""
+
+    code = "token_unknown_key"
+
+
+class TokenExpiredError(UnauthorizedError):
+    """A scoped token past its expiry (HTTP 401); issue a new one."""
+
+    code = "token_expired"
+
+
+class TokenAudienceError(UnauthorizedError):
+    """A scoped token issued for another audience (another deployment) (HTTP 401)."""
+
+    code = "token_wrong_audience"
+
+
+class ForbiddenError(ServeError):
+    """A valid token whose scope does not allow this request (HTTP 403)."""
+
+    code = "forbidden_scope"
+
+
+class ForbiddenProjectError(ForbiddenError):
+    """A read of a project outside the token's scope (HTTP 403). The answer is the same whether the
+    project exists or not, and names no project."""
+
+    code = "forbidden_project"
+
+
+class InvalidTokenKeyError(ConfigurationError):
+    """A token key file (``token keygen``'s) or key folder that cannot be read or is not one."""
+
+    code = "invalid_token_key"
+
+
+class InvalidTokenRequestError(InputError):
+    """``token issue`` cannot make the token asked for: no project, a bad duration, too large."""
+
+    code = "invalid_token_request"
+
+
+# -- HTTPS
+
+
+class TlsRequiredError(ConfigurationError):
+    """``serve`` was asked to bind a non-loopback address in plain HTTP without ``--insecure-http``."""
+
+    code = "tls_required"
+
+
+class InvalidTlsOptionError(ConfigurationError):
+    """A certificate, key or CA file that cannot be loaded, or TLS options that do not go together."""
+
+    code = "invalid_tls_option"
+
+
+class TlsVerifyError(ServeError):
+    """The server's certificate was refused (a client, or a member forwarding a read). Not retriable:
+    the certificate or the ``--ca`` is wrong, not the network."""
+
+    code = "tls_verify_failed"
+
+
+class TlsUntrustedError(TlsVerifyError):
+    """The server's certificate is not signed by a trusted CA (``--ca`` / ``THROUGHLINE_CA``)."""
+
+    code = "tls_untrusted_certificate"
+
+
+class TlsExpiredError(TlsVerifyError):
+    """The server's certificate has expired (or is not valid yet)."""
+
+    code = "tls_certificate_expired"
+
+
+class TlsHostnameError(TlsVerifyError):
+    """The server's certificate does not name the host of the URL."""
+
+    code = "tls_hostname_mismatch"

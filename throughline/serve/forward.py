@@ -8,10 +8,11 @@ answer unchanged. ``forward_read`` is that second path, and only that:
   URL>``; a request that carries it is never forwarded again (``AlreadyForwardedError``; the member that
   received it answers it itself). Two members whose views of the group disagree for a moment (a
   rebalance in flight) therefore cannot pass a read back and forth;
-- **the original authentication**: the caller's ``Authorization`` header goes on verbatim (every
-  member of a group shares the bearer token and the page-token key, so the holder checks the same
-  token and issues the same page tokens), with the request's ``Content-Type`` and ``Accept``; nothing
-  else of the incoming request is passed on;
+- **the original authentication**: the caller's ``Authorization`` header goes on verbatim, so the
+  member that answers checks the caller's token and its scope itself, never the forwarder's (every
+  member of a group shares the admin token, the token verification keys and the page-token key, so
+  the holder checks the same token and issues the same page tokens), with the request's
+  ``Content-Type`` and ``Accept``; nothing else of the incoming request is passed on;
 - **the answer unchanged**: status, body byte for byte, and the headers that carry meaning
   (``Content-Type``, ``Cache-Control``, ``Throughline-Reason``, ``Retry-After``, ``WWW-Authenticate``);
 - **bounded**: each holder gets ``timeout`` seconds at most, all of them together end by ``deadline``
@@ -25,6 +26,7 @@ it passes ``timeout`` covering the holder's own bounded wait plus any long-poll 
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -68,10 +70,12 @@ def forward_read(
     via: str,
     timeout: float,
     deadline: float | None = None,
+    context: ssl.SSLContext | None = None,
 ) -> ForwardedRead:
     """Pass one read (``method`` ``target``: the read path with its query string; ``body`` for POST;
     ``headers``: the incoming request's) on to the first of ``holders`` that answers, and return that
-    answer unchanged. ``via``: this member's advertised URL (never forwarded to itself)."""
+    answer unchanged. ``via``: this member's advertised URL (never forwarded to itself); ``context``: how
+    ``https://`` members are verified (and the certificate this member presents to them)."""
     if method.upper() not in _METHODS:
         raise ValueError(f"only reads are forwarded, not {method!r}")
     if not (target == READ_PATH or target.startswith(READ_PATH + "?")):
@@ -92,7 +96,7 @@ def forward_read(
         deadline = time.monotonic() + timeout * len(urls)
     try:
         _, answer = exchange(
-            new_opener(),
+            new_opener(context),
             urls,
             method.upper(),
             target,

@@ -20,6 +20,7 @@ honest for the same reason.
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -132,8 +133,16 @@ class Membership:
 class GroupRouter:
     """Decides, per read, whether this member answers it or forwards it (see the module)."""
 
-    def __init__(self, membership: Membership, log: LogView, applied: Callable[[int], int], read_wait: float) -> None:
+    def __init__(
+        self,
+        membership: Membership,
+        log: LogView,
+        applied: Callable[[int], int],
+        read_wait: float,
+        context: ssl.SSLContext | None = None,
+    ) -> None:
         self.membership = membership
+        self._context = context
         self.log = log
         self._applied = applied
         self._read_wait = read_wait
@@ -177,6 +186,7 @@ class GroupRouter:
                 headers=headers,
                 via=self.membership.url,
                 timeout=self._read_wait + max(0.0, wait) + FORWARD_MARGIN,
+                context=self._context,
             )
         except ForwardFailedError:
             if held:

@@ -15,9 +15,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from throughline.core.cursor import MAX_CURSOR_CHARS
 from throughline.reader.wire import ObserverRead
 from throughline.serve import DEFAULT_MAX_WAIT
 from throughline.serve.responses import ErrorDocument
+
+# Not empty and without NUL; a name whose canonical form is empty ("a/..") is refused too (400
+# invalid_project), which no regular expression states.
+PROJECT_PATTERN = "^[^\u0000]+$"
+# A cursor's shape: ``tlc<version>.<base64url>`` (a cursor of another version answers resync_required).
+# Cursors and page tokens are opaque values this server mints: one of the right shape that it did not
+# mint is refused 400 (invalid_cursor, page_token_*), as the read's description says.
+CURSOR_PATTERN = r"^tlc[1-9][0-9]{0,3}\.[A-Za-z0-9_-]+$"
+CURSOR_SCHEMA: dict[str, Any] = {"type": "string", "maxLength": MAX_CURSOR_CHARS, "pattern": CURSOR_PATTERN}
 
 
 class ReadRequestBody(BaseModel):
@@ -25,9 +35,23 @@ class ReadRequestBody(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", title="ReadRequest")
 
-    project: str = Field(description="the project (its canonical form is hashed; never echoed back)")
-    afterCursor: str | None = Field(default=None, description="what the Observer already audited; null on first contact")
-    throughCursor: str | None = Field(default=None, description="the series' pinned upper bound (later pages)")
+    project: str = Field(
+        min_length=1,
+        pattern=PROJECT_PATTERN,
+        description="the project (its canonical form is hashed; never echoed back); not empty, no NUL",
+    )
+    afterCursor: str | None = Field(
+        default=None,
+        max_length=MAX_CURSOR_CHARS,
+        pattern=CURSOR_PATTERN,
+        description="what the Observer already audited; null on first contact",
+    )
+    throughCursor: str | None = Field(
+        default=None,
+        max_length=MAX_CURSOR_CHARS,
+        pattern=CURSOR_PATTERN,
+        description="the series' pinned upper bound (later pages)",
+    )
     pageToken: str | None = Field(default=None, description="the previous page's page.nextToken")
     limit: int | None = Field(default=10, ge=1, le=100, description="turns per page, 1..100")
     wait: float | None = Field(
@@ -40,16 +64,21 @@ READ_DESCRIPTION = (
     "`read_observer_turn_page` and `throughline read` return it. `projection_pending` and "
     "`resync_required` are 200 answers; hard input errors are 400 with a stable code. With `wait` > 0, "
     "an empty first page (an empty delta, or a project without turns) is held until the project's "
-    "chain moves past the after cursor, at most `wait` seconds."
+    "chain moves past the after cursor, at most `wait` seconds. Cursors and page tokens are opaque values "
+    "this server minted: a value of the right shape that it did not mint is a 400 (`invalid_cursor`, "
+    "`page_token_*`), and so is a project whose canonical form is empty (`a/..`: `invalid_project`)."
 )
 
 QUERY_PARAMETERS: list[dict[str, Any]] = [
-    {"name": "project", "in": "query", "required": True, "schema": {"type": "string"},
+    {"name": "project", "in": "query", "required": True,
+     "schema": {"type": "string", "minLength": 1, "pattern": PROJECT_PATTERN},
      "description": "the project name (canonicalised and hashed; never echoed back)"},
-    {"name": "afterCursor", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "what the Observer already audited; omit on first contact (alias: `after`)"},
-    {"name": "throughCursor", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "the pinned through cursor of the series, on its later pages (alias: `through`)"},
+    {"name": "afterCursor", "in": "query", "required": False, "schema": CURSOR_SCHEMA,
+     "description": "what the Observer already audited; omit on first contact. The server also takes "
+     "the short alias `after` (not documented as a parameter: give one or the other, never both)"},
+    {"name": "throughCursor", "in": "query", "required": False, "schema": CURSOR_SCHEMA,
+     "description": "the pinned through cursor of the series, on its later pages (short alias: `through`, "
+     "never with throughCursor)"},
     {"name": "pageToken", "in": "query", "required": False, "schema": {"type": "string"},
      "description": "`page.nextToken` of the previous page (needs the same afterCursor and throughCursor)"},
     {"name": "limit", "in": "query", "required": False,
@@ -58,15 +87,15 @@ QUERY_PARAMETERS: list[dict[str, Any]] = [
     {"name": "wait", "in": "query", "required": False,
      "schema": {"type": "number", "minimum": 0, "default": 0},
      "description": f"long-poll seconds (capped at {DEFAULT_MAX_WAIT:g} by default)"},
-    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}, "deprecated": False,
-     "description": "short alias of `afterCursor` (give one or the other)"},
-    {"name": "through", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "short alias of `throughCursor` (give one or the other)"},
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorDocument, "description": "hard input error (invalid_limit, invalid_cursor, page_token_*, ...)"},
-    401: {"model": ErrorDocument, "description": "missing or wrong bearer token (when authentication is on)"},
+    401: {"model": ErrorDocument, "description": "missing or refused bearer token (when authentication is on): "
+          "unauthorized, token_malformed, token_unknown_key, token_bad_signature, token_wrong_audience, "
+          "token_expired (docs/security.md)"},
+    403: {"model": ErrorDocument, "description": "the token's scope does not cover the read: forbidden_project "
+          "(a project outside a read token's scope, existing or not), forbidden_scope (a metrics token)"},
     409: {"model": ErrorDocument, "description": "source_quarantined: the series' source has a quarantined record"},
     413: {"model": ErrorDocument, "description": "request body too large"},
     414: {"model": ErrorDocument, "description": "query string too large"},
@@ -87,6 +116,20 @@ READ_BODY: dict[str, Any] = {
         "content": {"application/json": {"schema": ReadRequestBody.model_json_schema()}},
     }
 }
+
+
+#: The bearer token: the admin token of ``--auth-token-file`` or a scoped token (docs/security.md).
+SECURITY_SCHEMES: dict[str, Any] = {
+    "bearerToken": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The admin token (`serve --auth-token-file`) or a scoped token (`throughline token "
+        "issue`, checked with `serve --token-keys`): scope `read` reads its projects, `metrics` reads "
+        "/metrics, `admin` everything. A serve with neither (loopback only) needs no token.",
+    }
+}
+#: The reads and /metrics need the token; /healthz, /readyz and /openapi.json stay open for probes.
+SECURED: list[dict[str, list[str]]] = [{"bearerToken": []}]
 
 
 def openapi_document() -> dict[str, Any]:

@@ -22,12 +22,13 @@ from throughline.reader import page as reader_page
 from throughline.reader.request import ReadRequest
 from throughline.reader.wire import STATUS_OK, ObserverRead
 from throughline.serve import DEFAULT_MAX_WAIT
-from throughline.serve.exceptions import ServerBusyError
+from throughline.serve.exceptions import ForbiddenError, ServerBusyError
 from throughline.serve.metrics import ServeMetrics
 
 if TYPE_CHECKING:
     from throughline.log import TopicInfo
     from throughline.serve.group import GroupRouter
+    from throughline.serve.tokens import Grant
 
 #: A waiting request re-checks the stop flag at least this often, so shutdown never waits for a poll.
 _WAIT_SLICE = 1.0
@@ -130,6 +131,15 @@ class ReadApi:
         try:
             return parse()
         except InvalidLimitError as exc:
+            self.refused(exc)
+            raise
+
+    def permit(self, grant: Grant, request: ReadRequest) -> None:
+        """Refuse (403, counted as a refused read) a read outside the token's scope, before any lookup,
+        so that the answer says nothing of whether the project exists."""
+        try:
+            grant.require_project(request.project)
+        except ForbiddenError as exc:
             self.refused(exc)
             raise
 

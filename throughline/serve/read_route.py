@@ -8,7 +8,7 @@ from the projector thread too (one interpreter lock), so it slows freshness as w
 
 This handler does exactly what the FastAPI route does, in the same order, and nothing else:
 
-1. the bearer token (``BearerAuth.check``);
+1. the bearer token (``BearerAuth.check``), and after step 2 the token's scope (``ReadApi.permit``);
 2. the query string, parsed the way Starlette parses it (``parse_qsl``, blank values kept, Latin-1),
    into a ``ReadRequest`` (``request_from_query``), a limit out of range counted as a refused read;
 3. ``ReadApi.answer`` on one of the route's own threads (a read waits for the projector, and a
@@ -109,9 +109,10 @@ class ReadRoute:
 
     async def _answer(self, scope: Scope) -> ObserverRead:
         api = self.api
-        self.auth.check(_header(scope, b"authorization"))
+        grant = self.auth.check(_header(scope, b"authorization"))
         pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         read = api.parse(lambda: request_from_query(pairs, max_wait=api.settings.max_wait))
+        api.permit(grant, read)
         return await self._threads.run(api.answer, read)
 
 

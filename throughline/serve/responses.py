@@ -1,7 +1,7 @@
 """What the API answers: the read document, the error documents, and which HTTP status an error gets.
 
-Hard input errors are 400 (401 for the bearer token, 413/414 for a request too large), a quarantined
-source 409, a retriable failure 503 (with ``Retry-After``), anything else 500; every error answer is the
+Hard input errors are 400 (401 for a missing or refused token, 403 for a read outside the token's
+scope, 413/414 for a request too large), a quarantined source 409, a retriable failure 503 (with ``Retry-After``), anything else 500; every error answer is the
 ``{"error": {"code", "message"}}`` document and none carries a stack trace.
 """
 
@@ -19,7 +19,12 @@ from throughline.errors import InputError, ThroughlineError
 from throughline.reader.exceptions import SourceQuarantinedError
 from throughline.reader.wire import ObserverRead
 from throughline.serve import REASON_HEADER
-from throughline.serve.exceptions import InvalidRequestError, RequestTooLargeError, UnauthorizedError
+from throughline.serve.exceptions import (
+    ForbiddenError,
+    InvalidRequestError,
+    RequestTooLargeError,
+    UnauthorizedError,
+)
 
 _log = logging.getLogger("throughline.serve")
 
@@ -54,6 +59,8 @@ def http_status(error: ThroughlineError) -> int:
         return getattr(error, "http_status", 413)
     if isinstance(error, UnauthorizedError):
         return 401
+    if isinstance(error, ForbiddenError):
+        return 403
     if isinstance(error, InputError):
         return 400
     if isinstance(error, SourceQuarantinedError):
@@ -88,6 +95,15 @@ def read_response(result: ObserverRead) -> Response:
     return Response(content=result.to_json_bytes(), media_type="application/json", headers=headers)
 
 
+def allowed_methods(app: FastAPI, path: str) -> str:
+    """Every method some route of ``path`` answers, for a 405's ``Allow`` header."""
+    methods: set[str] = set()
+    for route in app.routes:
+        if getattr(route, "path", None) == path:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Answer every failure of ``app`` with an error document: typed errors by their status, the
     framework's own (validation, 404, 405) with their codes, anything unexpected as 500."""
@@ -104,18 +120,18 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(InvalidRequestError("the request does not match the API"))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         codes = {404: "not_found", 405: "method_not_allowed"}
         code = codes.get(exc.status_code, "http_error")
         message = {404: "no such endpoint", 405: "method not allowed on this endpoint"}.get(
             exc.status_code, str(exc.detail)
         )
-        return JSONResponse(
-            {"error": {"code": code, "message": message}},
-            status_code=exc.status_code,
-            headers=dict(exc.headers or {}),
-        )
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route of the path only (GET of the read, not POST).
+            headers["Allow"] = allowed_methods(app, request.scope.get("path", ""))  # request.url fails on a query that is not UTF-8
+        return JSONResponse({"error": {"code": code, "message": message}}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

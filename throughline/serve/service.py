@@ -42,6 +42,14 @@ from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
 from throughline.serve.exceptions import ProjectorFailedError, ServeError
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
+from throughline.serve.security import (
+    KeyWatcher,
+    TlsOptions,
+    client_context,
+    redact_access_log,
+    server_context,
+)
+from throughline.serve.tokens import DEFAULT_AUDIENCE, KeyRing, VerifiedTokens
 from throughline.settings import Settings
 
 if TYPE_CHECKING:
@@ -82,6 +90,9 @@ class ServeOptions:
     log_level: str = "warning"
     access_log: bool = False
     group: GroupSpec | None = None  # ``--group``: a member of a group of serve processes (docs/scale-out.md)
+    token_keys: str | None = None  # ``--token-keys``: scoped tokens' verification keys (docs/security.md)
+    token_audience: str = DEFAULT_AUDIENCE
+    tls: TlsOptions | None = None  # ``--tls-cert``/``--tls-key``: HTTPS
 
 
 class ProjectorThread:
@@ -238,7 +249,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket, host: str) -> str:
+def url_of(sock: socket.socket, host: str, scheme: str = "http") -> str:
     """The URL a client uses for a bound socket."""
     port = sock.getsockname()[1]
     shown = host
@@ -248,7 +259,7 @@ def url_of(sock: socket.socket, host: str) -> str:
         shown = "::1"
     if ":" in shown:
         shown = f"[{shown}]"
-    return f"http://{shown}:{port}"
+    return f"{scheme}://{shown}:{port}"
 
 
 def _configure_logging(level: str) -> None:
@@ -278,8 +289,11 @@ def run_service(
     servers = settings.require_bootstrap()
     kafka_config = settings.kafka_config()
     token_key = _token_key(settings, options)
+    ring = KeyRing(options.token_keys) if options.token_keys else None
+    tls = server_context(options.tls) if options.tls is not None else None
+    peers = client_context(options.tls.peer_ca, cert=options.tls.cert, key=options.tls.key) if options.tls else None
     sock = bind_socket(options.host, options.port)
-    url = url_of(sock, options.host)
+    url = url_of(sock, options.host, "https" if tls is not None else "http")
     projector: ProjectorThread | None = None
     with contextlib.ExitStack() as stack:
         stack.callback(sock.close)
@@ -326,7 +340,9 @@ def run_service(
             from throughline.serve.group import GroupRouter, Membership
 
             membership = Membership(options.group.group, options.group.url, options.group.copies)
-            router = GroupRouter(membership, log, lambda p: int(projection.applied_offsets().get(p, 0)), options.api.read_wait)
+            router = GroupRouter(
+                membership, log, lambda p: int(projection.applied_offsets().get(p, 0)), options.api.read_wait, peers
+            )
             on_change, on_leave = membership.on_change, membership.on_leave
         if options.projector:
             projector = ProjectorThread(
@@ -347,6 +363,7 @@ def run_service(
             stopping=stopping,
             router=router,
             replication=TopicWatch(servers, settings.topic, kafka_config=kafka_config).describe,
+            tokens=VerifiedTokens(ring, options.token_audience) if ring is not None else None,
         )
         config = uvicorn.Config(
             app,
@@ -361,6 +378,11 @@ def run_service(
             # The bound on a request head, for h11 and (http_protocol) httptools alike.
             h11_max_incomplete_event_size=max(64 * 1024, options.api.max_query_bytes * 2),
         )
+        config.load()
+        config.ssl = tls  # ours: uvicorn's own context would allow TLS below 1.2
+        redact_access_log()
+        if ring is not None:
+            stack.enter_context(KeyWatcher(ring))
         server = _Server(config, on_ready=lambda: announce(url))
         server_box.append(server)
         def on_first_signal(signum: int) -> None:

@@ -17,13 +17,26 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from throughline.serve.exceptions import ServerUnavailableError
+from throughline.serve.exceptions import (
+    ServerUnavailableError,
+    TlsExpiredError,
+    TlsHostnameError,
+    TlsUntrustedError,
+    TlsVerifyError,
+)
+
+# OpenSSL's X509_V_ERR_* codes of the certificate failures that get their own error code.
+_X509_NOT_YET_VALID = 9
+_X509_EXPIRED = 10
+_X509_HOSTNAME_MISMATCH = 62
+_X509_IP_ADDRESS_MISMATCH = 64
 
 #: Larger answers are cut here (a read page is at most ~100 bodies of 64 KiB by default).
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -39,9 +52,24 @@ class HttpAnswer:
     body: bytes
 
 
-def new_opener() -> urllib.request.OpenerDirector:
-    """A ``urllib`` opener that never goes through a proxy (members are addressed directly)."""
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def new_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
+    """A ``urllib`` opener that never goes through a proxy (members are addressed directly);
+    ``context``: how ``https://`` servers are verified (default: the system's trust store)."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers)
+
+
+def tls_error(url: str, exc: ssl.SSLCertVerificationError) -> TlsVerifyError:
+    """The typed error of a refused server certificate (expired, wrong host, untrusted)."""
+    code = getattr(exc, "verify_code", None)
+    detail = getattr(exc, "verify_message", None) or exc.__class__.__name__
+    if code in (_X509_EXPIRED, _X509_NOT_YET_VALID):
+        return TlsExpiredError(f"the certificate of {url} is refused: {detail}")
+    if code in (_X509_HOSTNAME_MISMATCH, _X509_IP_ADDRESS_MISMATCH):
+        return TlsHostnameError(f"the certificate of {url} does not name its host: {detail}")
+    return TlsUntrustedError(f"the certificate of {url} is not signed by a trusted CA (--ca): {detail}")
 
 
 def lower_headers(message: object) -> dict[str, str]:
@@ -84,6 +112,8 @@ def send(
             return exc.code, lower_headers(exc.headers), exc.read(MAX_RESPONSE_BYTES)
     except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timed out, cut short
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            raise tls_error(url, reason) from None
         raise ServerUnavailableError(f"cannot reach throughline serve at {url}: {reason}") from None
 
 
