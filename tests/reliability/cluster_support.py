@@ -33,6 +33,7 @@ from support.topic import read_topic_and_ends
 
 from throughline.core.identity import project_sha256
 from throughline.errors import ThroughlineError
+from throughline.log.topic import ensure_topic
 from throughline.producers.producer import TurnProducer
 from throughline.reader import load_observer_state
 from throughline.testing.kafka import free_port
@@ -44,6 +45,7 @@ OBSERVED = "/srv/cluster/observed"
 OTHERS = ("/srv/cluster/alpha", "/srv/cluster/beta", "/srv/cluster/gamma")
 #: What the topic is created with: three replicas, two of them in sync for an acknowledgement, and the
 #: retention throughline requires (the log keeps every record).
+#: What throughline creates the topic with on this cluster (checked on the created topic).
 TOPIC_CONFIGS = {
     "min.insync.replicas": "2",
     "retention.ms": "-1",
@@ -160,9 +162,11 @@ class ClusterWorld:
 
     def start(self) -> ClusterWorld:
         """Create the topic, start serve, the Observer and the senders."""
-        self.cluster.create_topic(
-            self.topic, partitions=PARTITIONS, replication_factor=3, configs=TOPIC_CONFIGS
-        )
+        # throughline's own creation: on three brokers, RF 3 and min.insync.replicas 2 by default
+        info = ensure_topic(self.bootstrap, self.topic, partitions=PARTITIONS)
+        assert info.created and [len(r.replicas) for r in info.replicas] == [3] * PARTITIONS
+        assert info.configs.get("min.insync.replicas") == TOPIC_CONFIGS["min.insync.replicas"]
+        assert info.configs.get("unclean.leader.election.enable") == "false"
         workload = Workload(
             self.seed, (OBSERVED, *OTHERS), switch_every=6, rollback_every=8, steady=frozenset({OBSERVED})
         )
