@@ -65,7 +65,7 @@ def fold_records(state: FoldState, records: list[TurnRecord]) -> list[Outcome]:
         outcome = fold_turn(head, r, applied=placement, digest_at=lambda k, d=digests: d[k - 1])
         if isinstance(outcome, Append | Amend):
             seq = outcome.seq
-            kept = list(zip(chain.ids[seq:], chain.contents[seq:])) if isinstance(outcome, Amend) else []
+            kept = list(zip(chain.ids[seq:], chain.contents[seq:], strict=True)) if isinstance(outcome, Amend) else []
             for column in (digests, chain.contents, chain.ids):
                 del column[seq - 1 :]
             digests.append(outcome.chain_digest)

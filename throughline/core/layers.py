@@ -75,8 +75,9 @@ class Layer:
     heads: Mapping[bytes, bytes]
     #: partition -> the next offset after this layer (every record below it is folded).
     next_offsets: Mapping[int, int]
-    #: turn key -> content digest, for every turn this layer appended (the fold's duplicate check).
-    turn_keys: Mapping[bytes, bytes] = field(default_factory=dict)
+    #: turn key -> (seq, content digest) of its last placement, for every turn this layer appended or
+    #: amended (the fold's look-up of a turn id applied before).
+    turn_keys: Mapping[bytes, tuple[int, bytes]] = field(default_factory=dict)
 
     @property
     def projects(self) -> frozenset[bytes]:
@@ -109,12 +110,12 @@ def layered_row(layers: Sequence[Layer], source_sha256: bytes, seq: int) -> Laye
     return BELOW
 
 
-def layered_turn_key(layers: Sequence[Layer], turn_key: bytes) -> bytes | None:
-    """The content digest a layer appended ``turn_key`` under, or ``None``."""
+def layered_turn_key(layers: Sequence[Layer], turn_key: bytes) -> tuple[int, bytes] | None:
+    """Where the newest layer that placed ``turn_key`` placed it: (seq, content digest), or ``None``."""
     for layer in reversed(layers):
-        content = layer.turn_keys.get(turn_key)
-        if content is not None:
-            return content
+        placed = layer.turn_keys.get(turn_key)
+        if placed is not None:
+            return placed
     return None
 
 
