@@ -6,7 +6,9 @@ live is read from the chain at that seq by the caller). A turn id is placed by t
 or amended it and stays at that seq until a later record of its id places it again; a rewind or an
 amend that supersedes it moves its row into ``superseded_turns`` and leaves the placement as it was.
 So the last placement is the id's live row in ``turns`` (a source holds a turn id live at most once),
-else its row in ``superseded_turns`` superseded last.
+else its row in ``superseded_turns`` superseded last. Which of the two it is, is the turn's liveness
+in the file: the fold reads it for a turn below what the batch changed (whose rows the batch left as
+they are), so a re-sent turn costs no look-up of its own.
 
 Why no column for it (the projection's schema is unchanged): the look-up is needed only for a turn
 key ``turn_ids`` already holds (a re-sent turn; a new id, by far the most common record, never pays
@@ -37,12 +39,14 @@ Wanted = tuple[bytes, str, int | None]
 _BUCKETS = 256
 
 
-def stored_placements(
-    cur: duckdb.DuckDBPyConnection, wanted: Mapping[bytes, Wanted]
-) -> dict[bytes, tuple[int, bytes]]:
-    """(seq, content digest) of the last placement of each of ``wanted``'s turn keys that the projection
-    holds (keys of turns it never placed are absent)."""
-    found: dict[bytes, tuple[int, bytes]] = {}
+#: Where a turn key was last placed: (seq, content digest, whether the turn is live there).
+Placed = tuple[int, bytes, bool]
+
+
+def stored_placements(cur: duckdb.DuckDBPyConnection, wanted: Mapping[bytes, Wanted]) -> dict[bytes, Placed]:
+    """(seq, content digest, live) of the last placement of each of ``wanted``'s turn keys that the
+    projection holds (keys of turns it never placed are absent)."""
+    found: dict[bytes, Placed] = {}
     if not wanted:
         return found
     by_id = {(source, turn_id): key for key, (source, turn_id, _) in wanted.items()}
@@ -56,7 +60,7 @@ def stored_placements(
         for source, turn_id, seq, content in cur.execute(sql, chunk).fetchall():
             key = by_id.get((bytes(source), turn_id))
             if key is not None:
-                found[key] = (int(seq), bytes(content))
+                found[key] = (int(seq), bytes(content), True)
     rest = [(source, turn_id) for key, (source, turn_id, _) in wanted.items() if key not in found]
     if rest:
         table = pa.table(
@@ -72,7 +76,7 @@ def stored_placements(
             table,
         ).fetchall()
         for source, turn_id, seq, content in live:
-            found[by_id[(bytes(source), turn_id)]] = (int(seq), bytes(content))
+            found[by_id[(bytes(source), turn_id)]] = (int(seq), bytes(content), True)
         if len(found) < len(wanted):
             gone = execute_over(
                 cur,
@@ -85,5 +89,5 @@ def stored_placements(
             for source, turn_id, seq, content in gone:
                 key = by_id[(bytes(source), turn_id)]
                 if key not in found:
-                    found[key] = (int(seq), bytes(content))
+                    found[key] = (int(seq), bytes(content), False)
     return found

@@ -41,7 +41,7 @@ from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.prepare import PreparedBatch, RepairItem, SoundRecord
 from throughline.projector.read_index import ReadIndex
 from throughline.projector.store.files import cursor
-from throughline.projector.store.placements import stored_placements
+from throughline.projector.store.placements import Placed, stored_placements
 from throughline.projector.store.state import PartitionCounters, SourceState
 from throughline.projector.store.stored_keys import StoredTurnKeys
 from throughline.projector.store.transaction import ApplyTransaction, stored_turn_ids, wanted_of
@@ -107,11 +107,11 @@ class StagedFold(ApplyTransaction):
 
     def _probe_turn_ids(
         self, sound: list[SoundRecord]
-    ) -> tuple[set[bytes], dict[bytes, tuple[int, bytes]], dict[bytes, bytes]]:
+    ) -> tuple[set[bytes], dict[bytes, Placed], dict[bytes, bytes]]:
         first: dict[bytes, bytes] = {}
         for it in sound:
             first.setdefault(it.turn_key, it.content_digest)
-        existing: dict[bytes, tuple[int, bytes]] = {}
+        existing: dict[bytes, Placed] = {}
         unknown: list[bytes] = []
         for key in first:
             placed = layered_turn_key(self._layers, key)
@@ -137,11 +137,13 @@ class StagedFold(ApplyTransaction):
             raise InvalidBatchError(f"the staged layers lack live turn {seq} of a source (corrupt layers?)")
         return row[6]
 
-    def _stored_turn_id(self, source: bytes, seq: int) -> str | None:
-        row = layered_row(self._layers, source, seq)
+    def _live_below(self, source: bytes, placed: Placed, turn_id: str) -> bool:
+        # A layer's placement is in that layer's rows (its cut is at or below it); the file's, unless a
+        # layer changed the chain there since.
+        row = layered_row(self._layers, source, placed[0])
         if row is BELOW:
-            return super()._stored_turn_id(source, seq)
-        return row[1] if isinstance(row, tuple) else None
+            return placed[2]
+        return isinstance(row, tuple) and row[1] == turn_id
 
     def _stored_rows(self, source: bytes, first: int, last: int) -> list[Row]:
         out: list[Row] = []

@@ -24,7 +24,7 @@ from throughline.core.repair import decide_repair
 from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.prepare import Q_CHAIN, Item, PreparedBatch, RefusedRecord, RepairItem, SoundRecord
 from throughline.projector.store import writes
-from throughline.projector.store.placements import Wanted, stored_placements
+from throughline.projector.store.placements import Placed, Wanted, stored_placements
 from throughline.projector.store.repair_rows import (
     RepairRow,
     count_unmarked,
@@ -131,9 +131,9 @@ class ApplyTransaction:
         self.states: dict[bytes, SourceState] = {}
         self.heads: dict[bytes, bytes] = {}  # project -> head source, for the projects this batch moved
         #: After ``fold``: each touched source's delta (its cut, pending rows and state), and the turn
-        #: keys the batch placed (appended or amended) (key -> (seq, content digest) of the last placement).
+        #: keys the batch placed (appended or amended) (key -> (seq, content digest, live) of the last placement).
         self.works: dict[bytes, _SourceDelta] = {}
-        self.applied_now: dict[bytes, tuple[int, bytes]] = {}
+        self.applied_now: dict[bytes, Placed] = {}
         self._folded: tuple[Any, ...] = ()
         changes = False
         for b in batches:
@@ -166,7 +166,7 @@ class ApplyTransaction:
 
     def _probe_turn_ids(
         self, sound: list[SoundRecord]
-    ) -> tuple[set[bytes], dict[bytes, tuple[int, bytes]], dict[bytes, bytes]]:
+    ) -> tuple[set[bytes], dict[bytes, Placed], dict[bytes, bytes]]:
         """Insert the batch's turn keys into ``turn_ids`` (the keys it inserted: never applied before) and
         find where the others were last placed (``existing``); ``first``: each key's first content."""
         first: dict[bytes, bytes] = {}
@@ -250,21 +250,22 @@ class ApplyTransaction:
             raise InvalidBatchError(f"projection is missing live turns {first}..{last} of a source (corrupt projection?)")
         return [(int(r[0]), r[1], int(r[2]), r[3], int(r[4]), bytes(r[5]), bytes(r[6]), int(r[7]), int(r[8])) for r in rows]
 
-    def _stored_turn_id(self, source: bytes, seq: int) -> str | None:
-        """The turn id of stored live turn ``seq`` of ``source``, or ``None``."""
-        rows = turn_rows(self.cur, ("turn_id",), source, seq, seq)
-        return rows[0][0] if rows else None
+    def _live_below(self, source: bytes, placed: Placed, turn_id: str) -> bool:
+        """Whether a turn id placed at ``placed`` before the batch is live there, for a seq below what the
+        batch changed (the file's rows there are as the placement look-up found them)."""
+        return placed[2]
 
-    def _placement(self, w: _SourceDelta, placed: tuple[int, bytes], turn_id: str) -> Placement:
-        """``fold_turn``'s ``applied`` for a turn id last placed at (seq, content) ``placed``: live when the
-        chain as folded so far holds it at that seq."""
+    def _placement(self, w: _SourceDelta, placed: Placed, turn_id: str) -> Placement:
+        """``fold_turn``'s ``applied`` for a turn id last placed at ``placed``: live when the chain as
+        folded so far holds it at that seq. A placement of this batch is at or above the delta's cut
+        (a rewind below it moved the cut below it too)."""
         seq = placed[0]
         if seq > w.state.length:
             live = False
         elif seq >= w.cut:
             live = w.pending[seq - w.cut][1] == turn_id
         else:
-            live = self._stored_turn_id(w.source, seq) == turn_id
+            live = self._live_below(w.source, placed, turn_id)
         return Placement(seq, placed[1], live)
 
     # -------------------------------------------------------------- the fold
@@ -303,7 +304,7 @@ class ApplyTransaction:
         loaded = self._load_sources(wanted)
 
         works: dict[bytes, _SourceDelta] = {}
-        applied_now: dict[bytes, tuple[int, bytes]] = {}
+        applied_now: dict[bytes, Placed] = {}
         heads: dict[bytes, bytes] = {}
         superseded: list[tuple[bytes, bytes, Row, int, int]] = []
         quarantine: list[tuple[Any, ...]] = []
@@ -365,7 +366,7 @@ class ApplyTransaction:
                     st.chain_digest = outcome.chain_digest
                     st.head_partition = part
                     st.head_offset = it.offset
-                    applied_now[tk] = (seq, it.content_digest)
+                    applied_now[tk] = (seq, it.content_digest, True)
                     heads[it.project_sha256] = it.source
                     appended += 1
                     milestone = milestone or is_milestone(seq)
@@ -397,7 +398,7 @@ class ApplyTransaction:
                     w.pending.extend(rechain(outcome.chain_digest, kept, _ROW_CONTENT, _row_chained))
                     head = w.pending[-1]
                     st.length, st.chain_digest, st.head_partition, st.head_offset = head[0], head[6], head[7], head[8]
-                    applied_now[tk] = (seq, it.content_digest)
+                    applied_now[tk] = (seq, it.content_digest, True)
                     heads[it.project_sha256] = it.source
                 else:
                     quarantined += 1

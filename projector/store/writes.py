@@ -173,9 +173,9 @@ def execute_over(
 def fix_turn_ids(
     cur: duckdb.DuckDBPyConnection,
     inserted: set[bytes],
-    applied_now: Mapping[bytes, tuple[int, bytes]],
+    applied_now: Mapping[bytes, tuple[int, bytes, bool]],
     first: Mapping[bytes, bytes],
-    existing: Mapping[bytes, tuple[int, bytes]],
+    existing: Mapping[bytes, tuple[int, bytes, bool]],
 ) -> None:
     """Keep ``turn_ids`` the content digest of each key's last placement: undo the probe's insert of keys
     whose records were not placed, and fix the content digest of keys a later record of the batch
@@ -188,7 +188,7 @@ def fix_turn_ids(
         elif placed[1] != first[key]:
             cur.execute(parsed("UPDATE turn_ids SET content_digest = ? WHERE turn_key = ?"), [placed[1], key])
     if existing:
-        for key, (_, content) in existing.items():
+        for key, (_, content, _) in existing.items():
             placed = applied_now.get(key)
             if placed is not None and placed[1] != content:
                 cur.execute(parsed("UPDATE turn_ids SET content_digest = ? WHERE turn_key = ?"), [placed[1], key])

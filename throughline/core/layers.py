@@ -75,9 +75,10 @@ class Layer:
     heads: Mapping[bytes, bytes]
     #: partition -> the next offset after this layer (every record below it is folded).
     next_offsets: Mapping[int, int]
-    #: turn key -> (seq, content digest) of its last placement, for every turn this layer appended or
-    #: amended (the fold's look-up of a turn id applied before).
-    turn_keys: Mapping[bytes, tuple[int, bytes]] = field(default_factory=dict)
+    #: turn key -> (seq, content digest, True) of its last placement, for every turn this layer appended
+    #: or amended (the fold's look-up of a turn id applied before; whether it is still live is read
+    #: from the layers' rows at that seq).
+    turn_keys: Mapping[bytes, tuple[int, bytes, bool]] = field(default_factory=dict)
 
     @property
     def projects(self) -> frozenset[bytes]:
@@ -110,8 +111,8 @@ def layered_row(layers: Sequence[Layer], source_sha256: bytes, seq: int) -> Laye
     return BELOW
 
 
-def layered_turn_key(layers: Sequence[Layer], turn_key: bytes) -> tuple[int, bytes] | None:
-    """Where the newest layer that placed ``turn_key`` placed it: (seq, content digest), or ``None``."""
+def layered_turn_key(layers: Sequence[Layer], turn_key: bytes) -> tuple[int, bytes, bool] | None:
+    """Where the newest layer that placed ``turn_key`` placed it: (seq, content digest, True), or ``None``."""
     for layer in reversed(layers):
         placed = layer.turn_keys.get(turn_key)
         if placed is not None:
