@@ -71,7 +71,7 @@ class ToyParser(SessionParser):
             return self._complete(number, "end")
         return []
 
-    def settle(self) -> list[HostTurn]:
+    def settle(self, final: bool = False) -> list[HostTurn]:
         if self.current is None or not self.current[1]:
             return []
         return self._complete(0, "settled")
