@@ -368,3 +368,16 @@ def test_proposed_limit_a_turn_found_on_a_branch_the_host_left_is_not_undone() -
     assert p.chain == [("t1", "one"), ("x", "interrupted"), ("t2", "two"), ("t3", "three")]
     b = book(old, new)
     assert [(i, body) for i, _, body, _ in live(b)] == p.chain and not b.quarantined
+
+
+def test_limit_an_extra_turn_and_a_dropped_one_before_a_turn_leave_it_where_it_was_and_cut_the_chain() -> None:
+    # Known limit (docs/design.md), found implementing the rule: the new parser finds x and drops a turn
+    # the old one made up, both before t2, so t2 and t3 keep their seqs. x's rewind supersedes them, and
+    # their records, superseded since at the very seqs they bring, are taken for stale re-sends (as a
+    # follower's across a host rewind would be): the chain is cut after x and the next turn leaves a gap.
+    old = [("t1", 1, "one", 10), ("bogus", 2, "made up", 15), ("t2", 3, "two", 20), ("t3", 4, "three", 30)]
+    new = [("t1", 1, "one", 10), ("x", 2, "interrupted", 15), ("t2", 3, "two", 20), ("t3", 4, "three", 30)]
+    agree(old, new, [("t4", 5, "four", 40)])
+    b = book(old, new, [("t4", 5, "four", 40)])
+    assert live(b) == [("t1", 1, "one", 10), ("x", 2, "interrupted", 15)]
+    assert [r for _, _, r in b.quarantined] == ["seq 5 leaves a gap after length 2"]
