@@ -10,6 +10,7 @@ would: the newer parser's whole file after the older one's chain ends with its c
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from throughline.core.fold import ChainBook
 from throughline.producers.hosts.files import new_parser
 from throughline.producers.hosts.lines import SessionParser
 from throughline.producers.hosts.render import HostTurn
+from throughline.producers.ingest import Ingest
+from throughline.producers.ingest.sessions import SessionDecoder, SessionFiles, SessionsState
 from throughline.producers.ingest.state import load_session_states, save_session_states
 
 
@@ -114,3 +117,38 @@ def test_the_hosts_parsers_have_a_version() -> None:
     assert SessionParser.version == 0  # the parsers before versions, as a state without one says
     for format in ("claude-code", "codex"):
         assert new_parser(format, "/tmp/x.jsonl").version >= 1
+
+
+def test_the_hook_follows_the_version_too(tmp_path: Path) -> None:
+    """The hook's run (``producers/hook.py``): one transcript, its own state, settled at once as final."""
+    path, state = tmp_path / "s.jsonl", str(tmp_path / "state.json")
+
+    def hook(parser: type[ToyParser]) -> FakeSender:
+        saved = load_session_states(state, format="toy")
+        files = SessionFiles(
+            "toy",
+            [str(path)],
+            follow=False,
+            states=saved,
+            settle=0.0,
+            final=True,
+            parsers=lambda f, p: parser(),
+        )
+        sender = FakeSender()
+        Ingest(
+            files,
+            sender,
+            state_path=state,
+            state=SessionsState(state, files, saved),
+            decoder=SessionDecoder(files, warn=lambda m: None),
+            err=io.StringIO(),
+        ).run()
+        return sender
+
+    path.write_bytes(FILE)
+    assert sent(hook(OldToy)) == [("t1", 1), ("t2", 2)]
+    with open(path, "ab") as f:
+        f.write(MORE)
+    assert sent(hook(NewToy)) == [("t1", 1), ("x4", 2), ("t2", 3), ("t3", 4)]
+    assert load_session_states(state, format="toy")[str(path)].parser_version == 2
+    assert sent(hook(NewToy)) == []
