@@ -267,6 +267,8 @@ class ClaudeCodeSession(SessionParser):
     """
 
     host = HOST
+    #: 1: interrupted and aborted turns count, replies whole (the fixes that read real transcripts).
+    version = 1
 
     def __init__(self, default_thread: str) -> None:
         self.default_thread = default_thread

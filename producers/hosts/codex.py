@@ -107,6 +107,8 @@ class CodexSession(SessionParser):
     """The turns of one Codex rollout, fed line by line (``feed``) in file order (prefix-stable)."""
 
     host = HOST
+    #: 1: interrupted and aborted turns count, replies whole (the fixes that read real transcripts).
+    version = 1
 
     def __init__(self, default_thread: str) -> None:
         self.default_thread = default_thread

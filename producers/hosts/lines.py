@@ -57,6 +57,11 @@ class SessionParser(ABC):
 
     host: str
     problems: list[str]
+    #: The parser's output version: bump it whenever the turns it returns for the same lines change
+    #: (other turns, other seqs, fuller replies, another completedAt). An ingest state records it per
+    #: file, and a file saved under another version is sent again from line 1 (``ingest.sessions``).
+    #: 0: the parsers before versions (a state without one).
+    version: int = 0
 
     @property
     @abstractmethod

@@ -14,7 +14,11 @@ the last line whose turns the broker acknowledged. A file with new bytes is pars
 (a parser's state is the whole file before it) and the turns completed by lines up to the saved one are
 not sent again; a file that did not change since is not read at all. A file that no longer holds the
 saved line (rewritten, replaced) is read from its start and its turns are all sent (the projector
-applies a repeated turn once).
+applies a repeated turn once). So is a file whose state was saved by another version of its parser
+(``SessionParser.version``, recorded per file as ``parserVersion``; absent: the parsers before
+versions): the newer parser may number or render the turns before the saved line otherwise, and
+sending only those after it would leave the thread a gap; sent whole, the projector's fold turns what
+differs into a rewind of the thread (docs/design.md, "Re-ingesting with a newer parser").
 
 Settling (``settle``, seconds): a file that has not grown for that long is final for now, and its
 parser's ``settle()`` is called after its last line: the turns it returns (an open turn that has its
@@ -72,6 +76,7 @@ class _Tracked:
     replay: frozenset[int] = frozenset()  # settle again after these lines (acknowledged by an earlier run)
     points: list[int] = field(default_factory=list)  # lines after which this parse settled with turns
     settled_at: int = 0  # the line after which the parser was last settled (0: never)
+    version: int | None = None  # the version of the parser this parse reads with (set when it starts)
 
     def restart(self, replay: frozenset[int] = frozenset()) -> None:
         """A parse from line 1 begins (the settles of the one before do not hold; those of ``replay``, an
@@ -94,7 +99,7 @@ class _Tracked:
         # this run passes it again (a state saved between the line and its settle must keep it).
         end = mark.settled or mark.number in self.replay
         points = tuple(p for p in self.points if p < mark.number or (p == mark.number and end))
-        return dataclasses.replace(state, settled=points, settled_end=end)
+        return dataclasses.replace(state, settled=points, settled_end=end, parser_version=self.version)
 
 
 class SessionFiles:
@@ -133,6 +138,7 @@ class SessionFiles:
         self.evict_after = evict_after
         self._notice = notice
         self._states = dict(states or {})
+        self._version: int | None = None  # the current parser's (``parser_version``)
         self.tracked: dict[str, _Tracked] = {}
         #: the last acknowledged line (or settle) of a file (set by the runner; eviction needs it)
         self.covered: Callable[[str], LineMark | None] = lambda path: None
@@ -169,8 +175,15 @@ class SessionFiles:
             return False
         t.skip_to = 0
         t.restart()
+        parser = self._new_parser(self.format, t.path)
+        t.version = parser.version
         if t.saved is not None:
             problem = reader.fits(t.saved)
+            if problem is None and (t.saved.parser_version or 0) != parser.version:
+                problem = (
+                    f"its state was saved by parser version {t.saved.parser_version or 0}, this is version "
+                    f"{parser.version}"
+                )
             if problem is None:
                 t.skip_to = t.saved.offset
                 t.restart(frozenset(t.saved.settled))
@@ -178,8 +191,14 @@ class SessionFiles:
                 self._notice(f"{t.path}: {problem}; sending its turns again from line 1")
         t.reader = reader
         t.generation = reader.generation
-        t.parser = self._new_parser(self.format, t.path)
+        t.parser = parser
         return True
+
+    def parser_version(self, path: str) -> int:
+        """The version of this format's parser (of the parsers ``parsers`` builds; one per run)."""
+        if self._version is None:
+            self._version = self._new_parser(self.format, path).version
+        return self._version
 
     def _settle_due(self, mtime: float, t: _Tracked | None = None) -> bool:
         if self.settle is None:
@@ -195,7 +214,9 @@ class SessionFiles:
             # dormant: nothing to read while the file is still exactly what the state covers (and, when
             # it is due to settle, the state says it was settled there)
             due = self._settle_due(st.st_mtime) and not t.saved.settled_end
-            return now == (t.saved.file, t.saved.offset) and not due
+            # a state of another parser version: the whole file is sent again (``_activate``)
+            current = (t.saved.parser_version or 0) == self.parser_version(t.path)
+            return now == (t.saved.file, t.saved.offset) and not due and current
         return t.seen == now
 
     def _read(self, t: _Tracked) -> Iterator[Line]:
@@ -295,6 +316,7 @@ class SessionFiles:
         if line.generation != t.generation:
             t.generation = line.generation
             t.parser = self._new_parser(self.format, t.path)
+            t.version = t.parser.version
             t.skip_to = 0
         return t, t.parser
 

@@ -56,6 +56,9 @@ class IngestState:
     settled: tuple[int, ...] = ()
     #: Whether the parser was settled after ``line`` too (a file that did not grow since needs no settle).
     settled_end: bool = False
+    #: Host formats: the version of the parser whose turns the state covers (``SessionParser.version``;
+    #: ``None``: a state written before parsers had versions, or a JSON Lines file).
+    parser_version: int | None = None
 
 
 class _FileDoc(BaseModel):
@@ -71,6 +74,7 @@ class _FileDoc(BaseModel):
     line_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$", alias="lineSha256")
     settled: list[int] = Field(default_factory=list)
     settled_end: bool = Field(default=False, alias="settledEnd")
+    parser_version: int | None = Field(default=None, ge=0, alias="parserVersion")
 
     def state(self) -> IngestState:
         """The ``IngestState`` this document holds."""
@@ -83,6 +87,7 @@ class _FileDoc(BaseModel):
             digest,
             tuple(self.settled),
             self.settled_end,
+            self.parser_version,
         )
 
 
@@ -98,6 +103,7 @@ def _file_doc(state: IngestState) -> dict[str, object]:
         # written only when set: a JSON Lines state never has them, and older readers ignore them
         **({"settled": list(state.settled)} if state.settled else {}),
         **({"settledEnd": True} if state.settled_end else {}),
+        **({"parserVersion": state.parser_version} if state.parser_version is not None else {}),
     }
 
 

@@ -21,10 +21,12 @@ Tables (one projection file holds one topic; see ``schema.SCHEMA``):
 - ``turns``: the live turns of every chain. ``page_key`` buckets 64 consecutive seqs of one source
   under one indexed ``BIGINT``, so a page of at most 100 seqs is at most three ART index lookups
   whatever the size of the history (DuckDB only uses an ART index for equality, not ranges).
-- ``superseded_turns``: turns a rewind replaced, kept for audit and never served, with the log
-  position of the record that superseded them.
+- ``superseded_turns``: turns a rewind or an amend replaced, kept for audit and never served, with
+  the log position of the record that superseded them.
 - ``turn_ids``: one row per (source, turn id) ever applied, live or superseded (``turn_key`` is a
-  128-bit hash of the pair), with its content digest: the fold's duplicate check, as index probes.
+  128-bit hash of the pair), with the content digest of its last placement: which ids were applied
+  before, as index probes; where one was last placed is then read from ``turns`` and
+  ``superseded_turns`` (``placements``).
 - ``sources``: each chain's head (length, ``d(length)``, log position of the record that made
   ``seq == length``) and its broken mark (the first record of it the fold rejected), as of the
   source's last *milestone* (``view.is_milestone``: its first record, a seq that opens a page bucket,

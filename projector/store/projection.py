@@ -465,7 +465,8 @@ class DuckProjection:
            ``INSERT ... ON CONFLICT DO NOTHING`` (ART index probes). When it inserted every key (the
            usual case) no id was applied before. Otherwise the transaction is rolled back (nothing else
            was written yet), begun again and probed with ``RETURNING``: keys it did not insert were
-           applied before, and their content digests are fetched (the fold's duplicate check).
+           applied before, and where each was last placed is looked up (``placements``: seq, content,
+           live), for the fold's rule on a re-sent turn id.
         4. Load the heads of sources missing from the in-memory cache (index probes, or one hash join
            when many miss): each one's row, then the last live turn past it (``heads_past_milestones``).
         5. Fold every record in log order in Python (``fold_turn``), collecting new turn rows,
@@ -473,8 +474,9 @@ class DuckProjection:
            applied at its place (``_repair``): it marks the source's stored quarantine rows at once
            (an ``UPDATE``) and the batch's own before they are inserted, and clears the broken mark.
         6. Remove from ``turn_ids`` the probed keys whose records were not appended (rejected), and fix
-           the content digest where a later record of the batch appended under that key.
-        7. Move stored turns that a rewind superseded into ``superseded_turns`` and delete them.
+           the content digest where a later record of the batch placed that key with other content.
+        7. Move stored turns that a rewind or an amend superseded into ``superseded_turns`` and delete
+           them (an amend's kept turns come back among the new live turns, chained anew).
         8. Insert superseded rows of this batch, then the new live turns (Arrow tables, bulk).
         9. Write the ``sources`` rows at a milestone (``view.is_milestone``) and the moved ``project_heads``
            (UPDATE the rows that exist, INSERT the new); insert ``quarantine`` and ``repairs`` rows.

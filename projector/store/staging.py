@@ -6,9 +6,11 @@ the ``Layer`` it returns is what the transaction that commits the poll will writ
 layers first and then the file through a cursor of their own, outside any transaction:
 
 - a source's state: the newest layer holding it, else the projection's committed cache, else its row;
-- a turn id applied before: a layer's turn keys, else ``turn_ids`` (only for the keys that
-  ``StoredTurnKeys``, an in-memory filter over ``turn_ids``, reports maybe stored, once it is filled);
-- a stored turn's chain digest (a rewind below the fold's start): the layers' rows, else ``turns``.
+- a turn id applied before: where a layer last placed it (its turn keys), else ``turn_ids`` (only for
+  the keys that ``StoredTurnKeys``, an in-memory filter over ``turn_ids``, reports maybe stored, once
+  it is filled) and, for a key it holds, where the file last placed it (``placements``);
+- a stored turn's chain digest (a rewind below the fold's start), its turn id (is a turn id still
+  live where it was placed) and its row (the turns an amend keeps): the layers' rows, else ``turns``.
 
 Why a read of the file outside a transaction is safe here: only the projector's own thread stages, and
 every batch it writes was staged first, so whatever the writer has not committed yet is in a layer the
@@ -39,9 +41,11 @@ from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.prepare import PreparedBatch, RepairItem, SoundRecord
 from throughline.projector.read_index import ReadIndex
 from throughline.projector.store.files import cursor
+from throughline.projector.store.placements import Placed, stored_placements
 from throughline.projector.store.state import PartitionCounters, SourceState
 from throughline.projector.store.stored_keys import StoredTurnKeys
-from throughline.projector.store.transaction import ApplyTransaction, stored_turn_ids
+from throughline.projector.store.transaction import ApplyTransaction, stored_turn_ids, wanted_of
+from throughline.projector.store.writes import Row
 
 
 def stageable(batches: Sequence[PreparedBatch]) -> bool:
@@ -101,20 +105,28 @@ class StagedFold(ApplyTransaction):
             counters={p: PartitionCounters(o) for p, o in applied.items()},
         )
 
-    def _probe_turn_ids(self, sound: list[SoundRecord]) -> tuple[set[bytes], dict[bytes, bytes], dict[bytes, bytes]]:
+    def _probe_turn_ids(
+        self, sound: list[SoundRecord]
+    ) -> tuple[set[bytes], dict[bytes, Placed], dict[bytes, bytes]]:
         first: dict[bytes, bytes] = {}
         for it in sound:
             first.setdefault(it.turn_key, it.content_digest)
-        existing: dict[bytes, bytes] = {}
+        existing: dict[bytes, Placed] = {}
         unknown: list[bytes] = []
         for key in first:
-            content = layered_turn_key(self._layers, key)
-            if content is None:
+            placed = layered_turn_key(self._layers, key)
+            if placed is None:
                 unknown.append(key)
             else:
-                existing[key] = content
+                existing[key] = placed
         maybe = self._stored_keys.maybe_stored(unknown) if self._stored_keys is not None else None
-        existing.update(stored_turn_ids(self.cur, unknown if maybe is None else maybe))
+        # Only a key turn_ids holds was placed before: where, is looked up for those alone.
+        hits = list(stored_turn_ids(self.cur, unknown if maybe is None else maybe))
+        if hits:
+            found = stored_placements(self.cur, wanted_of(sound, hits))
+            if len(found) != len(hits):
+                raise InvalidBatchError("turn_ids holds a turn key whose turn the projection has nowhere (corrupt projection?)")
+            existing.update(found)
         return {k for k in first if k not in existing}, existing, first
 
     def _stored_digest(self, source: bytes, seq: int) -> bytes:
@@ -124,6 +136,26 @@ class StagedFold(ApplyTransaction):
         if not isinstance(row, tuple):
             raise InvalidBatchError(f"the staged layers lack live turn {seq} of a source (corrupt layers?)")
         return row[6]
+
+    def _live_below(self, source: bytes, placed: Placed, turn_id: str) -> bool:
+        # A layer's placement is in that layer's rows (its cut is at or below it); the file's, unless a
+        # layer changed the chain there since.
+        row = layered_row(self._layers, source, placed[0])
+        if row is BELOW:
+            return placed[2]
+        return isinstance(row, tuple) and row[1] == turn_id
+
+    def _stored_rows(self, source: bytes, first: int, last: int) -> list[Row]:
+        out: list[Row] = []
+        for seq in range(first, last + 1):
+            row = layered_row(self._layers, source, seq)
+            if row is BELOW:
+                out.extend(super()._stored_rows(source, seq, seq))
+            elif isinstance(row, tuple):
+                out.append(row)
+            else:
+                raise InvalidBatchError(f"the staged layers lack live turn {seq} of a source (corrupt layers?)")
+        return out
 
     def layer(self, number: int) -> Layer:
         """Fold the poll and return what it decided as layer ``number`` (writes nothing)."""

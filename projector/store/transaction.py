@@ -19,11 +19,12 @@ import pyarrow as pa
 
 from throughline.core.chain import CHAIN_ORIGIN
 from throughline.core.chain_delta import ChainDelta
-from throughline.core.fold import Append, Duplicate, fold_turn
+from throughline.core.fold import Amend, Append, Duplicate, Placement, fold_turn, rechain
 from throughline.core.repair import decide_repair
 from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.prepare import Q_CHAIN, Item, PreparedBatch, RefusedRecord, RepairItem, SoundRecord
 from throughline.projector.store import writes
+from throughline.projector.store.placements import Placed, Wanted, stored_placements
 from throughline.projector.store.repair_rows import (
     RepairRow,
     count_unmarked,
@@ -40,6 +41,16 @@ _POINT_LOOKUPS = 32  # up to this many uncached keys are fetched by index probes
 
 
 _ROW_DIGEST = operator.itemgetter(6)  # a Row's chain_digest
+_ROW_CONTENT = operator.itemgetter(5)  # a Row's content_digest
+#: A Row's columns as ``turns`` names them (``turn_rows``).
+_ROW_COLUMNS = (
+    "seq", "turn_id", "completed_at_us", "body", "body_bytes", "content_digest", "chain_digest", "log_partition",
+    "log_offset",
+)
+
+
+def _row_chained(row: Row, digest: bytes) -> Row:
+    return (row[0], row[1], row[2], row[3], row[4], row[5], digest, row[7], row[8])
 
 
 def stored_turn_ids(
@@ -65,16 +76,27 @@ def stored_turn_ids(
     return {bytes(r[0]): bytes(r[1]) for r in rows if bytes(r[0]) in wanted}
 
 
+def wanted_of(sound: Sequence[SoundRecord], keys: Sequence[bytes]) -> dict[bytes, Wanted]:
+    """(source, turn id, seq) of the first record of each of ``keys`` (for ``stored_placements``)."""
+    want = set(keys)
+    out: dict[bytes, Wanted] = {}
+    for it in sound:
+        if it.turn_key in want and it.turn_key not in out:
+            out[it.turn_key] = (it.source, it.turn_id, it.seq)
+    return out
+
+
 class _SourceDelta(ChainDelta[Row]):
     """One source while a batch is folded: the ``ChainDelta`` of its chain over the stored turns, its
     working state (the head as folded so far, and its broken mark) and the ``sources`` row this batch
     writes for it (``milestone``: the state at its last milestone in the batch, ``None`` when it passed
     none)."""
 
-    __slots__ = ("milestone", "state")
+    __slots__ = ("milestone", "source", "state")
 
-    def __init__(self, state: SourceState, stored_digest: Callable[[int], bytes]) -> None:
+    def __init__(self, source: bytes, state: SourceState, stored_digest: Callable[[int], bytes]) -> None:
         super().__init__(state.length, _ROW_DIGEST, stored_digest)
+        self.source = source
         self.state = state
         self.milestone: tuple[Any, ...] | None = None
 
@@ -109,9 +131,9 @@ class ApplyTransaction:
         self.states: dict[bytes, SourceState] = {}
         self.heads: dict[bytes, bytes] = {}  # project -> head source, for the projects this batch moved
         #: After ``fold``: each touched source's delta (its cut, pending rows and state), and the turn
-        #: keys the batch appended under (key -> content digest).
+        #: keys the batch placed (appended or amended) (key -> (seq, content digest, live) of the last placement).
         self.works: dict[bytes, _SourceDelta] = {}
-        self.applied_now: dict[bytes, bytes] = {}
+        self.applied_now: dict[bytes, Placed] = {}
         self._folded: tuple[Any, ...] = ()
         changes = False
         for b in batches:
@@ -142,7 +164,11 @@ class ApplyTransaction:
 
     # -------------------------------------------------------------- lookups inside the transaction
 
-    def _probe_turn_ids(self, sound: list[SoundRecord]) -> tuple[set[bytes], dict[bytes, bytes], dict[bytes, bytes]]:
+    def _probe_turn_ids(
+        self, sound: list[SoundRecord]
+    ) -> tuple[set[bytes], dict[bytes, Placed], dict[bytes, bytes]]:
+        """Insert the batch's turn keys into ``turn_ids`` (the keys it inserted: never applied before) and
+        find where the others were last placed (``existing``); ``first``: each key's first content."""
         first: dict[bytes, bytes] = {}
         for it in sound:
             first.setdefault(it.turn_key, it.content_digest)
@@ -178,7 +204,10 @@ class ApplyTransaction:
             returning = execute_over(cur, insert + " ON CONFLICT DO NOTHING RETURNING turn_key", table, params)
             inserted = {bytes(r[0]) for r in returning.fetchall()}
             missing = [k for k in keys if k not in inserted]
-        return inserted, stored_turn_ids(cur, missing, table), first
+        existing = stored_placements(cur, wanted_of(sound, missing)) if missing else {}
+        if len(existing) != len(missing):
+            raise InvalidBatchError("turn_ids holds a turn key whose turn the projection has nowhere (corrupt projection?)")
+        return inserted, existing, first
 
     def _load_sources(self, sources: list[bytes]) -> dict[bytes, SourceState]:
         if not sources:
@@ -213,6 +242,31 @@ class ApplyTransaction:
         if not rows:
             raise InvalidBatchError(f"projection is missing live turn {seq} of a source (corrupt projection?)")
         return bytes(rows[0][0])
+
+    def _stored_rows(self, source: bytes, first: int, last: int) -> list[Row]:
+        """Stored live turns ``first..last`` of ``source`` as rows (the turns an amend keeps)."""
+        rows = turn_rows(self.cur, _ROW_COLUMNS, source, first, last)
+        if len(rows) != last - first + 1:
+            raise InvalidBatchError(f"projection is missing live turns {first}..{last} of a source (corrupt projection?)")
+        return [(int(r[0]), r[1], int(r[2]), r[3], int(r[4]), bytes(r[5]), bytes(r[6]), int(r[7]), int(r[8])) for r in rows]
+
+    def _live_below(self, source: bytes, placed: Placed, turn_id: str) -> bool:
+        """Whether a turn id placed at ``placed`` before the batch is live there, for a seq below what the
+        batch changed (the file's rows there are as the placement look-up found them)."""
+        return placed[2]
+
+    def _placement(self, w: _SourceDelta, placed: Placed, turn_id: str) -> Placement:
+        """``fold_turn``'s ``applied`` for a turn id last placed at ``placed``: live when the chain as
+        folded so far holds it at that seq. A placement of this batch is at or above the delta's cut
+        (a rewind below it moved the cut below it too)."""
+        seq = placed[0]
+        if seq > w.state.length:
+            live = False
+        elif seq >= w.cut:
+            live = w.pending[seq - w.cut][1] == turn_id
+        else:
+            live = self._live_below(w.source, placed, turn_id)
+        return Placement(seq, placed[1], live)
 
     # -------------------------------------------------------------- the fold
 
@@ -250,7 +304,7 @@ class ApplyTransaction:
         loaded = self._load_sources(wanted)
 
         works: dict[bytes, _SourceDelta] = {}
-        applied_now: dict[bytes, bytes] = {}
+        applied_now: dict[bytes, Placed] = {}
         heads: dict[bytes, bytes] = {}
         superseded: list[tuple[bytes, bytes, Row, int, int]] = []
         quarantine: list[tuple[Any, ...]] = []
@@ -278,14 +332,16 @@ class ApplyTransaction:
                     state = cache.get(it.source) or loaded.get(it.source)
                     milestone = state is None
                     state = state.copy() if state is not None else SourceState(it.project_sha256)
-                    w = works[it.source] = _SourceDelta(state, partial(lookup, it.source))
+                    w = works[it.source] = _SourceDelta(it.source, state, partial(lookup, it.source))
                 st = w.state
                 tk = it.turn_key
-                applied = applied_now.get(tk)
-                if applied is None:
-                    applied = existing.get(tk)
+                placed = applied_now.get(tk)
+                if placed is None:
+                    placed = existing.get(tk)
                 # The source state is the chain's head (read before the fold changes it below).
-                outcome = fold_turn(st, it, applied_content=applied, digest_at=w.digest_at)
+                outcome = fold_turn(
+                    st, it, applied=None if placed is None else self._placement(w, placed, it.turn_id), digest_at=w.digest_at
+                )
                 if isinstance(outcome, Append):
                     seq = outcome.seq
                     if outcome.rewound_from is not None:
@@ -310,12 +366,40 @@ class ApplyTransaction:
                     st.chain_digest = outcome.chain_digest
                     st.head_partition = part
                     st.head_offset = it.offset
-                    applied_now[tk] = it.content_digest
+                    applied_now[tk] = (seq, it.content_digest, True)
                     heads[it.project_sha256] = it.source
                     appended += 1
                     milestone = milestone or is_milestone(seq)
                 elif isinstance(outcome, Duplicate):
                     duplicates += 1
+                elif isinstance(outcome, Amend):
+                    # Turn seq takes the record's content; the turns after it stay, chained anew (for a
+                    # reader, a rewind to seq).
+                    seq = outcome.seq
+                    rewinds += 1
+                    appended += 1
+                    milestone = True
+                    gone, kept = w.amend(seq, part, it.offset, partial(self._stored_rows, it.source))
+                    for row in gone:
+                        superseded.append((it.source, st.project_sha256, row, part, it.offset))
+                    w.pending.append(
+                        (
+                            seq,
+                            it.turn_id,
+                            it.completed_at_micros,
+                            it.body,
+                            it.body_bytes,
+                            it.content_digest,
+                            outcome.chain_digest,
+                            part,
+                            it.offset,
+                        )
+                    )
+                    w.pending.extend(rechain(outcome.chain_digest, kept, _ROW_CONTENT, _row_chained))
+                    head = w.pending[-1]
+                    st.length, st.chain_digest, st.head_partition, st.head_offset = head[0], head[6], head[7], head[8]
+                    applied_now[tk] = (seq, it.content_digest, True)
+                    heads[it.project_sha256] = it.source
                 else:
                     quarantined += 1
                     quarantine.append(
@@ -338,13 +422,13 @@ class ApplyTransaction:
         self.works, self.applied_now = works, applied_now
         self.states = {s: w.state for s, w in works.items()}
         self.heads = heads
-        self._folded = (inserted_keys, first_content, superseded, quarantine, marks, repair_rows, loaded)
+        self._folded = (inserted_keys, first_content, existing, superseded, quarantine, marks, repair_rows, loaded)
         return total
 
     def _write_folded(self) -> None:
         """Write what ``fold`` decided (inside the open transaction)."""
-        inserted_keys, first_content, superseded, quarantine, marks, repair_rows, loaded = self._folded
-        writes.fix_turn_ids(self.cur, inserted_keys, self.applied_now, first_content)
+        inserted_keys, first_content, existing, superseded, quarantine, marks, repair_rows, loaded = self._folded
+        writes.fix_turn_ids(self.cur, inserted_keys, self.applied_now, first_content, existing)
         if marks:
             quarantine = [(*q, *marks.get((q[0], q[1]), (None, None))) for q in quarantine]
         else:
@@ -385,7 +469,7 @@ class ApplyTransaction:
         if outcome.cleared:
             assert state is not None  # cleared implies broken implies known
             if w is None:
-                w = works[source] = _SourceDelta(state.copy(), partial(self._stored_digest, source))
+                w = works[source] = _SourceDelta(source, state.copy(), partial(self._stored_digest, source))
             w.state.broken_reason = w.state.broken_partition = w.state.broken_offset = None
             w.milestone = w.state.row(source)
         length, digest = (state.length, state.chain_digest) if known and state is not None else (0, CHAIN_ORIGIN)

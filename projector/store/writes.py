@@ -171,16 +171,27 @@ def execute_over(
 
 
 def fix_turn_ids(
-    cur: duckdb.DuckDBPyConnection, inserted: set[bytes], applied_now: dict[bytes, bytes], first: dict[bytes, bytes]
+    cur: duckdb.DuckDBPyConnection,
+    inserted: set[bytes],
+    applied_now: Mapping[bytes, tuple[int, bytes, bool]],
+    first: Mapping[bytes, bytes],
+    existing: Mapping[bytes, tuple[int, bytes, bool]],
 ) -> None:
-    """Undo the probe's insert of keys whose records were not appended, and fix the content digest of
-    keys a later record of the batch appended under."""
+    """Keep ``turn_ids`` the content digest of each key's last placement: undo the probe's insert of keys
+    whose records were not placed, and fix the content digest of keys a later record of the batch
+    placed (``applied_now``: key -> (seq, content)) with other content than the probe wrote
+    (``first``) or than the projection held (``existing``, for keys applied before the batch)."""
     for key in inserted:
-        content = applied_now.get(key)
-        if content is None:
+        placed = applied_now.get(key)
+        if placed is None:
             cur.execute(parsed("DELETE FROM turn_ids WHERE turn_key = ?"), [key])
-        elif content != first[key]:
-            cur.execute(parsed("UPDATE turn_ids SET content_digest = ? WHERE turn_key = ?"), [content, key])
+        elif placed[1] != first[key]:
+            cur.execute(parsed("UPDATE turn_ids SET content_digest = ? WHERE turn_key = ?"), [placed[1], key])
+    if existing:
+        for key, (_, content, _) in existing.items():
+            placed = applied_now.get(key)
+            if placed is not None and placed[1] != content:
+                cur.execute(parsed("UPDATE turn_ids SET content_digest = ? WHERE turn_key = ?"), [placed[1], key])
 
 
 def supersede_stored(

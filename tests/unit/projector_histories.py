@@ -2,7 +2,8 @@
 
 A history is a list of ``TurnRecord``s over a few projects, hosts and threads, with seqs that append,
 rewind and leave gaps, and turn ids drawn from a small pool (so retries, duplicates and conflicting
-re-uses of an id happen often). ``to_log`` places them on partitions the way producers do. ``logs``
+re-uses of an id happen often), and turns re-sent as a newer parser reads them (the same turn id with
+other content and/or another seq). ``to_log`` places them on partitions the way producers do. ``logs``
 puts repair records in between (``Entry``, ``entries_log``).
 """
 
@@ -55,6 +56,24 @@ def histories(draw: st.DrawFn, max_size: int = 40, projects: Sequence[str] = PRO
     for i in range(size):
         if out and draw(st.integers(0, 9)) == 0:  # a retried append: the very same record again
             out.append(out[draw(st.integers(0, len(out) - 1))])
+            continue
+        if out and draw(st.integers(0, 7)) == 0:
+            # A turn sent again as a newer parser reads it: other content (a fuller reply, another
+            # completedAt) and/or another seq (a turn found or dropped before it), or no seq.
+            old = out[draw(st.integers(0, len(out) - 1))]
+            shift = draw(st.sampled_from([-2, -1, 0, 0, 1, 2]))
+            again_seq = None if old.seq is None else max(1, old.seq + shift)
+            out.append(
+                turn(
+                    old.project,
+                    old.host,
+                    old.thread,
+                    old.turn_id,
+                    seq=draw(st.sampled_from([again_seq, again_seq, None])),
+                    body=draw(st.sampled_from([old.body, old.body + " (the whole reply)", *BODIES])),
+                    at=old.completed_at_micros + draw(st.sampled_from([0, 0, 1])),
+                )
+            )
             continue
         seq = draw(st.one_of(st.none(), st.none(), st.integers(1, 7)))
         out.append(

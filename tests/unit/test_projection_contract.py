@@ -76,6 +76,8 @@ class StagedDuckFed(DuckFed):
         self.polls.append(poll)
         while self.lag is not None and len(self.polls) > self.lag:
             self.duck.apply_prepared(TOPIC, self.polls.pop(0))
+            # each commit wrote what its staged layer showed (else staging turns itself off)
+            assert not self.duck._staging.off
 
 
 class ProjectionContract(abc.ABC):
@@ -141,6 +143,38 @@ class ProjectionContract(abc.ABC):
             self.check_against_reference(fed, placed[:cut], partitions)
             fed.feed(placed[cut:])
             self.check_against_reference(fed, placed, partitions)
+
+    def test_a_history_re_sent_by_a_newer_parser_corrects_the_chain(self) -> None:
+        """The old parser's turns, then the new parser's, in polls cut anywhere: the new chain, nothing
+        refused. First an extra (interrupted) turn and a fuller reply under a turn id sent before, then a
+        turn the old parser made up, dropped."""
+        def records(spec: list[tuple[str, str]]) -> list[TurnRecord]:
+            return [turn(turn_id=t, seq=i + 1, body=body) for i, (t, body) in enumerate(spec)]
+
+        cases = [
+            (
+                records([("t1", "one"), ("t2", "two"), ("t3", "three, cut"), ("t4", "four")]),
+                records([("t1", "one"), ("x", "interrupted"), ("t2", "two"), ("t3", "three, the whole reply"), ("t4", "four")]),
+            ),
+            (
+                records([("t1", "one"), ("bogus", "made up"), ("t2", "two"), ("t3", "three")]),
+                records([("t1", "one"), ("t2", "two"), ("t3", "three, the whole reply"), ("t4", "four")]),
+            ),
+        ]
+        for old, new in cases:
+            nxt = turn(turn_id="next", seq=len(new) + 1, body="next")
+            placed = place([*old, *new, *new[2:], nxt])  # the new records twice (a hook and a follower)
+            for cut in range(len(old), len(placed)):
+                with self.fed() as fed:
+                    fed.feed(placed[:cut])
+                    fed.feed(placed[cut : cut + 1])
+                    fed.feed(placed[cut + 1 :])
+                    self.check_against_reference(fed, placed, 1)
+                    with fed.projection.view() as v:
+                        info = v.source(turn().source_sha256)
+                        assert info is not None and info.broken_reason is None
+                        served = v.turns(turn().source_sha256, 1, 10)
+                        assert [(t.turn_id, t.body) for t in served] == [(t.turn_id, t.body) for t in [*new, nxt]]
 
     def test_an_empty_projection(self) -> None:
         with self.fed() as fed, fed.projection.view() as v:

@@ -260,10 +260,15 @@ def test_a_first_rejected_id_then_appended_in_the_same_batch(db: DuckProjection)
     assert sorted(rows(db, "turn_ids", "content_digest")) == sorted(  # type: ignore[type-var]
         [(a.content_digest,), (later.content_digest,)]
     )
-    # The id is now bound to the appended content: a retry of it is a duplicate, the early one a conflict.
+    # The id is now placed at 2 with the appended content: a retry of it is a duplicate; the early one,
+    # other content at a later seq, amends it in place (a re-sent turn is never quarantined).
     log = [LogRecord(0, 3, later.project_sha256, encode_turn(later)), LogRecord(0, 4, early.project_sha256, encode_turn(early))]
     summary = db.apply_batch(TOPIC, 0, log)
-    assert summary.duplicates == 1 and summary.quarantined == 1
+    assert summary.duplicates == 1 and summary.rewinds == 1 and summary.quarantined == 0
+    assert sorted(rows(db, "turn_ids", "content_digest")) == sorted(  # type: ignore[type-var]
+        [(a.content_digest,), (early.content_digest,)]
+    )
+    assert rows(db, "turns", "seq", "turn_id", "body") == [(1, "a", a.body), (2, "x", "early")]
 
 
 def test_many_retries_and_many_cold_sources_in_one_batch(tmp_path: Path) -> None:

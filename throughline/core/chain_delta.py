@@ -13,6 +13,11 @@ source's delta at its committed head and then writes exactly what the delta says
 moves into ``superseded_turns``, the handed-back rows are inserted there, and ``pending`` becomes the
 new live rows.
 
+An amend of turn ``seq`` (``fold_turn``'s ``Amend``: its turn id re-sent with other content) is a
+rewind to ``seq`` whose superseded turns after ``seq`` come back: ``amend`` also returns them (the
+stored ones read through ``stored_rows``), for the caller to append again after the amended turn,
+chained anew (``throughline.core.fold.rechain``).
+
 The common path (an append that rewinds nothing) is the caller's ``delta.pending.append(row)``: the
 projector folds every record it reads, so that path stays one list append.
 """
@@ -30,6 +35,10 @@ Cut = tuple[int, int, int, int]
 
 def _nothing_stored(seq: int) -> bytes:
     raise LookupError(f"turn {seq} is below the delta's cut, and nothing is stored beneath this chain")
+
+
+def _no_rows_stored(first: int, last: int) -> list[object]:
+    raise LookupError(f"turns {first}..{last} are below the delta's cut, and nothing is stored beneath this chain")
 
 
 class ChainDelta(Generic[R]):
@@ -75,3 +84,16 @@ class ChainDelta(Generic[R]):
         moved = self.pending[start:]
         del self.pending[start:]
         return moved
+
+    def amend(
+        self, seq: int, partition: int, offset: int, stored_rows: Callable[[int, int], list[R]] = _no_rows_stored  # type: ignore[assignment]
+    ) -> tuple[list[R], list[R]]:
+        """Supersede live turns ``seq..length`` for the record at (``partition``, ``offset``), which
+        replaces turn ``seq`` (the caller appends its row next): return the pending rows it superseded
+        and the rows of turns ``seq + 1..length``, which stay (the caller appends them again after the
+        amended turn, chained anew); ``stored_rows(first, last)`` reads the stored ones, in seq order."""
+        kept: list[R] = stored_rows(seq + 1, self.cut - 1) if seq + 1 < self.cut else []
+        was_pending = seq >= self.cut
+        moved = self.rewind(seq, partition, offset)
+        kept.extend(moved[1:] if was_pending else moved)
+        return moved, kept

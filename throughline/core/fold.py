@@ -4,30 +4,42 @@ For a record of source S whose chain has length ``n`` and head digest ``d(n)``:
 
 1. The record is refused (``Reject``) when it is unsound: not canonical, a content digest that does
    not match its content, or a project that does not match the partition key it was written under.
-2. A turn id S has already applied (live or since superseded) is a ``Duplicate`` when its content is
-   the same (a retried or re-ingested append is applied once) and a ``Reject`` when it differs.
+2. A turn id S has applied before (``Placement``: the seq ``p`` it was last placed at, its content
+   then, and whether it is still live there). A turn's identity does not change when a newer parser
+   reads the same transcript again, so what differs corrects the chain instead of being refused:
+
+   - live at ``p``: a seq below ``p`` places it there (rule 4: the turns from that seq on are
+     superseded, the one at ``p`` too); otherwise the same content is a ``Duplicate`` (a later seq
+     too: a turn before it was not sent yet, it stays) and other content *amends* it (``Amend``): turn
+     ``p`` takes the record's content, the turns after it stay, chained anew (a rewind to ``p`` for a
+     reader whose cursor was past it);
+   - superseded since: no seq or seq ``p`` is a stale re-send, a ``Duplicate`` whatever its content
+     (a host rewind left it); another seq places it as rules 3-5 place a new turn.
+
 3. No seq, or ``seq == n + 1``: ``Append`` at ``n + 1``.
 4. ``seq <= n`` (a rollback): turns ``seq..n`` are superseded (kept for audit, never served) and the
    record becomes turn ``seq``, chained onto ``d(seq - 1)``.
 5. ``seq > n + 1``: ``Reject`` (a gap).
 
-Every ``Append`` makes S its project's head source. A rejected record marks S *broken* (the reader
-refuses to serve it) but does not stop the fold: later records of S are folded by the same rules. A
-repair record (``throughline.core.repair``) lifts the mark. ``ChainBook`` is the in-memory fold over
-whole histories, repairs included; the DuckDB projection applies the same decisions in bulk. What a
-rewind supersedes is ``throughline.core.chain_delta.ChainDelta``'s to decide, in both.
+Every ``Append`` and ``Amend`` makes S its project's head source. A rejected record marks S *broken*
+(the reader refuses to serve it) but does not stop the fold: later records of S are folded by the same
+rules. A repair record (``throughline.core.repair``) lifts the mark. ``ChainBook`` is the in-memory fold
+over whole histories, repairs included; the DuckDB projection applies the same decisions in bulk. What
+a rewind or an amend supersedes is ``throughline.core.chain_delta.ChainDelta``'s to decide, in both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple, Protocol, TypeVar
 
 from throughline.core.chain import CHAIN_ORIGIN, next_chain_digest
 from throughline.core.chain_delta import ChainDelta
 from throughline.core.repair import RepairOutcome, RepairRecord, decide_repair, repair_problem
 from throughline.core.turn import TurnRecord, verify_turn
+
+R = TypeVar("R")
 
 
 class ChainLink(Protocol):
@@ -73,6 +85,29 @@ class Append(NamedTuple):
         return self.rewound_from is not None
 
 
+class Amend(NamedTuple):
+    """The record replaces live turn ``seq`` (its turn id was placed there with other content); turns
+    ``seq + 1..rewound_from`` stay, chained anew after it (``chain_digest`` is the new ``d(seq)``)."""
+
+    seq: int
+    chain_digest: bytes
+    rewound_from: int  # the chain's length (it stays)
+
+    @property
+    def is_rewind(self) -> bool:
+        """Always: for a reader, the chain from ``seq`` on changed."""
+        return True
+
+
+class Placement(NamedTuple):
+    """Where a source last placed a turn id (appended, or amended in place): its seq then, its content
+    digest then, and whether the turn is live there now (not superseded since)."""
+
+    seq: int
+    content_digest: bytes
+    live: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Duplicate:
     """The same turn was applied before; nothing changes."""
@@ -85,7 +120,7 @@ class Reject:
     reason: str
 
 
-Outcome = Append | Duplicate | Reject
+Outcome = Append | Amend | Duplicate | Reject
 
 
 def record_problem(record: TurnRecord, partition_key: bytes | None) -> str | None:
@@ -104,26 +139,43 @@ def fold_turn(
     head: HeadLike,
     record: ChainLink,
     *,
-    applied_content: bytes | None,
+    applied: Placement | None,
     digest_at: Callable[[int], bytes],
 ) -> Outcome:
     """Decide what ``record`` does to a chain whose current head is ``head``.
 
-    ``applied_content`` is the content digest this source already applied under the record's turn id
-    (``None`` if never); ``digest_at(k)`` returns ``d(k)`` of the live chain for ``0 <= k < length``
-    (only called when rewinding).
+    ``applied`` is where this source last placed the record's turn id (``None`` if never: the usual
+    case, decided without another look-up); ``digest_at(k)`` returns ``d(k)`` of the live chain for
+    ``0 < k <= length`` (only called when rewinding or amending).
     """
-    if applied_content is not None:
-        if applied_content == record.content_digest:
-            return Duplicate()
-        return Reject(f"turn id was already applied with other content (seq {record.seq})")
     seq = record.seq
+    if applied is not None:
+        if applied.live:
+            if seq is None or seq >= applied.seq:
+                if applied.content_digest == record.content_digest:
+                    return Duplicate()
+                p = applied.seq
+                base = CHAIN_ORIGIN if p == 1 else digest_at(p - 1)
+                return Amend(p, next_chain_digest(base, record.content_digest), head.length)
+            # seq < p: a turn before it is gone; placed at seq below (a rewind over p).
+        elif seq is None or seq == applied.seq:
+            return Duplicate()  # a stale re-send of a turn a host rewind left
     if seq is None or seq == head.length + 1:
         return Append(head.length + 1, next_chain_digest(head.chain_digest, record.content_digest), None)
     if seq > head.length + 1:
         return Reject(f"seq {seq} leaves a gap after length {head.length}")
     base = CHAIN_ORIGIN if seq == 1 else digest_at(seq - 1)
     return Append(seq, next_chain_digest(base, record.content_digest), head.length)
+
+
+def rechain(digest: bytes, rows: Sequence[R], content_of: Callable[[R], bytes], chained: Callable[[R, bytes], R]) -> list[R]:
+    """The kept turns after an ``Amend`` (``rows``, in seq order) chained anew onto ``digest`` (the
+    amended turn's): ``chained(row, d)`` is ``row`` with chain digest ``d``."""
+    out: list[R] = []
+    for row in rows:
+        digest = next_chain_digest(digest, content_of(row))
+        out.append(chained(row, digest))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +212,14 @@ def _book_turn_digest(turn: BookTurn) -> bytes:
     return turn.chain_digest
 
 
+def _book_turn_content(turn: BookTurn) -> bytes:
+    return turn.content_digest
+
+
+def _book_turn_chained(turn: BookTurn, digest: bytes) -> BookTurn:
+    return replace(turn, chain_digest=digest)
+
+
 @dataclass
 class ChainBook:
     """An in-memory fold over whole histories (the reference the DuckDB projection must agree with).
@@ -171,7 +231,8 @@ class ChainBook:
     """
 
     live: dict[bytes, list[BookTurn]] = field(default_factory=dict)
-    applied: dict[bytes, dict[str, bytes]] = field(default_factory=dict)
+    #: source -> turn id -> (seq, content digest) where it was last placed.
+    applied: dict[bytes, dict[str, tuple[int, bytes]]] = field(default_factory=dict)
     superseded: list[BookTurn] = field(default_factory=list)
     heads: dict[bytes, bytes] = field(default_factory=dict)
     quarantined: list[tuple[int, int, str]] = field(default_factory=list)
@@ -208,24 +269,32 @@ class ChainBook:
         # The book holds the whole chain as the delta's pending rows: nothing is stored beneath it.
         delta = ChainDelta(0, _book_turn_digest, pending=turns)
         seen = self.applied.setdefault(source, {})
-        outcome = fold_turn(
-            self.head_of(source),
-            record,
-            applied_content=seen.get(record.turn_id),
-            digest_at=delta.digest_at,
-        )
+        placed = seen.get(record.turn_id)
+        placement = None
+        if placed is not None:
+            p, content = placed
+            placement = Placement(p, content, p <= len(turns) and turns[p - 1].turn_id == record.turn_id)
+        outcome = fold_turn(self.head_of(source), record, applied=placement, digest_at=delta.digest_at)
         if isinstance(outcome, Reject):
             self._quarantine(partition, offset, outcome.reason, record.project_sha256, source)
             self.broken.add(source)
-        elif isinstance(outcome, Append):
-            if outcome.is_rewind:
+        elif isinstance(outcome, Duplicate):
+            pass
+        else:
+            kept: list[BookTurn] = []
+            if isinstance(outcome, Amend):
+                gone, kept = delta.amend(outcome.seq, partition, offset)
+                self.superseded.extend(gone)
+            elif outcome.is_rewind:
                 self.superseded.extend(delta.rewind(outcome.seq, partition, offset))
             turns.append(
                 BookTurn(
                     outcome.seq, record.turn_id, record.content_digest, outcome.chain_digest, partition, offset, record
                 )
             )
-            seen[record.turn_id] = record.content_digest
+            if kept:
+                turns.extend(rechain(outcome.chain_digest, kept, _book_turn_content, _book_turn_chained))
+            seen[record.turn_id] = (outcome.seq, record.content_digest)
             self.heads[record.project_sha256] = source
         return outcome
 

@@ -75,8 +75,10 @@ class Layer:
     heads: Mapping[bytes, bytes]
     #: partition -> the next offset after this layer (every record below it is folded).
     next_offsets: Mapping[int, int]
-    #: turn key -> content digest, for every turn this layer appended (the fold's duplicate check).
-    turn_keys: Mapping[bytes, bytes] = field(default_factory=dict)
+    #: turn key -> (seq, content digest, True) of its last placement, for every turn this layer appended
+    #: or amended (the fold's look-up of a turn id applied before; whether it is still live is read
+    #: from the layers' rows at that seq).
+    turn_keys: Mapping[bytes, tuple[int, bytes, bool]] = field(default_factory=dict)
 
     @property
     def projects(self) -> frozenset[bytes]:
@@ -109,12 +111,12 @@ def layered_row(layers: Sequence[Layer], source_sha256: bytes, seq: int) -> Laye
     return BELOW
 
 
-def layered_turn_key(layers: Sequence[Layer], turn_key: bytes) -> bytes | None:
-    """The content digest a layer appended ``turn_key`` under, or ``None``."""
+def layered_turn_key(layers: Sequence[Layer], turn_key: bytes) -> tuple[int, bytes, bool] | None:
+    """Where the newest layer that placed ``turn_key`` placed it: (seq, content digest, True), or ``None``."""
     for layer in reversed(layers):
-        content = layer.turn_keys.get(turn_key)
-        if content is not None:
-            return content
+        placed = layer.turn_keys.get(turn_key)
+        if placed is not None:
+            return placed
     return None
 
 

@@ -1,7 +1,6 @@
 """A repair of a broken source, as it travels on the log, and what applying it decides (pure).
 
-A source is *broken* once the fold rejected one of its records (a gap, a turn id re-used with other
-content): the reader refuses to serve it, because its chain as applied disagrees with what the host
+A source is *broken* once the fold rejected one of its records (a gap): the reader refuses to serve it, because its chain as applied disagrees with what the host
 sent. An operator repairs it by appending a ``RepairRecord`` to the project's partition (``throughline
 repair``). When the projector applies the record at log position (partition, offset):
 
