@@ -17,10 +17,12 @@ __all__ = ["session_source"]
 
 def session_source(format: str, roots: list[str], **options: Any) -> Any:
     """The source of ``format``'s sessions under ``roots`` (options: ``follow``, ``states``,
-    ``poll_interval``, ``notice``; as ``SessionFiles`` takes them)."""
+    ``poll_interval``, ``notice``, ``settle``, ``final``; as ``SessionFiles`` takes them)."""
     host = adapter(format)
     if host.reads == "rows":
-        return host.open_source(roots, **options)
+        # a row host presents a turn only once its rows say it ended: it has nothing to settle
+        rows = {k: v for k, v in options.items() if k not in ("settle", "final")}
+        return host.open_source(roots, **rows)
     files = SessionFiles(format, roots, **options)
     if not host.has_documents:
         return files
