@@ -39,7 +39,14 @@ from throughline.producers.hosts.adapter import HostAdapter
 from throughline.producers.hosts.builtin import home
 from throughline.producers.hosts.lines import SessionParser, nonempty_str, timestamp_micros
 from throughline.producers.hosts.render import HostTurn, tool_line
-from throughline.producers.hosts.turns import ANSWERED, INTERRUPTED, Chain, OpenTurn, host_turn
+from throughline.producers.hosts.turns import (
+    ANSWERED,
+    INTERRUPTED,
+    Chain,
+    OpenTurn,
+    OpenTurnSession,
+    host_turn,
+)
 
 __all__ = ["HOST", "CopilotCliHost", "CopilotCliSession"]
 
@@ -54,7 +61,7 @@ def _image_count(data: Mapping[str, Any]) -> int:
     return sum(1 for a in attachments if isinstance(a, Mapping) and a.get("type") in ("image", "blob"))
 
 
-class CopilotCliSession(SessionParser):
+class CopilotCliSession(OpenTurnSession):
     """The turns of one Copilot CLI ``events.jsonl``, fed line by line in file order (prefix-stable)."""
 
     host = HOST
@@ -67,17 +74,6 @@ class CopilotCliSession(SessionParser):
         self._open: OpenTurn | None = None
         self._last_number = 0
         self.problems: list[str] = []
-
-    @property
-    def open_turn(self) -> bool:
-        """Whether a prompt's turn is in progress."""
-        return self._open is not None
-
-    def settle(self, final: bool = False) -> list[HostTurn]:
-        """The open turn, when the file is final and the model answered it."""
-        if self._open is None or not self._open.answered():
-            return []
-        return self._close(self._last_number, ANSWERED)
 
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
         """The turns one parsed line completes."""

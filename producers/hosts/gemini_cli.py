@@ -13,7 +13,7 @@ append-only, one JSON object a line, of four kinds:
 
 Mapping:
 
-- thread = the first metadata ``sessionId`` (else the file name); project = the project folder the
+- thread = the first metadata ``sessionId`` written before any message (else the file name); project = the project folder the
   adapter found for the file (``GeminiCliHost.project_of``: gemini-cli records no working directory).
 - A human prompt is a ``user`` message whose text is not one gemini-cli's own resume leaves out (empty,
   a ``/`` or ``?`` command, ``<session_context>`` or ``<hook_context>`` injected context); turnId = its
@@ -47,7 +47,7 @@ from typing import Any
 from throughline.producers.hosts.adapter import HostAdapter
 from throughline.producers.hosts.lines import SessionParser, nonempty_str, timestamp_micros
 from throughline.producers.hosts.render import HostTurn, tool_line
-from throughline.producers.hosts.turns import Chain, OpenTurn, host_turn
+from throughline.producers.hosts.turns import Chain, OpenTurn, OpenTurnSession, host_turn
 
 __all__ = ["HOST", "GeminiCliHost", "GeminiCliSession", "message_text"]
 
@@ -77,7 +77,7 @@ def message_text(content: Any) -> str:
     return "".join(texts)
 
 
-class GeminiCliSession(SessionParser):
+class GeminiCliSession(OpenTurnSession):
     """The turns of one Gemini CLI chat recording, fed line by line in file order (prefix-stable)."""
 
     host = HOST
@@ -94,17 +94,6 @@ class GeminiCliSession(SessionParser):
         self._synthetic: dict[str, int] = {}  # a checkpoint's own message id -> the chain's length then
         self._last_number = 0
         self.problems: list[str] = []
-
-    @property
-    def open_turn(self) -> bool:
-        """Whether a prompt's turn is in progress."""
-        return self._open is not None
-
-    def settle(self, final: bool = False) -> list[HostTurn]:
-        """The open turn, when the file is final and the model answered it."""
-        if self._open is None or not self._open.answered():
-            return []
-        return self._close(self._last_number)
 
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
         """The turns one parsed line completes."""
@@ -125,6 +114,10 @@ class GeminiCliSession(SessionParser):
             return []
         if self.subagent:
             return []
+        if self.thread is None:
+            # a session's first message names its thread for good: metadata written after it (a
+            # resumed or rewritten file) must not move the turns already sent to another thread
+            self.thread = self.default_thread
         return self._message(number, message_id, entry)
 
     def _message(self, number: int, message_id: str, entry: dict[str, Any]) -> list[HostTurn]:
@@ -169,7 +162,7 @@ class GeminiCliSession(SessionParser):
             open_.answered_last = False
         return []
 
-    def _close(self, number: int) -> list[HostTurn]:
+    def _close(self, number: int, outcome: str | None = None) -> list[HostTurn]:
         open_ = self._open
         self._open, self._open_ids = None, []
         if open_ is None:
@@ -180,7 +173,7 @@ class GeminiCliSession(SessionParser):
                 f"turn {open_.turn_id} has no {'project' if open_.project is None else 'timestamp'}; left out"
             )
             return []
-        outcome = open_.outcome()
+        outcome = outcome or open_.outcome()
         self.chain.add(open_.seq, open_.turn_id)
         return [
             host_turn(

@@ -39,7 +39,15 @@ from typing import Any
 from throughline.producers.hosts.adapter import HostAdapter
 from throughline.producers.hosts.lines import SessionParser, nonempty_str
 from throughline.producers.hosts.render import HostTurn, tool_line
-from throughline.producers.hosts.turns import ABORTED, ANSWERED, INTERRUPTED, Chain, OpenTurn, host_turn
+from throughline.producers.hosts.turns import (
+    ABORTED,
+    ANSWERED,
+    INTERRUPTED,
+    Chain,
+    OpenTurn,
+    OpenTurnSession,
+    host_turn,
+)
 
 __all__ = ["HOST", "OpenCodeHost", "OpenCodeSession"]
 
@@ -74,7 +82,7 @@ def _files(parts: list[Any]) -> list[str]:
     return out
 
 
-class OpenCodeSession(SessionParser):
+class OpenCodeSession(OpenTurnSession):
     """The turns of one OpenCode session, fed its records (``OpenCodeSource``) in order (prefix-stable)."""
 
     host = HOST
@@ -86,17 +94,6 @@ class OpenCodeSession(SessionParser):
         self._thread: str | None = None
         self._last_number = 0
         self.problems: list[str] = []
-
-    @property
-    def open_turn(self) -> bool:
-        """Whether a prompt's turn is in progress."""
-        return self._open is not None
-
-    def settle(self, final: bool = False) -> list[HostTurn]:
-        """The open turn once the store is final and the model answered it (rows written by older versions)."""
-        if self._open is None or not self._open.answered():
-            return []
-        return self._close(self._last_number, ANSWERED)
 
     def take(self, number: int, entry: dict[str, Any]) -> list[HostTurn]:
         """The turns one record completes."""

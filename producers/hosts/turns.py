@@ -3,16 +3,19 @@
 ``OpenTurn`` collects one turn as its records arrive (prompt, tool calls, replies, tool calls still
 waiting for their result) and says whether the model has answered it; ``Chain`` numbers a thread's turns
 and takes rewinds (a prompt sent again from an earlier point: the next turn's seq is that point's + 1);
-``host_turn`` builds the ``HostTurn`` with the attributes every host turn carries.
+``host_turn`` builds the ``HostTurn`` with the attributes every host turn carries; ``OpenTurnSession`` is
+the parser port's turn-in-progress half for a parser that keeps its turn in an ``OpenTurn``.
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass, field
 
+from throughline.producers.hosts.lines import SessionParser
 from throughline.producers.hosts.render import OUTCOME_ATTRIBUTE, HostTurn, render_body
 
-__all__ = ["ABORTED", "ANSWERED", "INTERRUPTED", "OUTCOMES", "Chain", "OpenTurn", "host_turn"]
+__all__ = ["ABORTED", "ANSWERED", "INTERRUPTED", "OUTCOMES", "Chain", "OpenTurn", "OpenTurnSession", "host_turn"]
 
 ANSWERED, INTERRUPTED, ABORTED = "answered", "interrupted", "aborted"
 #: Every value ``turn.outcome`` may take.
@@ -122,3 +125,34 @@ def host_turn(
             **attributes,
         },
     )
+
+
+class OpenTurnSession(SessionParser):
+    """A parser whose turn in progress is an ``OpenTurn`` (``_open``) that ``_close`` ends.
+
+    Same threading and lifecycle as ``SessionParser``: one thread feeds it, in file order.
+    """
+
+    _open: OpenTurn | None
+    _last_number: int
+
+    @property
+    def open_turn(self) -> bool:
+        """Whether a prompt's turn is in progress."""
+        return self._open is not None
+
+    @property
+    def settle_ready(self) -> bool:
+        """Whether the model has answered the open turn (a reply, no tool call waiting)."""
+        return self._open is not None and self._open.answered()
+
+    def settle(self, final: bool = False) -> list[HostTurn]:
+        """The open turn, when the file is final and the model answered it (``final`` asks no more: these
+        hosts write the answer before their stop hook runs)."""
+        if not self.settle_ready:
+            return []
+        return self._close(self._last_number, ANSWERED)
+
+    @abstractmethod
+    def _close(self, number: int, outcome: str) -> list[HostTurn]:
+        """End the open turn with ``outcome`` at line ``number``: the turns that sends (none when none is open)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from test_ingest_reader import FakeSender
-from test_ingest_settle import ToyParser, lines, run_once
+from test_ingest_settle import FORMAT, ToyParser, lines, run_once
 
 from throughline.core.fold import ChainBook
 from throughline.producers.hosts.files import new_parser
@@ -65,7 +65,7 @@ def test_the_state_records_the_parser_version(tmp_path: Path, monkeypatch: Any) 
     path, state = tmp_path / "s.jsonl", str(tmp_path / "state.json")
     path.write_bytes(FILE)
     assert sent(run_with(OldToy, path, state, monkeypatch)) == [("t1", 1), ("t2", 2)]
-    assert load_session_states(state, format="toy")[str(path)].parser_version == 1
+    assert load_session_states(state, format=FORMAT)[str(path)].parser_version == 1
     with open(state, encoding="utf-8") as f:
         assert json.load(f)["files"][str(path)]["parserVersion"] == 1
     # the same version again: an unchanged file is not read, a grown one sends only its new turns
@@ -86,7 +86,7 @@ def test_a_newer_parser_sends_the_file_again_from_line_1_and_the_fold_takes_its_
     new = run_with(NewToy, path, state, monkeypatch)
     # not only t3 (which the new parser numbers 4: a gap after the old chain of 2), the whole file
     assert sent(new) == [("t1", 1), ("x4", 2), ("t2", 3), ("t3", 4)]
-    assert load_session_states(state, format="toy")[str(path)].parser_version == 2
+    assert load_session_states(state, format=FORMAT)[str(path)].parser_version == 2
     book = ChainBook()
     for offset, record in enumerate([p.turn for p in (*old.sent, *new.sent)]):
         book.apply(record, 0, offset)
@@ -103,9 +103,9 @@ def test_a_state_from_before_versions_is_an_older_parser_even_for_an_unchanged_f
     path, state = tmp_path / "s.jsonl", str(tmp_path / "state.json")
     path.write_bytes(FILE)
     run_with(OldToy, path, state, monkeypatch)
-    saved = load_session_states(state, format="toy")
+    saved = load_session_states(state, format=FORMAT)
     save_session_states(
-        state, {p: dataclasses.replace(s, parser_version=None) for p, s in saved.items()}, format="toy"
+        state, {p: dataclasses.replace(s, parser_version=None) for p, s in saved.items()}, format=FORMAT
     )
     with open(state, encoding="utf-8") as f:
         assert "parserVersion" not in json.load(f)["files"][str(path)]  # absent: the parser before versions
@@ -124,9 +124,9 @@ def test_the_hook_follows_the_version_too(tmp_path: Path) -> None:
     path, state = tmp_path / "s.jsonl", str(tmp_path / "state.json")
 
     def hook(parser: type[ToyParser]) -> FakeSender:
-        saved = load_session_states(state, format="toy")
+        saved = load_session_states(state, format=FORMAT)
         files = SessionFiles(
-            "toy",
+            FORMAT,
             [str(path)],
             follow=False,
             states=saved,
@@ -150,5 +150,5 @@ def test_the_hook_follows_the_version_too(tmp_path: Path) -> None:
     with open(path, "ab") as f:
         f.write(MORE)
     assert sent(hook(NewToy)) == [("t1", 1), ("x4", 2), ("t2", 3), ("t3", 4)]
-    assert load_session_states(state, format="toy")[str(path)].parser_version == 2
+    assert load_session_states(state, format=FORMAT)[str(path)].parser_version == 2
     assert sent(hook(NewToy)) == []
