@@ -70,7 +70,8 @@ class RegistrySettings:
 
     def secrets(self) -> tuple[str, ...]:
         """The secret values, so that error texts can be scrubbed of them."""
-        return tuple(s for s in (self.user_info, self.key_password) if s)
+        password = self.user_info.partition(":")[2] if self.user_info else None
+        return tuple(s for s in (self.user_info, password, self.key_password) if s)
 
 
 def _ssl_context(settings: RegistrySettings) -> ssl.SSLContext | None:
@@ -88,7 +89,11 @@ class RegistryClient:
     """The few calls of Confluent's Schema Registry REST API throughline needs (stdlib HTTP)."""
 
     def __init__(
-        self, settings: RegistrySettings, *, attempts: int = DEFAULT_ATTEMPTS, sleep: Callable[[float], None] = time.sleep
+        self,
+        settings: RegistrySettings,
+        *,
+        attempts: int = DEFAULT_ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings
         self._base = settings.url.rstrip("/")
@@ -113,7 +118,9 @@ class RegistryClient:
                 self._sleep(_BACKOFF_S[min(attempt - 1, len(_BACKOFF_S) - 1)])
             request = urllib.request.Request(self._base + path, data=data, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(request, timeout=self.settings.timeout_s, context=self._context) as resp:
+                with urllib.request.urlopen(
+                    request, timeout=self.settings.timeout_s, context=self._context
+                ) as resp:
                     return resp.status, _json(resp.read())
             except urllib.error.HTTPError as exc:
                 payload = _json(exc.read(), strict=False)
@@ -143,7 +150,9 @@ class RegistryClient:
         message = payload.get("message") if isinstance(payload, dict) else None
         detail = f"HTTP {status}" + (f": {self._scrub(str(message))[:300]}" if message else "")
         if status in (401, 403):
-            return RegistryError(f"schema registry {self._where()} refused the credentials for {what} ({detail})")
+            return RegistryError(
+                f"schema registry {self._where()} refused the credentials for {what} ({detail})"
+            )
         return RegistryError(f"schema registry {self._where()} refused {what} ({detail})")
 
     def schema_text(self, schema_id: int) -> str | None:
@@ -165,7 +174,9 @@ class RegistryClient:
         Raises ``SchemaIncompatibleError`` when the subject's compatibility rule refuses it."""
         status, payload = self._request("POST", f"/subjects/{_quote(subject)}/versions", {"schema": schema})
         if status == 409:
-            raise SchemaIncompatibleError(f"schema registry refused the schema for subject {subject!r}: {_message(payload)}")
+            raise SchemaIncompatibleError(
+                f"schema registry refused the schema for subject {subject!r}: {_message(payload)}"
+            )
         if status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("id"), int):
             raise self._refused(f"registering a schema under {subject!r}", status, payload)
         schema_id: int = payload["id"]
@@ -175,11 +186,17 @@ class RegistryClient:
         """Whether ``schema`` passes ``subject``'s compatibility rule against its latest version (and the
         registry's reasons when not); a subject with no version yet accepts any schema."""
         status, payload = self._request(
-            "POST", f"/compatibility/subjects/{_quote(subject)}/versions/latest?verbose=true", {"schema": schema}
+            "POST",
+            f"/compatibility/subjects/{_quote(subject)}/versions/latest?verbose=true",
+            {"schema": schema},
         )
         if status == 404:
             return True, ""
-        if status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("is_compatible"), bool):
+        if (
+            status != 200
+            or not isinstance(payload, dict)
+            or not isinstance(payload.get("is_compatible"), bool)
+        ):
             raise self._refused(f"the compatibility check of {subject!r}", status, payload)
         reasons = payload.get("messages") or []
         return payload["is_compatible"], "; ".join(str(m) for m in reasons)[:500]
@@ -292,7 +309,8 @@ def install(settings: RegistrySettings | None) -> SchemaIds:
     same settings again keeps the cache."""
     current = codec.schema_ids()
     if isinstance(current, SchemaIds) and (
-        (current.client is None and settings is None) or (current.client is not None and current.client.settings == settings)
+        (current.client is None and settings is None)
+        or (current.client is not None and current.client.settings == settings)
     ):
         return current
     ids = SchemaIds(None if settings is None else RegistryClient(settings))
@@ -348,4 +366,6 @@ def register_writer_schemas(settings: RegistrySettings, topic: str) -> WriterHea
     repair_id = _register_one(ids.client, repair_subject(topic), repair)
     ids.remember(turn_id, turn)
     ids.remember(repair_id, repair)
-    return WriterHeaders(codec.confluent_header(turn_id), codec.confluent_header(repair_id), turn_id, repair_id)
+    return WriterHeaders(
+        codec.confluent_header(turn_id), codec.confluent_header(repair_id), turn_id, repair_id
+    )
