@@ -10,13 +10,15 @@ else the loopback stand-in of ``throughline.testing.kafka.registry`` (why: that 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from projector_env import assert_projection_equals_log, cli_process, connection, fold_topic
+from projector_env import assert_projection_equals_log, cli_process, connection, fold_topic, start_projector
 from support.topic import read_topic
 from support.world import make_turn
 
@@ -129,6 +131,40 @@ def test_without_the_registry_framed_records_are_quarantined_not_lost(
         assert [r["code"] for r in quarantined] == ["unknown_schema"] * 3
         assert "no schema registry is configured" in quarantined[0]["reason"]
         assert len(projection.table_rows("turns")) == 2  # other projects are not blocked
+
+
+def test_a_registry_that_is_away_is_ridden_out_not_quarantined(
+    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+) -> None:
+    # The producer registers with one registry; the projector is pointed at a second one on a port
+    # where nothing listens yet, which starts (with the same ids) only after the projector has tried.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/apis/ccompat/v7"
+    turns = _turns("a", 4)
+    db = tmp_path / "a.duckdb"
+    log = tmp_path / "project.log"
+    with schema_registry(port=port):
+        with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(url)) as producer:
+            producer.send_many(turns)
+    projector = start_projector("--until-caught-up", "--schema-registry", url, *connection(kafka_bootstrap, kafka_topic_name, db), log=log)
+    try:
+        deadline = time.monotonic() + 60
+        while "registry_unavailable" not in log.read_text("utf-8") and time.monotonic() < deadline:
+            assert projector.poll() is None, log.read_text("utf-8")
+            time.sleep(0.2)
+        assert "registry_unavailable" in log.read_text("utf-8")
+        with schema_registry(port=port):  # a fresh registry: the producer registers the same schemas again
+            TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(url)).close()
+            assert projector.wait(timeout=120) == 0, log.read_text("utf-8")
+    finally:
+        if projector.poll() is None:
+            projector.kill()
+            projector.wait(timeout=10)
+    with DuckProjection.open(db, read_only=True) as projection:
+        assert projection.table_rows("quarantine") == []
+        assert sorted(r["turn_id"] for r in projection.table_rows("turns")) == sorted(t.turn_id for t in turns)
 
 
 def test_v1_to_v2_passes_and_an_incompatible_schema_is_refused_before_any_turn(

@@ -237,15 +237,15 @@ def _unquote(part: str) -> str:
 
 
 @contextmanager
-def schema_registry(prefix: str = "/apis/ccompat/v7") -> Iterator[str]:
+def schema_registry(prefix: str = "/apis/ccompat/v7", port: int = 0) -> Iterator[str]:
     """The base URL of a registry for one test: ``THROUGHLINE_TEST_SCHEMA_REGISTRY``'s, else a loopback
-    stand-in's (stopped on exit)."""
+    stand-in's (on ``port``, 0: any free one; stopped on exit)."""
     external = os.environ.get(ENV_TEST_REGISTRY)
-    if external:
+    if external and not port:
         yield external.rstrip("/")
         return
     handler = type("Handler", (_Handler,), {"store": _Store(), "prefix": prefix})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     thread = threading.Thread(target=server.serve_forever, name="schema-registry", daemon=True)
     thread.start()
     try:
