@@ -130,6 +130,12 @@ class RegistryClient:
                 return exc.code, payload
             except (urllib.error.URLError, OSError, TimeoutError) as exc:
                 reason = getattr(exc, "reason", exc)
+                if isinstance(reason, ssl.SSLCertVerificationError | ssl.SSLError):
+                    # An untrusted or mismatched certificate does not heal by waiting: a settings problem.
+                    raise RegistryError(
+                        f"TLS with schema registry {self._where()} failed ({type(reason).__name__}: "
+                        f"{self._scrub(str(reason))[:300]}); check schema.registry.ssl.*"
+                    ) from None
                 last = f"{type(reason).__name__}: {reason}"
                 continue
         raise RegistryUnavailableError(

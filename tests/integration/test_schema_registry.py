@@ -146,9 +146,17 @@ def test_a_registry_that_is_away_is_ridden_out_not_quarantined(
     db = tmp_path / "a.duckdb"
     log = tmp_path / "project.log"
     with schema_registry(port=port):
-        with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(url)) as producer:
+        with TurnProducer(
+            kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(url)
+        ) as producer:
             producer.send_many(turns)
-    projector = start_projector("--until-caught-up", "--schema-registry", url, *connection(kafka_bootstrap, kafka_topic_name, db), log=log)
+    projector = start_projector(
+        "--until-caught-up",
+        "--schema-registry",
+        url,
+        *connection(kafka_bootstrap, kafka_topic_name, db),
+        log=log,
+    )
     try:
         deadline = time.monotonic() + 60
         while "registry_unavailable" not in log.read_text("utf-8") and time.monotonic() < deadline:
@@ -164,7 +172,9 @@ def test_a_registry_that_is_away_is_ridden_out_not_quarantined(
             projector.wait(timeout=10)
     with DuckProjection.open(db, read_only=True) as projection:
         assert projection.table_rows("quarantine") == []
-        assert sorted(r["turn_id"] for r in projection.table_rows("turns")) == sorted(t.turn_id for t in turns)
+        assert sorted(r["turn_id"] for r in projection.table_rows("turns")) == sorted(
+            t.turn_id for t in turns
+        )
 
 
 def test_v1_to_v2_passes_and_an_incompatible_schema_is_refused_before_any_turn(

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import http.server
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.certs import Pki, make_pki
 from test_codec import BASE, DATUM_V1, DATUM_V2, GOLDEN_V1, GOLDEN_V2
 
 from throughline.core.repair import RepairRecord
@@ -365,3 +369,58 @@ def test_the_flag_sets_the_url_and_keeps_the_files_auth(tmp_path: Path) -> None:
     assert config.schema_registry.url == "http://127.0.0.1:8085/apis/ccompat/v7"
     assert config.schema_registry.user_info == "u:p"
     assert Settings(None, "t", "d").kafka_config().schema_registry is None
+
+
+# ------------------------------------------------------------------------------- TLS and totality
+
+
+def _https_server(pki: Pki) -> tuple[http.server.ThreadingHTTPServer, threading.Thread]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki.cert, pki.key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    return httpd, thread
+
+
+def test_https_with_the_properties_files_ca_and_an_untrusted_one(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    _Handler.answers = {("GET", "/schemas/ids/1"): (200, {"schema": registry.schema_text(SCHEMAS[2])})}
+    _Handler.seen = []
+    httpd, thread = _https_server(pki)
+    try:
+        url = f"https://127.0.0.1:{httpd.server_address[1]}"
+        props = f"schema.registry.url={url}\nschema.registry.ssl.ca.location={pki.ca}\n"
+        config = config_from_properties(parse_properties(props), source="c.properties", base=tmp_path)
+        assert config.schema_registry is not None
+        assert registry.SchemaIds(registry.RegistryClient(config.schema_registry)).resolve(1) is SCHEMAS[2]
+        untrusted = registry.RegistrySettings(url, ca_location=str(pki.other_ca), timeout_s=2.0)
+        with pytest.raises(RegistryError, match="TLS .* failed .*certificate") as info:
+            registry.RegistryClient(untrusted, sleep=lambda s: None).schema_text(1)
+        assert not info.value.retriable  # an untrusted certificate does not heal by retrying
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300), st.sampled_from([7, 8, 9, 255]))
+def test_random_bodies_behind_a_confluent_header_raise_only_record_decode_error(
+    body: bytes, schema_id: int
+) -> None:
+    before = codec.schema_ids()
+    ids = registry.SchemaIds(None)
+    ids.remember(7, SCHEMAS[2])
+    ids.remember(8, SCHEMAS[1])
+    ids.remember(9, REPAIR_SCHEMAS[CURRENT_REPAIR_VERSION])
+    codec.set_schema_ids(ids)
+    try:
+        for decode in (decode_log_datum, decode_record, decode_turn):
+            try:
+                decode(confluent_header(schema_id) + body)
+            except RecordDecodeError:
+                pass
+    finally:
+        codec.set_schema_ids(before)
