@@ -188,6 +188,16 @@ class RegistryClient:
         schema_id: int = payload["id"]
         return schema_id
 
+    def lookup(self, subject: str, schema: str) -> int | None:
+        """The id of ``schema`` when it is already registered under ``subject`` (``None``: it is not)."""
+        status, payload = self._request("POST", f"/subjects/{_quote(subject)}", {"schema": schema})
+        if status == 404:
+            return None
+        if status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("id"), int):
+            raise self._refused(f"looking up a schema under {subject!r}", status, payload)
+        schema_id: int = payload["id"]
+        return schema_id
+
     def is_compatible(self, subject: str, schema: str) -> tuple[bool, str]:
         """Whether ``schema`` passes ``subject``'s compatibility rule against its latest version (and the
         registry's reasons when not); a subject with no version yet accepts any schema."""
@@ -347,9 +357,12 @@ def repair_subject(topic: str) -> str:
 
 
 def _register_one(client: RegistryClient, subject: str, schema: SchemaVersion) -> int:
+    text = schema_text(schema)
+    known = client.lookup(subject, text)
+    if known is not None:
+        return known  # every producer start after the first: one call, nothing to check or change
     if client.compatibility(subject) is None:
         client.set_compatibility(subject, COMPATIBILITY)
-    text = schema_text(schema)
     compatible, reasons = client.is_compatible(subject, text)
     if not compatible:
         family = "repair" if schema.family == REPAIR else "turn"

@@ -424,3 +424,20 @@ def test_random_bodies_behind_a_confluent_header_raise_only_record_decode_error(
                 pass
     finally:
         codec.set_schema_ids(before)
+
+
+def test_a_schema_already_registered_costs_one_call_per_subject(server: str) -> None:
+    base = "/apis/ccompat/v7"
+    repair_subject = registry.repair_subject("t")
+    _Handler.answers[("POST", f"{base}/subjects/t-value")] = (200, {"id": 21, "version": 2})
+    _Handler.answers[("POST", f"{base}/subjects/{repair_subject}")] = (200, {"id": 22, "version": 1})
+    before = codec.schema_ids()
+    try:
+        headers = registry.register_writer_schemas(registry.RegistrySettings(server, timeout_s=2.0), "t")
+    finally:
+        codec.set_schema_ids(before)
+    assert (headers.turn_id, headers.repair_id) == (21, 22)
+    assert [p for _, p, _ in _Handler.seen] == [
+        f"{base}/subjects/t-value",
+        f"{base}/subjects/{repair_subject}",
+    ]

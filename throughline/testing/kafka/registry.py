@@ -205,6 +205,16 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._send(404, {"error_code": 40401, "message": "Subject not found"})
                 problems = self._problems(_unquote(m.group(1)), new, versions)
                 return self._send(200, {"is_compatible": not problems, "messages": problems})
+            if m := re.fullmatch(r"/subjects/([^/]+)", path):
+                subject = _unquote(m.group(1))
+                versions = s.subjects.get(subject)
+                if not versions:
+                    return self._send(404, {"error_code": 40401, "message": "Subject not found"})
+                known = s.ids.get(_canonical(text))
+                if known is None or known not in versions:
+                    return self._send(404, {"error_code": 40403, "message": "Schema not found"})
+                version = versions.index(known) + 1
+                return self._send(200, {"subject": subject, "version": version, "id": known, "schema": text})
             if m := re.fullmatch(r"/subjects/([^/]+)/versions", path):
                 subject = _unquote(m.group(1))
                 canonical = _canonical(text)
