@@ -49,11 +49,13 @@ from throughline.log import (
     clients,
     describe_topic,
     ensure_topic,
+    resolve_kafka_config,
     translate_kafka_error,
 )
 from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
 from throughline.runtime import fewer_gc_passes
 from throughline.schemas.codec import encode_repair, encode_turn
+from throughline.schemas.registry import register_writer_schemas
 
 DEFAULT_SEND_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 15.0
@@ -267,6 +269,14 @@ class TurnProducer(TopicClient):
             )
         self._info = info
         self._partitions = info.partitions
+        # With a schema registry, the writer schemas are registered (and checked for compatibility)
+        # before the producer connects: an incompatible schema refuses the run with nothing sent.
+        registry = (resolve_kafka_config() if kafka_config is None else kafka_config).schema_registry
+        self._turn_header: bytes | None = None
+        self._repair_header: bytes | None = None
+        if registry is not None:
+            headers = register_writer_schemas(registry, topic)
+            self._turn_header, self._repair_header = headers.turn, headers.repair
         delivery_ms = int(self.send_timeout * 1000)
         self._producer = clients.producer(
             self._servers,
@@ -408,7 +418,7 @@ class TurnProducer(TopicClient):
         if problem is not None:
             raise InvalidRepairError(problem, code="invalid_reason")
         try:
-            value = encode_repair(repair)
+            value = encode_repair(repair, self._repair_header)
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
             raise InvalidRepairError(f"the repair does not encode as a record: {type(exc).__name__}: {exc}") from None
         return PendingSend(self, self._send(repair.project_sha256, value), "repair").result()
@@ -463,7 +473,7 @@ class TurnProducer(TopicClient):
             stamp = dataclasses.replace(turn.producer, produced_at_micros=_now_micros())
             turn = dataclasses.replace(turn, producer=stamp)
         try:
-            value = encode_turn(turn)
+            value = encode_turn(turn) if self._turn_header is None else encode_turn(turn, self._turn_header)
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
             raise InvalidTurnError(f"the turn does not encode as a record: {type(exc).__name__}: {exc}") from None
         limit = TOPIC_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES

@@ -24,7 +24,7 @@ from throughline.core.repair import RepairRecord, repair_problem
 from throughline.core.turn import content_problem, verify_turn_fields
 from throughline.projector.exceptions import InvalidBatchError
 from throughline.schemas.codec import decode_log_datum
-from throughline.schemas.exceptions import RecordDecodeError
+from throughline.schemas.exceptions import RecordDecodeError, RegistryError
 
 # Quarantine codes (stable: operators filter on them).
 Q_UNDECODABLE = "record_undecodable"
@@ -329,6 +329,8 @@ def prepare_batch(
         except RecordDecodeError as exc:
             items.append(RefusedRecord(rec.offset, key, value, exc.code, exc.message))
             continue
+        except RegistryError:
+            raise  # the registry is away or refuses us: not the record's fault, so retry it, never quarantine
         except Exception as exc:  # a poison record must never stop the projector: quarantine it, say why
             reason = f"record could not be read: {type(exc).__name__}: {exc}"
             items.append(RefusedRecord(rec.offset, key, value, Q_UNDECODABLE, reason))

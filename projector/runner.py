@@ -62,6 +62,7 @@ from throughline.projector.tally import Progress as Progress
 from throughline.projector.tally import ProgressUpdate as ProgressUpdate
 from throughline.projector.tally import Tally as Tally
 from throughline.runtime import fewer_gc_passes, prompt_gil_handoffs
+from throughline.schemas import registry
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class Projector:
         self._topic = topic
         self._options = options or ProjectorOptions()
         self._kafka_config = resolve_kafka_config() if kafka_config is None else kafka_config
+        # Registry-framed records decode in this process too (the group member's polls, a local feed).
+        registry.install(self._kafka_config.schema_registry)
         self._worker_failures = 0
 
     # -------------------------------------------------------------------------- checks

@@ -5,6 +5,15 @@ Wire format: Avro single-object encoding (Avro spec, "Single object encoding")::
     0xC3 0x01 || CRC-64-AVRO fingerprint of the writer schema's parsing canonical form (8 bytes,
     little-endian) || Avro binary body
 
+or, written with a schema registry (``--schema-registry``), the Confluent wire format::
+
+    0x00 || the registry's schema id (4 bytes, big-endian) || Avro binary body
+
+Every decoder accepts both, told apart by the first byte. A schema id is resolved through the
+process's ``SchemaIds`` (``throughline.schemas.registry.install``; cached per id), then the body
+decodes exactly as a single-object record of that schema. Without a registry, or for an id that
+names no schema this reader knows, the record raises ``UnknownSchemaIdError`` (an ``UnknownSchemaError``).
+
 Two families of records share the topic, told apart by the fingerprint alone: completed turns
 (``completed_turn.vN.avsc``) and source repairs (``source_repair.vN.avsc``, ``throughline repair``).
 The schemas live beside this module and are parsed once at import. A record is always written with
@@ -21,7 +30,7 @@ import io
 import json
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
@@ -29,10 +38,14 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from throughline.core.encoding import read_zigzag
 from throughline.core.repair import RepairRecord
 from throughline.core.turn import ProducerStamp, TurnRecord
-from throughline.schemas.exceptions import RecordDecodeError, UnknownSchemaError
+from throughline.errors import ThroughlineError
+from throughline.schemas.exceptions import RecordDecodeError, UnknownSchemaError, UnknownSchemaIdError
 
 MAGIC = b"\xc3\x01"
 HEADER_BYTES = 10
+#: The Confluent wire format's first byte and header length (magic byte, 4-byte schema id).
+CONFLUENT_MAGIC = 0
+CONFLUENT_HEADER_BYTES = 5
 TURN = "completed_turn"
 REPAIR = "source_repair"
 SCHEMA_VERSIONS = (1, 2)
@@ -84,6 +97,38 @@ _CURRENT_HEADER = MAGIC + _CURRENT.fingerprint
 _CURRENT_REPAIR = REPAIR_SCHEMAS[CURRENT_REPAIR_VERSION]
 
 
+class SchemaIdResolver(Protocol):
+    """What a registry-framed record's schema id is looked up with (``registry.SchemaIds``)."""
+
+    def resolve(self, schema_id: int) -> SchemaVersion: ...
+
+
+_schema_ids: SchemaIdResolver | None = None
+
+
+def set_schema_ids(resolver: SchemaIdResolver | None) -> None:
+    """Install the resolver of schema ids for this process (``registry.install`` calls it)."""
+    global _schema_ids
+    _schema_ids = resolver
+
+
+def schema_ids() -> SchemaIdResolver | None:
+    """The installed resolver of schema ids (``None``: no registry)."""
+    return _schema_ids
+
+
+def schema_by_fingerprint(head: bytes) -> SchemaVersion | None:
+    """The known schema (either family) with this 8-byte CRC-64-AVRO fingerprint, or ``None``."""
+    return _BY_FINGERPRINT.get(head) or _REPAIR_BY_FINGERPRINT.get(head)
+
+
+def confluent_header(schema_id: int) -> bytes:
+    """The 5-byte Confluent header of a record written with the registry's ``schema_id``."""
+    if not 0 <= schema_id < 1 << 32:
+        raise ValueError(f"schema id {schema_id} does not fit 4 bytes")
+    return bytes([CONFLUENT_MAGIC]) + schema_id.to_bytes(4, "big")
+
+
 def _producer_datum(producer: ProducerStamp) -> dict[str, Any]:
     """The ``producer`` sub-record both families share."""
     return {
@@ -115,8 +160,9 @@ def turn_to_avro(record: TurnRecord) -> dict[str, Any]:
     }
 
 
-def encode_turn(record: TurnRecord) -> bytes:
-    """Encode a turn record with the current schema, single-object framed.
+def encode_turn(record: TurnRecord, header: bytes = _CURRENT_HEADER) -> bytes:
+    """Encode a turn record with the current schema, single-object framed (or behind ``header``: the
+    ``confluent_header`` of the current schema's registry id).
 
     Written by hand for the one fixed schema (the producer's hot path: fastavro's generic writer and
     the datum dict cost ~3x as much); ``tests/unit/test_codec.py`` proves the bytes equal fastavro's
@@ -133,7 +179,7 @@ def encode_turn(record: TurnRecord) -> bytes:
     # The body goes into the final join on its own: prefixing it with its length first would copy it
     # once more (the record's largest field).
     parts = [
-        _CURRENT_HEADER,
+        header,
         _string(record.project),
         _fixed32(record.project_sha256),
         _string(record.host),
@@ -198,11 +244,12 @@ def _fixed32(b: bytes) -> bytes:
     return bytes(b)
 
 
-def encode_datum(datum: dict[str, Any], version: int, family: str = TURN) -> bytes:
-    """Encode a raw datum with an explicit schema version of ``family`` (golden-bytes and evolution tests)."""
+def encode_datum(datum: dict[str, Any], version: int, family: str = TURN, schema_id: int | None = None) -> bytes:
+    """Encode a raw datum with an explicit schema version of ``family`` (golden-bytes and evolution
+    tests); Confluent-framed with ``schema_id``."""
     schema = (REPAIR_SCHEMAS if family == REPAIR else SCHEMAS)[version]
     buf = io.BytesIO()
-    buf.write(MAGIC + schema.fingerprint)
+    buf.write(MAGIC + schema.fingerprint if schema_id is None else confluent_header(schema_id))
     fastavro.schemaless_writer(buf, schema.parsed, datum)
     return buf.getvalue()
 
@@ -217,14 +264,28 @@ def writer_version(data: bytes) -> int:
 
 
 def writer_schema(data: bytes) -> SchemaVersion:
-    """The schema (of either family) a record was written with; raises for a bad header or unknown fingerprint."""
+    """The schema (of either family) a record was written with; raises for a bad header, an unknown
+    fingerprint or schema id (``UnknownSchemaError``), or a registry that is away (``RegistryUnavailableError``)."""
+    return _writer(data)[0]
+
+
+def _writer(data: bytes) -> tuple[SchemaVersion, int]:
+    """The writer schema and where the Avro body starts, for either framing."""
+    if len(data) >= CONFLUENT_HEADER_BYTES and data[0] == CONFLUENT_MAGIC:
+        schema_id = int.from_bytes(data[1:CONFLUENT_HEADER_BYTES], "big")
+        resolver = _schema_ids
+        if resolver is None:
+            raise UnknownSchemaIdError(
+                f"registry-framed record (schema id {schema_id}) but no schema registry is configured"
+            )
+        return resolver.resolve(schema_id), CONFLUENT_HEADER_BYTES
     if len(data) < HEADER_BYTES or data[:2] != MAGIC:
-        raise RecordDecodeError("not an Avro single-object record (bad magic or too short)")
+        raise RecordDecodeError("not an Avro single-object or registry-framed record (bad magic or too short)")
     head = bytes(data[2:HEADER_BYTES])
     schema = _BY_FINGERPRINT.get(head) or _REPAIR_BY_FINGERPRINT.get(head)
     if schema is None:
         raise UnknownSchemaError(f"unknown writer schema fingerprint {head.hex()}")
-    return schema
+    return schema, HEADER_BYTES
 
 
 def decode_turn(data: bytes) -> TurnRecord:
@@ -254,24 +315,26 @@ def decode_turn_datum(data: bytes) -> dict[str, Any]:
     saves building two frozen dataclasses (the record and its producer stamp) per record. Same errors
     as ``decode_turn``.
     """
-    version = writer_version(data)
-    if version == CURRENT_VERSION:
-        return _current_datum(data)
-    return _resolve(data, SCHEMAS[version], _CURRENT)
+    schema, start = _writer(data)
+    if schema.family != TURN:
+        raise UnknownSchemaError(f"a {schema.family} record (schema v{schema.version}), not a turn")
+    if schema is _CURRENT:
+        return _current_datum(data, start)
+    return _resolve(data, schema, _CURRENT, start)
 
 
-def _current_datum(data: bytes) -> dict[str, Any]:
+def _current_datum(data: bytes, start: int = HEADER_BYTES) -> dict[str, Any]:
     """``_read_current`` with its errors as ``RecordDecodeError`` (the header is already checked)."""
     try:
-        return _read_current(data)
+        return _read_current(data, start)
     except (IndexError, ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
         raise RecordDecodeError(f"Avro body does not decode: {type(exc).__name__}: {exc}") from None
 
 
-def _resolve(data: bytes, writer: SchemaVersion, reader: SchemaVersion) -> dict[str, Any]:
-    """The body of ``data`` (written with ``writer``) read by fastavro into ``reader``'s shape."""
+def _resolve(data: bytes, writer: SchemaVersion, reader: SchemaVersion, start: int = HEADER_BYTES) -> dict[str, Any]:
+    """The body of ``data`` (written with ``writer``, from ``start``) read by fastavro into ``reader``'s shape."""
     buf = io.BytesIO(data)
-    buf.seek(HEADER_BYTES)
+    buf.seek(start)
     try:
         datum = fastavro.schemaless_reader(buf, writer.parsed, reader.parsed)
     except Exception as exc:  # fastavro raises many types (EOFError, UnicodeDecodeError, ...)
@@ -296,14 +359,15 @@ def repair_to_avro(record: RepairRecord) -> dict[str, Any]:
     }
 
 
-def encode_repair(record: RepairRecord) -> bytes:
-    """Encode a repair record with the current repair schema, single-object framed.
+def encode_repair(record: RepairRecord, header: bytes | None = None) -> bytes:
+    """Encode a repair record with the current repair schema, single-object framed (or behind
+    ``header``: the ``confluent_header`` of the current repair schema's registry id).
 
     fastavro's generic writer: repairs are rare, so no hand-written encoder. Raises
     ``TypeError``/``ValueError``/``OverflowError`` for a field that does not fit the schema.
     """
     buf = io.BytesIO()
-    buf.write(MAGIC + _CURRENT_REPAIR.fingerprint)
+    buf.write(MAGIC + _CURRENT_REPAIR.fingerprint if header is None else header)
     fastavro.schemaless_writer(buf, _CURRENT_REPAIR.parsed, repair_to_avro(record))
     return buf.getvalue()
 
@@ -325,10 +389,10 @@ def decode_repair(data: bytes) -> RepairRecord:
 
     Raises ``UnknownSchemaError`` (a turn, or an unknown fingerprint) or ``RecordDecodeError``.
     """
-    schema = writer_schema(data)
+    schema, start = _writer(data)
     if schema.family != REPAIR:
         raise UnknownSchemaError(f"a {schema.family} record (schema v{schema.version}), not a {REPAIR}")
-    return _repair_of(_resolve(data, schema, _CURRENT_REPAIR))
+    return _repair_of(_resolve(data, schema, _CURRENT_REPAIR, start))
 
 
 def decode_log_datum(data: bytes) -> dict[str, Any] | RepairRecord:
@@ -339,10 +403,12 @@ def decode_log_datum(data: bytes) -> dict[str, Any] | RepairRecord:
     """
     if data[:HEADER_BYTES] == _CURRENT_HEADER:
         return _current_datum(data)  # the usual case, without a second fingerprint lookup
-    schema = writer_schema(data)
+    schema, start = _writer(data)
     if schema.family == REPAIR:
-        return _repair_of(_resolve(data, schema, _CURRENT_REPAIR))
-    return decode_turn_datum(data)
+        return _repair_of(_resolve(data, schema, _CURRENT_REPAIR, start))
+    if schema is _CURRENT:
+        return _current_datum(data, start)  # a registry-framed current turn: the same fast reader
+    return _resolve(data, schema, _CURRENT, start)
 
 
 def decode_record(data: bytes) -> TurnRecord | RepairRecord:
@@ -362,7 +428,7 @@ def produced_at(data: bytes | None) -> int | None:
         return None
     try:
         record = decode_record(data)
-    except RecordDecodeError:
+    except ThroughlineError:  # undecodable, or its schema id cannot be looked up now
         return None
     return record.producer.produced_at_micros
 
@@ -383,7 +449,7 @@ def _read_string(data: bytes, p: int) -> tuple[str, int]:
     return data[p:end].decode("utf-8"), end
 
 
-def _read_current(data: bytes) -> dict[str, Any]:
+def _read_current(data: bytes, p: int = HEADER_BYTES) -> dict[str, Any]:
     """The current schema's body, read by hand in its fixed field order.
 
     The projector decodes every record it reads, and fastavro's generic reader (with the buffer
@@ -392,7 +458,6 @@ def _read_current(data: bytes) -> dict[str, Any]:
     attribute map is one zero byte. ``tests/unit/test_codec.py`` proves it returns fastavro's datum
     for generated turns and refuses what fastavro refuses among damaged ones.
     """
-    p = HEADER_BYTES
     b = data[p]
     if b < 0x80 and not b & 1:
         end = p + 1 + (b >> 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ DEFAULT_DB = "throughline.duckdb"
 ENV_BOOTSTRAP = "THROUGHLINE_BOOTSTRAP_SERVERS"
 ENV_TOPIC = "THROUGHLINE_TOPIC"
 ENV_DB = "THROUGHLINE_DB"
+ENV_SCHEMA_REGISTRY = "THROUGHLINE_SCHEMA_REGISTRY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +29,20 @@ class Settings:
     topic: str
     db: str
     kafka_config_path: str | None = None  # --kafka-config, else THROUGHLINE_KAFKA_CONFIG
+    schema_registry_url: str | None = None  # --schema-registry, else THROUGHLINE_SCHEMA_REGISTRY
 
     def kafka_config(self) -> KafkaClientConfig:
-        """The Kafka client settings (read and validated now): the properties file, else PLAINTEXT."""
-        return resolve_kafka_config(self.kafka_config_path, environ={})
+        """The Kafka client settings (read and validated now): the properties file, else PLAINTEXT; a
+        ``--schema-registry`` URL replaces the file's ``schema.registry.url`` (its auth and TLS keys stay)."""
+        config = resolve_kafka_config(self.kafka_config_path, environ={})
+        if not self.schema_registry_url:
+            return config
+        from throughline.log.registry_config import registry_settings
+
+        current = config.schema_registry
+        checked = registry_settings(self.schema_registry_url.strip(), source="--schema-registry")
+        chosen = checked if current is None else dataclasses.replace(current, url=checked.url)
+        return dataclasses.replace(config, schema_registry=chosen)
 
     def require_bootstrap(self) -> list[str]:
         """The bootstrap servers as a list, or a ``ConfigurationError`` naming the flag and variable."""
@@ -54,6 +66,13 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         help=f"Kafka client properties file: security.protocol, sasl.*, ssl.*, client.id (env {ENV_KAFKA_CONFIG}; "
         "see docs/kafka.md)",
     )
+    group.add_argument(
+        "--schema-registry",
+        default=None,
+        metavar="URL",
+        help=f"schema registry (Confluent's REST API): producers write registry-framed records; readers resolve "
+        f"schema ids through it (env {ENV_SCHEMA_REGISTRY}; see docs/kafka.md)",
+    )
     group.add_argument("--topic", default=None, help=f"topic of completed turns (env {ENV_TOPIC}, default {DEFAULT_TOPIC})")
     group.add_argument("--db", default=None, help=f"DuckDB projection file (env {ENV_DB}, default {DEFAULT_DB})")
 
@@ -65,6 +84,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         topic=getattr(args, "topic", None) or os.environ.get(ENV_TOPIC) or DEFAULT_TOPIC,
         db=getattr(args, "db", None) or os.environ.get(ENV_DB) or DEFAULT_DB,
         kafka_config_path=getattr(args, "kafka_config", None) or os.environ.get(ENV_KAFKA_CONFIG) or None,
+        schema_registry_url=getattr(args, "schema_registry", None) or os.environ.get(ENV_SCHEMA_REGISTRY) or None,
     )
 
 

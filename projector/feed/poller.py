@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from throughline.log import FetchSettings, KafkaClientConfig, PartitionConsumer
 from throughline.projector.prepare import PreparedBatch, prepare_batch
 from throughline.runtime import BULK_GC_THRESHOLD, PROJECTOR_SWITCH_INTERVAL
+from throughline.schemas import registry
 
 DEFAULT_MAX_POLL_RECORDS = 10_000
 #: A fetcher's first poll holds at most this many records, and each next one twice the last, up to
@@ -157,6 +158,9 @@ class Fetcher:
         ``check_content`` on each batch (the fetch worker's parent)."""
         self._spec = spec
         self._defer_content = defer_content
+        # Registry-framed records resolve their schema ids through the registry the config names (in
+        # this process: the fetch worker's own, or the projector's for a local feed).
+        registry.install(spec.kafka_config.schema_registry if spec.kafka_config is not None else None)
         self._consumer = open_consumer(spec)
         try:
             self._next: dict[int, int] = {}

@@ -39,6 +39,7 @@ from throughline.projector.feed.frames import BATCHES, ERROR, Frame, FrameReader
 from throughline.projector.feed.poller import Feed, FeedSpec, Fetcher, LocalFeed
 from throughline.projector.prepare import PreparedBatch, check_content, merge_polls
 from throughline.runtime import die_with_parent, fewer_gc_passes
+from throughline.schemas.exceptions import RegistryError
 
 #: The module ``spawn_worker`` runs with ``python -m``.
 WORKER_MODULE = "throughline.projector.feed"
@@ -229,7 +230,7 @@ def _fetch_until_stopped(spec: FeedSpec, parent: int, writer: FrameWriter) -> in
         while os.getppid() == parent and not writer.broken.is_set():
             try:
                 batches = fetcher.fetch(spec.options.poll_timeout)
-            except LogError as exc:
+            except (LogError, RegistryError) as exc:  # the parent retries a retriable one
                 writer.send(ERROR, exc)
                 return 1
             except Exception as exc:

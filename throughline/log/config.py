@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from throughline.errors import ConfigurationError
+from throughline.log.registry_keys import REGISTRY_KEYS
+from throughline.schemas.registry import RegistrySettings
 
 ENV_KAFKA_CONFIG = "THROUGHLINE_KAFKA_CONFIG"
 #: Largest properties file read (a client config is a few hundred bytes).
@@ -76,7 +78,9 @@ _TLS_KEYS = (
 _SASL_KEYS = ("sasl.mechanism", "sasl.username", "sasl.password", "sasl.jaas.config")
 
 #: Every key read from the file (``sasl.mechanisms`` is librdkafka's spelling of ``sasl.mechanism``).
-SUPPORTED_KEYS = ("security.protocol", *_SASL_KEYS, "sasl.mechanisms", *_TLS_KEYS, "client.id", *_KEYSTORE_KEYS)
+SUPPORTED_KEYS = (
+    "security.protocol", *_SASL_KEYS, "sasl.mechanisms", *_TLS_KEYS, "client.id", *_KEYSTORE_KEYS, *REGISTRY_KEYS
+)
 
 _KEY_HINTS = {
     "bootstrap.servers": "name the cluster with --bootstrap-servers / THROUGHLINE_BOOTSTRAP_SERVERS",
@@ -140,6 +144,8 @@ class KafkaClientConfig:
     ssl_check_hostname: bool = True
     client_id: str | None = None
     source: str | None = None
+    #: The schema registry producers register with and readers resolve schema ids through (``None``: none).
+    schema_registry: RegistrySettings | None = None
 
     @property
     def uses_tls(self) -> bool:
@@ -153,7 +159,8 @@ class KafkaClientConfig:
 
     def secrets(self) -> tuple[str, ...]:
         """The secret values, so that error texts can be scrubbed of them."""
-        return tuple(s.reveal() for s in (self.sasl_password, self.ssl_key_password) if s is not None and s.reveal())
+        own = tuple(s.reveal() for s in (self.sasl_password, self.ssl_key_password) if s is not None and s.reveal())
+        return own + (self.schema_registry.secrets() if self.schema_registry is not None else ())
 
     def describe(self) -> dict[str, Any]:
         """What ``status`` shows: the protocol and mechanism (never a credential or a path)."""
@@ -439,6 +446,9 @@ def config_from_properties(
     ``base`` is the folder relative TLS paths are resolved against (the properties file's own).
     """
     props = dict(properties)
+    from throughline.log.registry_config import registry_from_properties  # it reads this module's helpers
+
+    registry = registry_from_properties(props, base, source)
     _keystore_aliases(props, source)
     for key in props:
         if key not in SUPPORTED_KEYS:
@@ -508,6 +518,7 @@ def config_from_properties(
         ssl_check_hostname=check_hostname,
         client_id=client_id,
         source=source,
+        schema_registry=registry,
     )
 
 
