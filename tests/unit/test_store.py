@@ -208,7 +208,7 @@ def test_poison_records_are_quarantined_and_the_rest_applied(db: DuckProjection)
     key = good[0].project_sha256
     records = [
         LogRecord(0, 0, key, encode_turn(good[0])),
-        LogRecord(0, 1, b"junk", b"\x00\x01random bytes"),
+        LogRecord(0, 1, b"junk", b"\x01\x02random bytes"),
         LogRecord(0, 2, key, unknown),
         LogRecord(0, 3, gap.project_sha256, encode_turn(gap)),
         LogRecord(0, 4, key, None),
@@ -229,7 +229,7 @@ def test_poison_records_are_quarantined_and_the_rest_applied(db: DuckProjection)
         (4, Q_UNDECODABLE),
         (5, Q_INVALID),
     ]
-    assert q[0][3:5] == (b"junk", b"\x00\x01random bytes")  # the raw bytes are kept
+    assert q[0][3:5] == (b"junk", b"\x01\x02random bytes")  # the raw bytes are kept
     assert q[1][4] == unknown and "fingerprint" in str(q[1][2])
     assert "gap" in str(q[2][2]) and q[2][5] == gap.source_sha256
     assert "partition key" in str(q[4][2])
