@@ -202,6 +202,10 @@ class Projector:
         self._check_identity(info)
         if info.lossy_reasons:
             log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
+        if info.replication_reasons:  # the projector reads whatever the topic holds; the producers refuse
+            log.warning(
+                "topic %r could lose acknowledged turns: %s", self._topic, "; ".join(info.replication_reasons)
+            )
         log_view = self._log_view()
         try:
             ends = self._check_offsets(log_view)

@@ -130,6 +130,10 @@ def test_ingest_refuses_an_unclean_topic_with_exit_2_and_accepts_it_with_allow_l
     assert allowed.returncode == 0, allowed.stderr
     assert "could lose acknowledged turns" in allowed.stderr  # the warning says what was accepted
     assert turn_ids(read_topic(kafka_bootstrap, kafka_topic_name)) == ["turn-00001"]
+    # the projector reads it (the log is what it is) and says so at its start
+    projected = cli(kafka_bootstrap, kafka_topic_name, "project", "--until-caught-up", db=tmp_path / "p.duckdb")
+    assert projected.returncode == 0, projected.stderr
+    assert "could lose acknowledged turns" in projected.stderr and "unclean" in projected.stderr
 
 
 def test_a_replication_factor_above_the_broker_count_is_an_input_error(
