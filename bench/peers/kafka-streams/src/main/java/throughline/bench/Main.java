@@ -90,6 +90,9 @@ public final class Main {
   static final AtomicLong REWINDS = new AtomicLong();
   static final AtomicLong SKIPPED_REPAIRS = new AtomicLong();
   static volatile long expect = -1;
+  /** The last offset folded on each input partition (what /status reports). */
+  static final java.util.concurrent.ConcurrentHashMap<Integer, Long> POSITIONS =
+      new java.util.concurrent.ConcurrentHashMap<>();
 
   private Main() {}
 
@@ -191,6 +194,7 @@ public final class Main {
       try {
         fold(record, meta.partition(), meta.offset());
       } finally {
+        POSITIONS.put(meta.partition(), meta.offset());
         long n = PROCESSED.incrementAndGet();
         if (n == expect) {
           context.commit(); // the last record asked for: commit now rather than at the next interval
@@ -423,7 +427,14 @@ public final class Main {
       server.createContext("/page", ex -> page(ex, streams, topic));
       server.createContext("/status", ex -> {
         String state = streams.state().toString();
-        respond(ex, 200, "{\"state\":\"" + state + "\",\"processed\":" + PROCESSED.get() + "}");
+        StringBuilder sb = new StringBuilder("{\"state\":\"" + state + "\",\"processed\":" + PROCESSED.get()
+            + ",\"positions\":{");
+        boolean first = true;
+        for (Map.Entry<Integer, Long> e : POSITIONS.entrySet()) {
+          sb.append(first ? "" : ",").append('"').append(e.getKey()).append("\":").append(e.getValue());
+          first = false;
+        }
+        respond(ex, 200, sb.append("}}").toString());
       });
       server.setExecutor(Executors.newFixedThreadPool(4));
       server.start();
