@@ -86,7 +86,7 @@ def ensure_built() -> Path:
         log(f"building the Kafka Streams peer (kafka-streams {KAFKA_STREAMS_VERSION}, Maven) in {target}")
         start = time.monotonic()
         offline = ["-o"] if _in_local_repo() else []
-        mvn = ["mvn", "-B", "-q", *offline, "-f", str(target / "pom.xml"), "package", "-DskipTests"]
+        mvn = ["mvn", "-B", "-q", "-Dstyle.color=never", *offline, "-f", str(target / "pom.xml"), "package", "-DskipTests"]
         try:
             peers._run(mvn, "kafka-streams: mvn")
         except peers.PeerEnvError:
@@ -126,11 +126,18 @@ class PeerRun:
     seconds: float
     quarantined: int
     chains: dict[bytes, Chain]
+    first_record_s: float  # from the start to the first record folded (joining the group, assignment)
 
     @property
     def rate(self) -> float:
         """Records per second (start of the app to the last offset committed)."""
         return self.records / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def rate_after_start(self) -> float:
+        """Records per second from the first record folded to the last offset committed."""
+        span = self.seconds - self.first_record_s
+        return self.records / span if span > 0 else float("nan")
 
 
 def run_fold(bootstrap: str, topic: str, guarantee: str, expected: int, workdir: Path, timeout_s: float = 1800.0) -> PeerRun:
@@ -150,7 +157,7 @@ def run_fold(bootstrap: str, topic: str, guarantee: str, expected: int, workdir:
     dump.unlink(missing_ok=True)
     if int(doc["records"]) != expected:
         raise RuntimeError(f"Kafka Streams peer folded {doc['records']} of {expected} records")
-    return PeerRun(int(doc["records"]), float(doc["seconds"]), int(doc["quarantined"]), chains)
+    return PeerRun(int(doc["records"]), float(doc["seconds"]), int(doc["quarantined"]), chains, float(doc["first_record_s"]))
 
 
 def parse_dump(text: str) -> dict[bytes, Chain]:
