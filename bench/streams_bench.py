@@ -40,9 +40,17 @@ THROUGHPUT_TARGET = 1.0  # projector / Kafka Streams EOS records/s
 FRESH_TARGET = 0.5  # projector p50 / Kafka Streams EOS p50 at every rate
 
 
-def _throughput(cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Path) -> dict[str, list[float]]:
+def _throughput(
+    cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Path
+) -> dict[str, list[float]]:
     n = data.count
-    rates: dict[str, list[float]] = {"projector": [], EOS: [], ALOS: [], EOS + "/first": [], ALOS + "/first": []}
+    rates: dict[str, list[float]] = {
+        "projector": [],
+        EOS: [],
+        ALOS: [],
+        EOS + "/first": [],
+        ALOS + "/first": [],
+    }
     reps = max(cfg.repeat, cfg.ratio_repeat)
     for rep in range(reps):
         db = workdir / "ks-projector.duckdb"
@@ -71,7 +79,9 @@ def _memory(bootstrap: str, topic: str, data: Encoded, workdir: Path) -> dict[st
     _fresh(db)
     for guarantee in (EOS, ALOS):
         state = workdir / "ks-mem-state"
-        out[guarantee], _ = peak_rss(streams_peer.command(bootstrap, topic, state, guarantee, expect=data.count))
+        out[guarantee], _ = peak_rss(
+            streams_peer.command(bootstrap, topic, state, guarantee, expect=data.count)
+        )
     log("peak RSS MiB: " + ", ".join(f"{k} {v:,.0f}" for k, v in out.items()))
     return out
 
@@ -94,7 +104,9 @@ def _cells(cfg: Config, rig: Rig, capacity: float, tag: str) -> list[dict[str, A
     return out
 
 
-def _freshness(cfg: Config, bootstrap: str, workdir: Path, capacity: dict[str, float]) -> dict[str, list[dict[str, Any]]]:
+def _freshness(
+    cfg: Config, bootstrap: str, workdir: Path, capacity: dict[str, float]
+) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     rig: Rig = Rig(cfg, bootstrap, workdir)
     try:
@@ -143,14 +155,36 @@ def measure(cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Pat
     f_proj = Figure("projector, streaming (offset 0 to end, in process)", rates["projector"], "records/s")
     f_eos = Figure("Kafka Streams, exactly_once_v2 (start to last offset committed)", rates[EOS], "records/s")
     f_alos = Figure("Kafka Streams, at_least_once (start to last offset committed)", rates[ALOS], "records/s")
-    r_eos = Figure("projector / Kafka Streams EOS, per repetition", [a / b for a, b in zip(rates["projector"], rates[EOS], strict=True)], "ratio", "{:.2f}")
-    r_alos = Figure("projector / Kafka Streams ALOS, per repetition", [a / b for a, b in zip(rates["projector"], rates[ALOS], strict=True)], "ratio", "{:.2f}")
-    f_eos1 = Figure("Kafka Streams, exactly_once_v2, from its first record folded (not a target)", rates[EOS + "/first"], "records/s")
-    f_alos1 = Figure("Kafka Streams, at_least_once, from its first record folded (not a target)", rates[ALOS + "/first"], "records/s")
+    r_eos = Figure(
+        "projector / Kafka Streams EOS, per repetition",
+        [a / b for a, b in zip(rates["projector"], rates[EOS], strict=True)],
+        "ratio",
+        "{:.2f}",
+    )
+    r_alos = Figure(
+        "projector / Kafka Streams ALOS, per repetition",
+        [a / b for a, b in zip(rates["projector"], rates[ALOS], strict=True)],
+        "ratio",
+        "{:.2f}",
+    )
+    f_eos1 = Figure(
+        "Kafka Streams, exactly_once_v2, from its first record folded (not a target)",
+        rates[EOS + "/first"],
+        "records/s",
+    )
+    f_alos1 = Figure(
+        "Kafka Streams, at_least_once, from its first record folded (not a target)",
+        rates[ALOS + "/first"],
+        "records/s",
+    )
     sec.figures = [f_proj, f_eos, f_alos, f_eos1, f_alos1, r_eos, r_alos]
     sec.targets = [
-        Target(f"projector >= {THROUGHPUT_TARGET:g}x Kafka Streams EOS throughput", r_eos.median, THROUGHPUT_TARGET,
-               text=against_noise(r_eos.samples, THROUGHPUT_TARGET)),
+        Target(
+            f"projector >= {THROUGHPUT_TARGET:g}x Kafka Streams EOS throughput",
+            r_eos.median,
+            THROUGHPUT_TARGET,
+            text=against_noise(r_eos.samples, THROUGHPUT_TARGET),
+        ),
     ]
     try:
         mem = _memory(bootstrap, topic, data, workdir)
@@ -169,8 +203,12 @@ def measure(cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Pat
     sec.targets.append(
         Target(
             f"ack -> readable p50 <= {FRESH_TARGET:g}x Kafka Streams EOS at every rate",
-            worst[0] if worst else math.nan, FRESH_TARGET, higher_is_better=False,
-            text=f"projector p50 / Kafka Streams EOS p50; worst cell: {worst[1]['label']}, {worst[1]['projects']} project(s)" if worst else "a cell had no samples",
+            worst[0] if worst else math.nan,
+            FRESH_TARGET,
+            higher_is_better=False,
+            text=f"projector p50 / Kafka Streams EOS p50; worst cell: {worst[1]['label']}, {worst[1]['projects']} project(s)"
+            if worst
+            else "a cell had no samples",
         )
     )
     if wants_profile(cfg, sec.targets[:1]):
@@ -193,9 +231,12 @@ def notes(cfg: Config) -> list[str]:
         "canonical form and hash, content digest, partition key, duplicate turn id (same content: skipped; other "
         "content: quarantined), seq order (gap: quarantined, rewind: the later turns superseded and kept), chain "
         "digest. State: five persistent (RocksDB) key-value stores with their changelogs (Kafka Streams' "
-        "defaults); the `heads` store has caching on, as the DSL would give it, the others write through.",
+        "defaults), without a record cache. Kafka Streams 4.1.0 deadlocks an IQv2 query against a RocksDB "
+        "`put` (they take the store's and the position's locks in opposite orders; KAFKA-19629, fixed after "
+        "4.1; it hung this bench's first runs), so the app folds each record and answers each page under one "
+        "lock of its own, and a cache, flushed at commit outside that lock, is left off.",
         "Its configuration: Kafka Streams' documented defaults (one stream thread, `commit.interval.ms` 100 under "
-        "`exactly_once_v2` and 30,000 under `at_least_once`, `statestore.cache.max.bytes` 10 MiB) plus the "
+        "`exactly_once_v2` and 30,000 under `at_least_once`) plus the "
         "throughput advice of its docs for its producer (the changelogs): `batch.size=131072`, `linger.ms=20`, "
         "`compression.type=lz4`; `auto.offset.reset=earliest`. No fetch tuning (it would cost freshness). At the "
         "last expected record the processor requests a commit (`ProcessorContext.commit()`), so the at-least-once "

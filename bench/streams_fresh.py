@@ -24,7 +24,15 @@ from typing import Any
 
 from bench import peers, streams_peer
 from bench.common import Config, create_topic, delete_topics, end_offsets, new_topic_name
-from bench.freshness_rig import DRAIN_BOUND_S, FIRST_PAGE_LIMIT, POLL_BOUND_S, Rig, _CellStats, _Http, stop_serve
+from bench.freshness_rig import (
+    DRAIN_BOUND_S,
+    FIRST_PAGE_LIMIT,
+    POLL_BOUND_S,
+    Rig,
+    _CellStats,
+    _Http,
+    stop_serve,
+)
 from throughline.core.identity import project_sha256
 
 STATUS_EVERY_S = 0.05
@@ -34,9 +42,13 @@ _START_BOUND_S = 120.0
 def start_peer(bootstrap: str, topic: str, state: Path, guarantee: str) -> tuple[subprocess.Popen[str], str]:
     """Start the peer serving ``topic`` (a fresh application id and state dir); return it and its URL."""
     cmd = streams_peer.command(bootstrap, topic, state, guarantee, port=0)
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: lines.put(proc.stdout.readline() if proc.stdout else ""), daemon=True).start()
+    threading.Thread(
+        target=lambda: lines.put(proc.stdout.readline() if proc.stdout else ""), daemon=True
+    ).start()
     try:
         line = lines.get(timeout=_START_BOUND_S)
     except queue.Empty:
@@ -52,7 +64,7 @@ def start_peer(bootstrap: str, topic: str, state: Path, guarantee: str) -> tuple
 class StreamsRig(Rig):
     """``Rig`` with the Kafka Streams peer as the server (``guarantee``: its processing guarantee)."""
 
-    def __init__(self, cfg: Config, bootstrap: str, workdir: Path, guarantee: str) -> None:  # noqa: D107
+    def __init__(self, cfg: Config, bootstrap: str, workdir: Path, guarantee: str) -> None:
         # Rig.__init__ starts serve; this one starts the peer and otherwise sets up the same.
         self.cfg = cfg
         self.bootstrap = bootstrap
@@ -70,7 +82,9 @@ class StreamsRig(Rig):
         self.topic = new_topic_name("ksfresh")
         create_topic(bootstrap, self.topic, cfg.partitions, log_append_time=True)
         try:
-            self.proc, self.url = start_peer(bootstrap, self.topic, workdir / f"ks-fresh-{guarantee}", guarantee)
+            self.proc, self.url = start_peer(
+                bootstrap, self.topic, workdir / f"ks-fresh-{guarantee}", guarantee
+            )
         except BaseException:
             delete_topics(bootstrap, [self.topic])
             raise
@@ -87,7 +101,14 @@ class StreamsRig(Rig):
         return {int(p): int(o) for p, o in (doc.get("positions") or {}).items()}
 
     def _follow(
-        self, http_: _Http, stats: _CellStats, project: str, partition: int, offset: int, acked: float, stamped: float
+        self,
+        http_: _Http,
+        stats: _CellStats,
+        project: str,
+        partition: int,
+        offset: int,
+        acked: float,
+        stamped: float,
     ) -> None:
         """Re-read the project's first page, bounded by the acknowledged position, until the peer answers it."""
         deadline = acked + POLL_BOUND_S

@@ -67,7 +67,17 @@ def build_dir() -> Path:
 
 def _in_local_repo() -> bool:
     jar = f"kafka-streams-{KAFKA_STREAMS_VERSION}.jar"
-    return (Path.home() / ".m2" / "repository" / "org" / "apache" / "kafka" / "kafka-streams" / KAFKA_STREAMS_VERSION / jar).is_file()
+    return (
+        Path.home()
+        / ".m2"
+        / "repository"
+        / "org"
+        / "apache"
+        / "kafka"
+        / "kafka-streams"
+        / KAFKA_STREAMS_VERSION
+        / jar
+    ).is_file()
 
 
 def ensure_built() -> Path:
@@ -86,7 +96,17 @@ def ensure_built() -> Path:
         log(f"building the Kafka Streams peer (kafka-streams {KAFKA_STREAMS_VERSION}, Maven) in {target}")
         start = time.monotonic()
         offline = ["-o"] if _in_local_repo() else []
-        mvn = ["mvn", "-B", "-q", "-Dstyle.color=never", *offline, "-f", str(target / "pom.xml"), "package", "-DskipTests"]
+        mvn = [
+            "mvn",
+            "-B",
+            "-q",
+            "-Dstyle.color=never",
+            *offline,
+            "-f",
+            str(target / "pom.xml"),
+            "package",
+            "-DskipTests",
+        ]
         try:
             peers._run(mvn, "kafka-streams: mvn")
         except peers.PeerEnvError:
@@ -101,15 +121,30 @@ def ensure_built() -> Path:
 
 
 def command(
-    bootstrap: str, topic: str, state: Path, guarantee: str, *, expect: int = -1, dump: Path | None = None, port: int | None = None
+    bootstrap: str,
+    topic: str,
+    state: Path,
+    guarantee: str,
+    *,
+    expect: int = -1,
+    dump: Path | None = None,
+    port: int | None = None,
 ) -> list[str]:
     """The peer's command line (a fresh application id, so every run reads the topic from offset 0)."""
     target = ensure_built()
     cp = f"{target / _JAR}:{target / 'target' / 'lib'}/*"
     cmd = [
-        "java", "-cp", cp, "throughline.bench.Main", f"bootstrap={bootstrap}", f"topic={topic}",
-        f"app=bench-ks-{uuid.uuid4().hex[:8]}", f"state={state}", f"guarantee={guarantee}",
-        f"schemas={SCHEMAS_DIR}", f"expect={expect}",
+        "java",
+        "-cp",
+        cp,
+        "throughline.bench.Main",
+        f"bootstrap={bootstrap}",
+        f"topic={topic}",
+        f"app=bench-ks-{uuid.uuid4().hex[:8]}",
+        f"state={state}",
+        f"guarantee={guarantee}",
+        f"schemas={SCHEMAS_DIR}",
+        f"expect={expect}",
     ]
     if dump is not None:
         cmd.append(f"dump={dump}")
@@ -140,24 +175,38 @@ class PeerRun:
         return self.records / span if span > 0 else float("nan")
 
 
-def run_fold(bootstrap: str, topic: str, guarantee: str, expected: int, workdir: Path, timeout_s: float = 1800.0) -> PeerRun:
+def run_fold(
+    bootstrap: str, topic: str, guarantee: str, expected: int, workdir: Path, timeout_s: float = 1800.0
+) -> PeerRun:
     """Fold ``topic`` from offset 0 to its end with a fresh state dir; return the run and its chains."""
     state = workdir / "ks-state"
     dump = workdir / "ks-chains.txt"
     shutil.rmtree(state, ignore_errors=True)
     dump.unlink(missing_ok=True)
     cmd = command(bootstrap, topic, state, guarantee, expect=expected, dump=dump)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
+    )
     shutil.rmtree(state, ignore_errors=True)
-    done = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{") and '"done"' in line]
+    done = [
+        json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{") and '"done"' in line
+    ]
     if proc.returncode != 0 or not done:
-        raise RuntimeError(f"Kafka Streams peer exited {proc.returncode}: {(proc.stdout + proc.stderr)[-2000:]}")
+        raise RuntimeError(
+            f"Kafka Streams peer exited {proc.returncode}: {(proc.stdout + proc.stderr)[-2000:]}"
+        )
     doc = done[-1]
     chains = parse_dump(dump.read_text(encoding="utf-8"))
     dump.unlink(missing_ok=True)
     if int(doc["records"]) != expected:
         raise RuntimeError(f"Kafka Streams peer folded {doc['records']} of {expected} records")
-    return PeerRun(int(doc["records"]), float(doc["seconds"]), int(doc["quarantined"]), chains, float(doc["first_record_s"]))
+    return PeerRun(
+        int(doc["records"]),
+        float(doc["seconds"]),
+        int(doc["quarantined"]),
+        chains,
+        float(doc["first_record_s"]),
+    )
 
 
 def parse_dump(text: str) -> dict[bytes, Chain]:
@@ -179,7 +228,9 @@ def projector_chains(db: Path) -> dict[bytes, Chain]:
 
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = con.execute("SELECT source_sha256, length, chain_digest, broken_reason IS NOT NULL FROM sources").fetchall()
+        rows = con.execute(
+            "SELECT source_sha256, length, chain_digest, broken_reason IS NOT NULL FROM sources"
+        ).fetchall()
         chains = {bytes(s): (int(n), bytes(d), bool(b)) for s, n, d, b in rows}
         past = heads_past_milestones(con.cursor(), {s: c[0] for s, c in chains.items()})
     finally:
@@ -219,4 +270,6 @@ def require_agreement(reference: dict[bytes, Chain], peer: dict[bytes, Chain], l
     diffs = compare_chains(reference, peer)
     if diffs:
         shown = "; ".join(diffs[:5]) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "")
-        raise PeerDisagreesError(f"{label} disagrees with the projector on {len(diffs)} of {len(reference)} sources: {shown}")
+        raise PeerDisagreesError(
+            f"{label} disagrees with the projector on {len(diffs)} of {len(reference)} sources: {shown}"
+        )
