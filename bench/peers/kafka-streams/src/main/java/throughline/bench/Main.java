@@ -291,7 +291,9 @@ public final class Main {
         problem = "record's project does not match its partition key";
       }
       if (problem != null) {
-        reject(source, partition, offset, problem);
+        // An unsound record is quarantined without marking its source broken (only a record the chain
+        // refuses does that), as the projector's fold does.
+        reject(null, partition, offset, problem);
         return;
       }
       Bytes appliedKey = Bytes.wrap(concat(sourceRaw, tid));
