@@ -51,7 +51,11 @@ class PeerDisagreesError(RuntimeError):
 
 
 def _java_version() -> str:
-    proc = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60, check=False)
+    """``java -version``'s text ('' without a JDK on the PATH: the build then fails with Maven's words)."""
+    try:
+        proc = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
     return (proc.stderr or proc.stdout).strip()
 
 

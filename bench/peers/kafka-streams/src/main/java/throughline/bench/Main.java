@@ -93,7 +93,7 @@ public final class Main {
   /**
    * Held around each record's fold and around each page read. Kafka Streams 4.1.0's RocksDBStore takes
    * its store lock then its position lock on put, and an IQv2 query takes them in the other order
-   * (KAFKA-19629, fixed after 4.1): without this lock a read under ingest deadlocks the stream thread
+   * (fixed upstream after 4.1.0): without this lock a read under ingest deadlocks the stream thread
    * (seen in this bench). It also gives a page one consistent state across its three queries.
    */
   static final Object FOLD_LOCK = new Object();
