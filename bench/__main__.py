@@ -33,7 +33,7 @@ from bench.common import (
     parse_count,
 )
 
-MEASUREMENTS = ("producer", "throughput", "reader", "freshness", "memory", "compression")
+MEASUREMENTS = ("producer", "throughput", "reader", "freshness", "memory", "compression", "streams")
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -149,7 +149,7 @@ def _section(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite; return the exit code (0 unless a measurement failed)."""
-    from bench import compression, freshness, memory, producer, projector, reader, report
+    from bench import compression, freshness, memory, producer, projector, reader, report, streams_bench
 
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["compression"]:  # the compression item alone, printed (bench/compression.py)
@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         topics: list[str] = []
         data = turns = None
         try:
-            if _wanted(cfg, "producer") or _wanted(cfg, "throughput"):
+            if _wanted(cfg, "producer") or _wanted(cfg, "throughput") or _wanted(cfg, "streams"):
                 log(f"building the workload: {cfg.turns:,} turns")
                 wl = Workload(cfg.turns, body_bytes=cfg.body_bytes, projects=cfg.projects, threads=cfg.threads)
                 turns = list(wl.records())
@@ -179,12 +179,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _wanted(cfg, "producer"):
                 assert turns is not None and data is not None
                 _section("producer", lambda: producer.measure(cfg, bootstrap, turns, data), sections, failures)
-            if _wanted(cfg, "throughput"):
+            topic = ""
+            if _wanted(cfg, "throughput") or _wanted(cfg, "streams"):
                 assert data is not None
                 topic = new_topic_name("throughput")
                 topics.append(topic)
                 log(f"filling {topic}")
                 fill_topic(bootstrap, topic, data, cfg.partitions)
+            if _wanted(cfg, "throughput"):
 
                 def _throughput() -> tuple[Section, ...]:
                     nonlocal capacity
@@ -192,6 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return one, two
 
                 _section("throughput", _throughput, sections, failures)
+            if _wanted(cfg, "streams"):  # item 8: the same topic, beside Kafka Streams
+                items = data
+                assert items is not None
+                _section("streams", lambda: streams_bench.measure(cfg, bootstrap, topic, items, work), sections, failures)
             turns = None  # free the workload's memory before the reader builds its projections
             if _wanted(cfg, "reader"):
                 _section("reader", lambda: reader.measure(cfg, work), sections, failures)

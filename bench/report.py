@@ -31,6 +31,17 @@ def _peer_versions() -> str:
     )
 
 
+def _streams_peer() -> str:
+    from bench import streams_peer
+
+    target = streams_peer.build_dir()
+    if not (target / "bench-peer.json").is_file():
+        return "not built (item 8 has not run here)"
+    version = streams_peer._java_version()
+    java = version.splitlines()[0] if version else "java ?"
+    return f"kafka-streams {streams_peer.KAFKA_STREAMS_VERSION} on {java}, built in {target.name} under {peers.root()}"
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -83,6 +94,7 @@ def machine(kafka: str) -> list[tuple[str, str]]:
         ("duckdb", _version("duckdb")),
         ("pyarrow", _version("pyarrow")),
         ("quixstreams (confluent-kafka)", _peer_versions()),
+        ("Kafka Streams peer (item 8)", _streams_peer()),
         ("Kafka", kafka),
         ("throughline", f"{_version('throughline')} at git {_git()}"),
     ]
