@@ -99,7 +99,7 @@ def register(subparsers: Any) -> None:
         "--format",
         choices=("jsonl", *FORMATS),
         default="jsonl",
-        help="jsonl (default): throughline's JSON Lines; claude-code or codex: the host's own transcripts",
+        help="jsonl (default): throughline's JSON Lines; a host's name: that host's own transcripts (docs/hosts.md)",
     )
     p.add_argument("--follow", action="store_true", help="keep reading as files grow (like tail -F) and find new ones")
     p.add_argument(
@@ -183,7 +183,7 @@ def _check_flags(args: argparse.Namespace, settings: Settings) -> None:
     if args.dry_run and args.follow:
         raise InputError("--dry-run reads what is there once; it does not take --follow", code="invalid_arguments")
     if args.format == "jsonl" and args.settle is not None:
-        raise InputError("--settle is for the host formats (--format claude-code or codex)", code="invalid_arguments")
+        raise InputError("--settle is for the host formats (--format HOST)", code="invalid_arguments")
     if not args.dry_run:
         settings.require_bootstrap()
     replication_overrides(args)  # contradictory replication flags are refused before any input is opened too
@@ -263,7 +263,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 
 def run_sessions_ingest(args: argparse.Namespace) -> int:
-    """Run ``throughline ingest --format claude-code|codex``; returns the exit code."""
+    """Run ``throughline ingest --format HOST``; returns the exit code."""
     settings = settings_from(args)
     _check_flags(args, settings)
     roots = list(args.paths) or default_roots(args.format)
