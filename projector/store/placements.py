@@ -55,7 +55,7 @@ def stored_placements(cur: duckdb.DuckDBPyConnection, wanted: Mapping[bytes, Wan
         chunk = buckets[first : first + _BUCKETS]
         sql = (
             "SELECT source_sha256, turn_id, seq, content_digest FROM turns "  # noqa: S608 (bound parameters only)
-            f"WHERE page_key IN ({', '.join('?' for _ in chunk)})"
+            f"WHERE page_key IN ({', '.join('?' for _ in range(len(chunk)))})"
         )
         for source, turn_id, seq, content in cur.execute(sql, chunk).fetchall():
             key = by_id.get((bytes(source), turn_id))
