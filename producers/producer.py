@@ -52,6 +52,7 @@ from throughline.log import (
     resolve_kafka_config,
     translate_kafka_error,
 )
+from throughline.log.zstd_level import use_zstd_level
 from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
 from throughline.runtime import fewer_gc_passes
 from throughline.schemas.codec import encode_repair, encode_turn
@@ -67,10 +68,16 @@ MAX_RETRIES = 100
 LINGER_MS = 5
 BATCH_BYTES = 128 * 1024
 #: The codec of the producer's record batches. Turn bodies are text (prose, code, tool output): zstd
-#: is the one codec that kept them in at most 0.4x the uncompressed bytes on the broker (0.29x), for
-#: 1.25x the producer's CPU (lz4 and snappy: ~0.45x; gzip: 2.75x the CPU; docs/benchmarks.md, item 7).
-#: Every reader decompresses any codec (pyproject's dependencies).
+#: is the one codec that keeps them in at most 0.4x the uncompressed bytes on the broker (lz4 and
+#: snappy: ~0.45x; gzip as small but ~2.7x the producer's CPU; docs/benchmarks.md, item 7). Every
+#: reader decompresses any codec (pyproject's dependencies).
 COMPRESSION = "zstd"
+#: The zstd level of the producer's batches (kafka-python's own is 3 and has no setting; the level
+#: applies to every kafka-python producer of the process, ``throughline.log.zstd_level``). Compressing
+#: is most of what zstd adds to a turn's cost; level 1 compresses these bodies ~25% faster, for
+#: ~0.32x rather than ~0.29x the uncompressed bytes (docs/benchmarks.md, item 7).
+ZSTD_LEVEL = 1
+use_zstd_level(ZSTD_LEVEL)
 
 
 def _version() -> str:
