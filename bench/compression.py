@@ -1,6 +1,7 @@
 """Item 7: the producer's compression codec, on turn bodies shaped like real transcripts.
 
-For each codec (none, gzip, snappy, lz4, zstd), ``TurnProducer.send_many`` appends the same turns to a
+For each codec (none, gzip, snappy, lz4, zstd at ``TurnProducer``'s level, and zstd at kafka-python's own
+level 3 as ``zstd-3``), ``TurnProducer.send_many`` appends the same turns to a
 fresh topic; the item reports the bytes the broker keeps per turn (the partitions' log sizes from
 DescribeLogDirs: every segment, indexes excluded) and the producer's throughput, each as a ratio of the
 uncompressed run beside it (each codec's run is paired with one, the order alternating), so load that
@@ -44,10 +45,12 @@ from bench.common import (
     new_topic_name,
 )
 from throughline.core.turn import TurnRecord, build_turn
+from throughline.log.zstd_level import KAFKA_PYTHON_LEVEL, use_zstd_level
 from throughline.producers import producer as producer_module
 from throughline.producers.producer import TurnProducer
 
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: ``zstd-3``: zstd at kafka-python's own level (what ``TurnProducer`` used before it chose its level).
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd", "zstd-3")
 PARTITIONS = 3
 DEFAULT_TURNS = 40_000
 
@@ -206,13 +209,19 @@ def transcript_turns(count: int, *, projects: int = 32, seed: int = 11) -> list[
 
 @contextlib.contextmanager
 def _codec(codec: str) -> Iterator[None]:
-    """``TurnProducer`` built inside uses ``codec`` (its module constant, read by the constructor)."""
+    """``TurnProducer`` built inside uses ``codec`` (its module constant, read by the constructor);
+    ``zstd-3`` is zstd with kafka-python's own encoder (level 3) for the span."""
     chosen = producer_module.COMPRESSION
-    producer_module.COMPRESSION = None if codec == "none" else codec  # type: ignore[assignment]
+    producer_module.COMPRESSION = None if codec == "none" else codec.split("-")[0]  # type: ignore[assignment]
+    if codec == "zstd-3" and not use_zstd_level(None):
+        raise RuntimeError(
+            "kafka-python's zstd level cannot be set here (throughline.log.zstd_level.zstd_seam)"
+        )
     try:
         yield
     finally:
         producer_module.COMPRESSION = chosen
+        use_zstd_level(producer_module.ZSTD_LEVEL)
 
 
 def log_bytes(bootstrap: str, topic: str) -> int:
@@ -259,7 +268,8 @@ def _one(bootstrap: str, codec: str, turns: list[TurnRecord]) -> Run:
 
 def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Section:
     """Each codec paired with an uncompressed run right beside it (which goes first alternates),
-    ``cfg.repeat`` times; every ratio is a pair's, so load that drifts between pairs cancels out."""
+    ``max(cfg.repeat, cfg.ratio_repeat)`` times (item 1's rule for target ratios); every ratio is a pair's,
+    so load that drifts between pairs cancels out."""
     n = turns_count or (2_000 if cfg.quick else DEFAULT_TURNS)
     log(f"compression: generating {n:,} transcript-shaped turns")
     turns = transcript_turns(n)
@@ -270,7 +280,8 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
     cpu_ratio: dict[str, list[float]] = {c: [] for c in CODECS}
     _one(bootstrap, "none", turns[: min(n, 5_000)])  # a warm-up (connections, the broker's JIT), not counted
     codecs = CODECS[1:]
-    for rep in range(cfg.repeat):
+    reps = max(cfg.repeat, cfg.ratio_repeat)
+    for rep in range(reps):
         for codec in codecs[rep % len(codecs) :] + codecs[: rep % len(codecs)]:
             pair = ("none", codec) if (rep + codecs.index(codec)) % 2 == 0 else (codec, "none")
             got = {c: _one(bootstrap, c, turns) for c in pair}
@@ -294,7 +305,13 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
         "|---|---|---|---|---|---|---|",
     ]
     for codec in CODECS:
-        mark = " (TurnProducer's default)" if codec == chosen else ""
+        mark = (
+            f" (TurnProducer's default, level {producer_module.ZSTD_LEVEL})"
+            if codec == chosen == "zstd"
+            else ""
+        )
+        mark = mark or (" (TurnProducer's default)" if codec == chosen else "")
+        mark = mark or (f" (kafka-python's own level {KAFKA_PYTHON_LEVEL})" if codec == "zstd-3" else "")
         per_turn = Figure("", [r.log_bytes / n for r in runs[codec]], "B")
         rate = Figure("", [n / r.seconds for r in runs[codec]], "/s")
         cpu = Figure("", [r.cpu / n * 1e6 for r in runs[codec]], "us", "{:.0f}")
@@ -337,11 +354,14 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
         "encoding, compression, every acknowledgement), connecting and creating the topic outside the clock. "
         "Producer CPU: CPU seconds of the producing process over the same span (the caller and kafka-python's "
         "sender thread; not the broker's), less sensitive than the wall clock to the shared machine's load.",
-        f"Each codec's run is paired with an uncompressed run right beside it ({cfg.repeat} pairs a codec, the "
+        f"Each codec's run is paired with an uncompressed run right beside it ({reps} pairs a codec, the "
         "order alternating); a ratio is the median of the pairs' ratios, and the uncompressed row's absolute "
         "figures are over all its runs.",
-        "kafka-python compresses in the producer's own Python process: gzip at level 9 (kafka-python's default), "
-        "zstd at zstandard's default level 3, lz4 frames, snappy in xerial framing.",
+        "kafka-python compresses in the producer's own process, in its sender thread as it drains a batch "
+        "(zstandard releases the GIL meanwhile): gzip at level 9 (kafka-python's default), zstd at "
+        f"`TurnProducer`'s level {producer_module.ZSTD_LEVEL} (`throughline.log.zstd_level`; `zstd-3`: "
+        "kafka-python's own encoder, zstandard's default level 3, a new compressor a batch), lz4 frames, "
+        "snappy in xerial framing.",
     ]
     return section
 
@@ -368,9 +388,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument(
         "--turns", type=int, default=DEFAULT_TURNS, help=f"turns per codec run (default {DEFAULT_TURNS:,})"
     )
-    p.add_argument("--repeat", type=int, default=7, help="interleaved repetitions (default 7)")
+    p.add_argument("--repeat", type=int, default=15, help="interleaved repetitions (default 15)")
     a = p.parse_args(argv)
-    cfg = Config(repeat=max(1, a.repeat))
+    cfg = Config(repeat=max(1, a.repeat), ratio_repeat=max(1, a.repeat))
     with broker() as bootstrap:
         section = measure(cfg, bootstrap, a.turns)
     command = ".venv/bin/python -m bench compression" + "".join(f" {x}" for x in argv)
