@@ -1,8 +1,9 @@
 """Item 7: the producer's compression codec, on turn bodies shaped like real transcripts.
 
-For each codec (none, gzip, snappy, lz4, zstd at ``TurnProducer``'s level, and zstd at kafka-python's own
-level 3 as ``zstd-3``), ``TurnProducer.send_many`` appends the same turns to a
-fresh topic; the item reports the bytes the broker keeps per turn (the partitions' log sizes from
+For each codec (none, gzip, snappy, lz4, zstd), ``TurnProducer.send_many`` appends the same turns to a
+fresh topic, with two more variants beside them: ``zstd-3``, zstd as ``TurnProducer`` compressed before it
+chose its level and batch size (kafka-python's own encoder at level 3, 128 KiB batches), and ``none-3x``,
+uncompressed in batches as large as a compressed batch's (what the larger batches alone are worth); the item reports the bytes the broker keeps per turn (the partitions' log sizes from
 DescribeLogDirs: every segment, indexes excluded) and the producer's throughput, each as a ratio of the
 uncompressed run beside it (each codec's run is paired with one, the order alternating), so load that
 drifts on the shared machine cancels out of the ratios; the producing process's CPU time is reported
@@ -45,12 +46,16 @@ from bench.common import (
     new_topic_name,
 )
 from throughline.core.turn import TurnRecord, build_turn
-from throughline.log.zstd_level import KAFKA_PYTHON_LEVEL, use_zstd_level
+from throughline.log.zstd_level import use_zstd_level
 from throughline.producers import producer as producer_module
 from throughline.producers.producer import TurnProducer
 
-#: ``zstd-3``: zstd at kafka-python's own level (what ``TurnProducer`` used before it chose its level).
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd", "zstd-3")
+#: The variants beside the codecs: label -> (codec, what the row is).
+VARIANTS = {
+    "zstd-3": ("zstd", "before: kafka-python's own level 3, 128 KiB batches"),
+    "none-3x": ("none", "reference: 3x larger batches alone"),
+}
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd", *VARIANTS)
 PARTITIONS = 3
 DEFAULT_TURNS = 40_000
 
@@ -209,19 +214,24 @@ def transcript_turns(count: int, *, projects: int = 32, seed: int = 11) -> list[
 
 @contextlib.contextmanager
 def _codec(codec: str) -> Iterator[None]:
-    """``TurnProducer`` built inside uses ``codec`` (its module constant, read by the constructor);
-    ``zstd-3`` is zstd with kafka-python's own encoder (level 3) for the span."""
-    chosen = producer_module.COMPRESSION
-    producer_module.COMPRESSION = None if codec == "none" else codec.split("-")[0]  # type: ignore[assignment]
-    if codec == "zstd-3" and not use_zstd_level(None):
-        raise RuntimeError(
-            "kafka-python's zstd level cannot be set here (throughline.log.zstd_level.zstd_seam)"
-        )
+    """``TurnProducer`` built inside uses ``codec`` (its module constants, read by the constructor):
+    ``zstd-3`` is zstd with kafka-python's own encoder and uncompressed-sized batches, ``none-3x``
+    uncompressed in compressed-sized batches."""
+    module = producer_module
+    saved = (module.COMPRESSION, module.BATCH_BYTES, module.COMPRESSED_BATCH_FACTOR)
+    plain = VARIANTS.get(codec, (codec, ""))[0]
+    module.COMPRESSION = None if plain == "none" else plain  # type: ignore[assignment]
+    if codec == "zstd-3":
+        module.COMPRESSED_BATCH_FACTOR = 1
+        if not use_zstd_level(None):
+            raise RuntimeError("kafka-python's zstd level cannot be set here (throughline.log.zstd_level)")
+    if codec == "none-3x":
+        module.BATCH_BYTES = module.batch_bytes("zstd")
     try:
         yield
     finally:
-        producer_module.COMPRESSION = chosen
-        use_zstd_level(producer_module.ZSTD_LEVEL)
+        module.COMPRESSION, module.BATCH_BYTES, module.COMPRESSED_BATCH_FACTOR = saved
+        use_zstd_level(module.ZSTD_LEVEL)
 
 
 def log_bytes(bootstrap: str, topic: str) -> int:
@@ -311,7 +321,7 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
             else ""
         )
         mark = mark or (" (TurnProducer's default)" if codec == chosen else "")
-        mark = mark or (f" (kafka-python's own level {KAFKA_PYTHON_LEVEL})" if codec == "zstd-3" else "")
+        mark = mark or (f" ({VARIANTS[codec][1]})" if codec in VARIANTS else "")
         per_turn = Figure("", [r.log_bytes / n for r in runs[codec]], "B")
         rate = Figure("", [n / r.seconds for r in runs[codec]], "/s")
         cpu = Figure("", [r.cpu / n * 1e6 for r in runs[codec]], "us", "{:.0f}")
@@ -348,7 +358,8 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
     section.notes = [
         f"{n:,} turns, {body_bytes / n:,.0f} body bytes a turn on average (transcript-shaped: prose, code, tool "
         f"output; `bench/compression.py`), {PARTITIONS} partitions; `TurnProducer.send_many` with its settings "
-        "(acks=all, idempotent, linger 5 ms, 128 KiB batches) and each codec in turn.",
+        f"(acks=all, idempotent, linger 5 ms, batches of {producer_module.BATCH_BYTES // 1024} KiB of records "
+        f"uncompressed, {producer_module.batch_bytes('zstd') // 1024} KiB compressed) and each codec in turn.",
         "Bytes on the broker: the partitions' log sizes (DescribeLogDirs) after every turn was acknowledged: "
         "record batches with their headers, indexes excluded. Throughput: turns/s of `send_many` (validation, "
         "encoding, compression, every acknowledgement), connecting and creating the topic outside the clock. "
@@ -362,6 +373,9 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
         f"`TurnProducer`'s level {producer_module.ZSTD_LEVEL} (`throughline.log.zstd_level`; `zstd-3`: "
         "kafka-python's own encoder, zstandard's default level 3, a new compressor a batch), lz4 frames, "
         "snappy in xerial framing.",
+        f"By CPU (the steadier figure), {chosen}'s producer CPU is {statistics.median(cpu_ratio[chosen]):.2f}x "
+        f"the uncompressed (throughput >= 0.8x means CPU <= 1.25x: "
+        f"{against_noise(cpu_ratio[chosen], 1.25, higher_is_better=False)}).",
     ]
     return section
 
