@@ -70,8 +70,8 @@ BATCH_BYTES = 128 * 1024
 #: A compressed batch holds this many times ``BATCH_BYTES`` of records. kafka-python bounds a batch by
 #: its records' uncompressed bytes (the Java client by its estimated compressed size): at the ~0.3x zstd
 #: keeps of turn bodies, 3x keeps a compressed batch near ``BATCH_BYTES`` on the wire, and the sender
-#: thread's fixed cost of a batch (~250 us measured: the request, its answer, the batch's bookkeeping)
-#: is paid a third as often. Even a batch that does not compress (sent as is) stays well below the
+#: thread's fixed cost of a batch (0.3 ms or more, measured: the request, its answer, the batch's
+#: bookkeeping) is paid a third as often (docs/benchmarks.md, item 7). Even a batch that does not compress (sent as is) stays well below the
 #: topic's record limit (``TOPIC_MAX_MESSAGE_BYTES``).
 COMPRESSED_BATCH_FACTOR = 3
 #: The codec of the producer's record batches. Turn bodies are text (prose, code, tool output): zstd
