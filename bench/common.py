@@ -393,7 +393,7 @@ def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
 
 def bare_producer(bootstrap: str, **overrides: Any) -> KafkaProducer:
     """A kafka-python producer with ``TurnProducer``'s delivery settings (acks=all, idempotent)."""
-    from throughline.producers.producer import BATCH_BYTES, LINGER_MS
+    from throughline.producers.producer import LINGER_MS, batch_bytes
 
     config: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
@@ -401,7 +401,8 @@ def bare_producer(bootstrap: str, **overrides: Any) -> KafkaProducer:
         "enable_idempotence": True,
         "max_in_flight_requests_per_connection": 5,
         "linger_ms": LINGER_MS,
-        "batch_size": BATCH_BYTES,
+        # TurnProducer's batch size for the codec (a compressed batch holds more records)
+        "batch_size": batch_bytes(overrides.get("compression_type")),
         "max_request_size": 1024 * 1024,
         "allow_auto_create_topics": False,
     }
