@@ -71,18 +71,18 @@ BATCH_BYTES = 128 * 1024
 #: its records' uncompressed bytes (the Java client by its estimated compressed size): at the ~0.3x zstd
 #: keeps of turn bodies, 3x keeps a compressed batch near ``BATCH_BYTES`` on the wire, and the sender
 #: thread's fixed cost of a batch (0.3 ms or more, measured: the request, its answer, the batch's
-#: bookkeeping) is paid a third as often (docs/benchmarks.md, item 7). Even a batch that does not compress (sent as is) stays well below the
-#: topic's record limit (``TOPIC_MAX_MESSAGE_BYTES``).
+#: bookkeeping) is paid a third as often (docs/benchmarks.md, item 7). Even a batch that does not
+#: compress (sent as is) stays well below the topic's record limit (``TOPIC_MAX_MESSAGE_BYTES``).
 COMPRESSED_BATCH_FACTOR = 3
 #: The codec of the producer's record batches. Turn bodies are text (prose, code, tool output): zstd
 #: is the one codec that keeps them in at most 0.4x the uncompressed bytes on the broker (lz4 and
-#: snappy: ~0.45x; gzip as small but ~2.7x the producer's CPU; docs/benchmarks.md, item 7). Every
+#: snappy: ~0.45x; gzip as small but ~2.9x the producer's CPU; docs/benchmarks.md, item 7). Every
 #: reader decompresses any codec (pyproject's dependencies).
 COMPRESSION = "zstd"
 #: The zstd level of the producer's batches (kafka-python's own is 3 and has no setting; the level
 #: applies to every kafka-python producer of the process, ``throughline.log.zstd_level``). Compressing
 #: is most of what zstd adds to a turn's cost; level 1 compresses these bodies ~25% faster, for
-#: ~0.32x rather than ~0.29x the uncompressed bytes (docs/benchmarks.md, item 7).
+#: ~0.30x rather than ~0.29x the uncompressed bytes on the broker (docs/benchmarks.md, item 7).
 ZSTD_LEVEL = 1
 use_zstd_level(ZSTD_LEVEL)
 
