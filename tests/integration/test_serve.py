@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -47,6 +48,9 @@ READ_PATH = "/v1/projects/read"
 class Serve:
     """A ``throughline serve`` subprocess on a free loopback port."""
 
+    scheme = "http://"  # how the URL serve prints starts
+    context: ssl.SSLContext | None = None  # how requests verify the server (HTTPS only)
+
     def __init__(self, bootstrap: str, topic: str, db: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.env = {
             **os.environ,
@@ -71,9 +75,9 @@ class Serve:
         reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
         reader.start()
         reader.join(START_TIMEOUT)
-        if not lines or not lines[0].startswith("http://"):
+        if not lines or not lines[0].startswith(self.scheme):
             self.kill()
-            raise AssertionError(f"serve did not print its URL; stderr:\n{self.stderr()}")
+            raise AssertionError(f"serve did not print its {self.scheme} URL; stderr:\n{self.stderr()}")
         self.url = lines[0].strip()
         return self
 
@@ -118,7 +122,7 @@ class Serve:
             headers["Authorization"] = f"Bearer {token}"
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.context) as response:
                 return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
         except urllib.error.HTTPError as exc:
             with exc:
