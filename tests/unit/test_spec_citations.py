@@ -7,6 +7,8 @@ the source, tests, scripts, benchmarks and documents and fails on:
   ``docs/NAME.md#anchor`` anywhere (relative to the repository root), and markdown links
   ``[text](path#anchor)`` in ``.md`` files (relative to that file). A document's anchors are its
   explicit ``<a id="...">`` and the GitHub slugs of its headings;
+- a section cited by its name, ``docs/NAME.md, "Name"``, that the document does not have (a heading,
+  or a bold label opening a line or a list item, that starts with the name);
 - a bare citation of a document a clone does not hold: the product contract by its file name or by its
   section numbers, the ADR or its decision numbers (except in ``docs/spec.md``, which restates them),
   an issue or a phase of work by number. Cite ``docs/spec.md#anchor`` or say the behaviour instead;
@@ -56,6 +58,9 @@ DOC_REF = re.compile(r"(?<![\w./-])(docs/[\w./-]*?\.(?:md|json))(?:#([\w-]+)((?:
 FOREIGN = {"docs/hooks/session-lifecycle.md"}  # github/copilot-cli's hook documentation, in docs/hosts.md
 #: A markdown link's target (not an image's or a web page's).
 MD_LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
+#: A document's section cited by name: docs/design.md, "Quiet reads" (or without the comma, or in brackets).
+QUOTED = re.compile(r'(?<![\w./-])(docs/[\w./-]+\.md),? \(?"([^"\n]+)"')
+BOLD_LABEL = re.compile(r"^\s*(?:[-*] )?\*\*([^*]+)\*\*")
 ANCHOR_TAG = re.compile(r"""<a\s+(?:name|id)=["']([^"']+)["']""")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -107,6 +112,17 @@ def anchors(path: Path) -> frozenset[str]:
     return frozenset(found)
 
 
+@cache
+def section_names(path: Path) -> tuple[str, ...]:
+    """The names a section of a markdown file is cited by: its headings and bold labels, without markup."""
+    names = []
+    for line in path.read_text("utf-8").splitlines():
+        match = HEADING.match(line) or BOLD_LABEL.match(line)
+        if match:
+            names.append(match.group(match.lastindex or 1).replace("`", "").casefold())
+    return tuple(names)
+
+
 def resolve(target: Path, anchor: str | None) -> str | None:
     """Why ``target#anchor`` does not resolve, or None when it does."""
     if not target.exists():
@@ -130,6 +146,10 @@ def broken_links(path: Path, text: str) -> list[str]:
             if why:
                 problems.append(f"{rel}: link ({target}): {why}")
         text = MD_LINK.sub("", text)  # a root-relative mention inside a link target was judged above
+    for file_part, name in QUOTED.findall(text):
+        target = ROOT / file_part
+        if target.exists() and not any(n.startswith(name.casefold()) for n in section_names(target)):
+            problems.append(f'{rel}: {file_part}, "{name}": no section of that name')
     for file_part, first, more in DOC_REF.findall(text):
         if file_part in FOREIGN:
             continue
@@ -207,6 +227,9 @@ def test_every_decision_of_the_adr_has_its_anchor() -> None:
         ("see docs/benchmarks.md#4-freshness-at-every-rate", False),  # a heading's slug
         ("(docs/spec.md#read-range, #snapshot and #pagination)", False),
         ("(docs/spec.md#read-range, #snapshots)", True),  # a later anchor of the same file
+        ('(docs/design.md, "Quiet reads")', False),  # a bold label
+        ('(docs/design.md, "Varints")', False),  # a heading
+        ('(docs/design.md, "Noisy reads")', True),
     ],
 )
 def test_the_link_check_catches_a_broken_anchor(text: str, found: bool) -> None:
