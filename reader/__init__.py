@@ -1,4 +1,4 @@
-"""The reader: pinned, token-bound pages of completed turns for an auditing Observer (ADR 0005).
+"""The reader: pinned, token-bound pages of completed turns for an auditing Observer (docs/spec.md#read-contract).
 
 - ``read_observer_turn_page``: one page of a read series over a projection and the log; ``read_page``
   the same over a ``ReadRequest``, the one request value the library, the CLI and the HTTP API share.

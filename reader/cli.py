@@ -1,4 +1,4 @@
-"""``throughline read`` and ``throughline observe`` (CONTRACT section 7).
+"""``throughline read`` and ``throughline observe`` (docs/spec.md#command-line).
 
 ``read`` prints exactly one ``throughline.observer_read.v1`` document on stdout and exits 0 whatever
 its status (``projection_pending`` and ``resync_required`` are answers). A hard input error exits 2 with

@@ -1,4 +1,4 @@
-"""The reference Observer (ADR 0005 decision 10, CONTRACT section 4).
+"""The reference Observer (docs/spec.md#observer).
 
 An Observer keeps one after cursor in its Observer state file (not the ingest state file of
 ``producers/ingest``). ``run_series`` reads one series page by page, hands every turn to an audit step,

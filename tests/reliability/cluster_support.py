@@ -51,7 +51,7 @@ TOPIC_CONFIGS = {
     "retention.bytes": "-1",
     "cleanup.policy": "delete",
 }
-#: How long ``serve`` may take to exit after SIGTERM (docs/reliability.md, "Shutdown after broker failovers").
+#: How long ``serve`` may take to exit after SIGTERM (docs/reliability.md, "Cluster faults").
 SHUTDOWN_BOUND_S = 25.0
 SEND_TIMEOUT_S = 10.0
 CATCH_UP_TIMEOUT = 180.0

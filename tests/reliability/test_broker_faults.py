@@ -1,4 +1,4 @@
-"""Broker faults (reliability item 2): stop and restart the real broker under running producers.
+"""Broker faults (docs/reliability.md#2-broker-faults): stop and restart the real broker under running producers.
 
 A private broker (the harness's ``kafka_broker_factory``: same data directory, ports and cluster id
 across restarts) carries the topic while these run:
