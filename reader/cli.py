@@ -289,7 +289,11 @@ def _cmd_observe(args: argparse.Namespace) -> int:
         if not args.follow:
             notify(observer.run_series().describe())
             return 0
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        def on_signal(*_: object) -> None:
+            stop.set()
+            observer.interrupt_read()  # a long-poll in progress ends now, not when the server answers
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             summaries = observer.run_forever(interval=interval)
         finally:
