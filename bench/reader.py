@@ -187,10 +187,10 @@ def build_projection(path: Path, layout: Layout, scratch: Path, *, workers: int 
                 [source, project_hash, length, digest, part, offset],
             )
             con.execute("INSERT INTO project_heads VALUES (?, ?)", [project_hash, source])
-        for p, end in layout.ends().items():
+        for part, end in layout.ends().items():
             if end:
                 con.execute(
-                    "INSERT INTO applied_offsets VALUES (?, ?, ?, ?, ?, 0, 0, 0)", [TOPIC, p, end, end, end]
+                    "INSERT INTO applied_offsets VALUES (?, ?, ?, ?, ?, 0, 0, 0)", [TOPIC, part, end, end, end]
                 )
         con.execute("COMMIT")
         con.execute("CHECKPOINT")

@@ -182,7 +182,7 @@ def read_page(
             return answer(
                 _Verdict(STATUS_RESYNC, f"the {name} cursor names a log position this log does not hold")
             )
-    need = end if through is None else max(through.offset, after.offset if after else -1) + 1
+    need = end if through is None else max(through.offset, after.offset if after else -1) + 1  # mutant-anchor: after-wait-skipped
     # Every record of the project below ``need`` must be applied; records of other projects need not be
     # when the projection can prove that none of those it has not applied are the project's.
     if not projection.wait_settled(partition, project_hash, need, wait_timeout):
@@ -228,7 +228,7 @@ def _read_in_view(
     def answer(verdict: _Verdict, pinned: str | None = through_cursor) -> ObserverRead:
         return _empty(verdict, after_cursor, pinned, through)
 
-    if through is None:
+    if through is None:  # mutant-anchor: latest-head
         head = view.head(project_hash)
         if head is None:
             if after is not None:
@@ -285,7 +285,7 @@ def _read_in_view(
     rows = fetched.get((plan.source_sha256, first, plan.page_end), [])
     served = _verify_page(rows, plan.page_start, plan.page_end, through)
     if isinstance(served, _Verdict):
-        return answer(served, pinned)
+        return answer(served, pinned)  # mutant-anchor: partial-page
 
     next_token = None
     if plan.next_offset is not None:

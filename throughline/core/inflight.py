@@ -71,9 +71,9 @@ class InFlight:
         if applied >= below:
             return True
         if self.covered(partition, applied) < below:
-            return False  # records between the fetches' reach and ``below`` are unknown
+            return False  # records between the fetches' reach and ``below`` are unknown; mutant-anchor: scope-unfetched
         held = self._offsets.get(partition, {})
-        for key in (project_sha256, UNKNOWN):
+        for key in (project_sha256, UNKNOWN):  # mutant-anchor: scope-own-records
             offsets = held.get(key)
             if offsets:
                 i = bisect_left(offsets, applied)
