@@ -381,3 +381,46 @@ def test_limit_an_extra_turn_and_a_dropped_one_before_a_turn_leave_it_where_it_w
     b = book(old, new, [("t4", 5, "four", 40)])
     assert live(b) == [("t1", 1, "one", 10), ("x", 2, "interrupted", 15)]
     assert [r for _, _, r in b.quarantined] == ["seq 5 leaves a gap after length 2"]
+
+
+# The gap above and a follower's stale re-send across a host rewind are the same log when the host's
+# clock stepped back across the rewind: the fold cannot close the gap without serving the follower's
+# stale turns (docs/design.md, "Re-ingesting with a newer parser", known limits).
+#
+# Upgrade: the old parser made up "bogus" and missed x, both before t2; the new parser sends its chain.
+UPGRADE_OLD = [("t1", 1, "one", 10), ("bogus", 2, "made up", 15), ("t2", 3, "two", 20), ("t3", 4, "three", 30)]
+UPGRADE_NEW = [("t1", 1, "one", 10), ("x", 2, "interrupted", 15), ("t2", 3, "two", 20), ("t3", 4, "three", 30)]
+# Host rewind: a hook sends a, b, c, e as they complete, then f, the user's rewind to seq 2 (completed
+# at 15: the host's clock stepped back); a follower with a lost state sends the same lines again from
+# line 1 (a, b, c, e, f), behind the hook: its b before the hook's f, its c and e after it, then its f.
+HOOK = [("a", 1, "one", 10), ("b", 2, "made up", 15), ("c", 3, "two", 20), ("e", 4, "three", 30)]
+FOLLOWER_AND_HOOK = [
+    ("a", 1, "one", 10),
+    ("b", 2, "made up", 15),
+    ("f", 2, "interrupted", 15),  # the hook's rewind
+    ("c", 3, "two", 20),
+    ("e", 4, "three", 30),
+    ("f", 2, "interrupted", 15),
+]
+
+
+def test_limit_the_upgrade_gap_is_the_log_of_a_stale_resend_across_a_clock_stepped_back_rewind() -> None:
+    # Renamed, and without the follower's b and last f (exact re-sends of turns live where they are
+    # when they come: duplicates), the two logs are record for record the same.
+    rename = {"a": "t1", "b": "bogus", "c": "t2", "e": "t3", "f": "x"}
+    follower = [(rename[i], seq, body, at) for i, seq, body, at in FOLLOWER_AND_HOOK]
+    assert [(rename[i], *rest) for i, *rest in HOOK] == UPGRADE_OLD
+    assert [follower[0], *follower[2:5]] == UPGRADE_NEW and follower[1] == UPGRADE_OLD[1]
+    assert follower[5] == follower[2]
+    # The host's chains differ: the new parser's [t1, x, t2, t3]; the rewound thread's [a, f]. The fold
+    # keeps the rewound thread right and leaves the upgrade's gap (the limit above); a rule that placed
+    # t2 and t3 again (say, completed after the head, x) would serve c and e after f, until the
+    # thread's next turn (seq 3) rewound over them.
+    agree(HOOK, FOLLOWER_AND_HOOK, [("g", 3, "next", 40)])
+    assert [i for i, *_ in live(book(HOOK, FOLLOWER_AND_HOOK))] == ["a", "f"]
+    b = book(HOOK, FOLLOWER_AND_HOOK, [("g", 3, "next", 40)])
+    assert [i for i, *_ in live(b)] == ["a", "f", "g"] and not b.quarantined
+    assert [i for i, *_ in live(book(UPGRADE_OLD, UPGRADE_NEW))] == ["t1", "x"]
+    # With the host's clock right (f completed after e), the logs differ by completedAt alone.
+    right = [(i, s, body, 35 if i == "f" else at) for i, s, body, at in FOLLOWER_AND_HOOK]
+    assert [i for i, *_ in live(book(HOOK, right))] == ["a", "f"]
