@@ -395,7 +395,7 @@ class ClaudeCodeSession(SessionParser):
         turn_id = nonempty_str(entry.get("promptId")) or uuid
         if turn_id is None:
             raise TranscriptLineError(
-                "a prompt line without uuid or promptId", code="invalid_transcript_line"
+                "a prompt line without uuid or promptId"
             )
         thread = nonempty_str(entry.get("sessionId")) or self.default_thread
         parent = nonempty_str(entry.get("parentUuid"))
