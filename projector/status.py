@@ -94,7 +94,8 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
     if log.error is not None:
         log_part["error"] = {"code": log.error.code, "message": log.error.message}
     elif log.ends is None:
-        log_part["error"] = MissingBootstrapServersError("no Kafka bootstrap servers configured").to_json()["error"]
+        missing = MissingBootstrapServersError("no Kafka bootstrap servers configured")
+        log_part["error"] = missing.to_json()["error"]
     if log.topic_error is not None:
         log_part["replicationError"] = {"code": log.topic_error.code, "message": log.topic_error.message}
     return {

@@ -189,13 +189,9 @@ class Observer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if on_resync not in ("snapshot", "fail"):
-            raise InvalidResyncPolicyError(
-                f"on_resync must be 'snapshot' or 'fail', got {on_resync!r}"
-            )
+            raise InvalidResyncPolicyError(f"on_resync must be 'snapshot' or 'fail', got {on_resync!r}")
         if not (0 < pending_backoff <= pending_backoff_max) or max_pending_wait < 0:
-            raise InvalidBackoffError(
-                "backoff must be > 0 and <= its maximum; the pending wait >= 0"
-            )
+            raise InvalidBackoffError("backoff must be > 0 and <= its maximum; the pending wait >= 0")
         self.read_page = read_page
         self.project = project
         self.state_path = Path(state_path)

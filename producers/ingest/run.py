@@ -141,9 +141,7 @@ class JsonLinesDecoder:
     def turns(self, line: Line) -> list[TurnRecord]:
         """The line's turn (none for a blank line); ``InputError`` for a bad line."""
         if line.too_long:
-            raise LineTooLongError(
-                f"line is longer than {MAX_LINE_BYTES} bytes ({line.too_long} bytes)"
-            )
+            raise LineTooLongError(f"line is longer than {MAX_LINE_BYTES} bytes ({line.too_long} bytes)")
         turn = parse_turn_line(
             line.data,
             producer_name=self.producer_name,

@@ -1,4 +1,5 @@
-"""Every error code is one class: the class that declares it, its ``retriable`` flag and its CLI exit code.
+"""Every error code is one class: the class that declares it, its ``retriable`` flag, its CLI exit code and
+its HTTP status.
 
 Codes are a stable interface (the CLI prints them, the HTTP API answers them, ``HttpReader`` raises the
 class again by its code), so ``error_codes.json`` pins them: a code may be added (then added there), never
@@ -31,6 +32,7 @@ from throughline.errors import (
 )
 from throughline.projector import prepare
 from throughline.serve.exceptions import UnknownCodeError
+from throughline.serve.responses import http_status
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = json.loads((Path(__file__).parent / "error_codes.json").read_text("utf-8"))
@@ -52,17 +54,22 @@ def _where(cls: type) -> str:
 
 
 def _declarations(code: str) -> set[str]:
-    """Every class statement in the tree that declares ``code`` (one class imported under two names is one)."""
+    """Every class statement in the tree that declares ``code`` (a class imported under two names is one)."""
     error_classes()
     tree = [ThroughlineError, *_subclasses(ThroughlineError)]
     return {_where(cls) for cls in tree if cls.__dict__.get("code") == code}
 
 
 def _entry(cls: type[ThroughlineError]) -> dict[str, object]:
+    # The HTTP status the API answers an error of the class with (``request_too_large`` may be 414, and
+    # ``http_error`` takes the status of the HTTP layer's refusal).
+    bare = cls.__new__(cls)
+    ThroughlineError.__init__(bare, "pinned")
     return {
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "retriable": cls.retriable,
         "exitCode": cls.exit_code,
+        "httpStatus": http_status(bare),
     }
 
 
@@ -212,7 +219,8 @@ def _codes_without_a_class(module: str, source: str, label: str) -> Iterator[str
                     and isinstance(statement.value.value, str)
                     and node.bases
                 ):
-                    yield f"{where}: {node.name} declares a code outside the error modules ({', '.join(ERROR_MODULES)})"
+                    modules = ", ".join(ERROR_MODULES)
+                    yield f"{where}: {node.name} declares a code outside the error modules ({modules})"
 
 
 def test_the_scan_finds_a_code_without_its_class() -> None:

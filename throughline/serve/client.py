@@ -3,8 +3,8 @@
 ``HttpReader(url)(project=..., after_cursor=..., through_cursor=..., page_token=..., limit=...)`` returns
 the same ``ObserverRead`` model as ``read_observer_turn_page`` and raises the same typed errors: an HTTP
 error answer carries the stable code, and the client raises the class that owns that code
-(``InvalidLimitError`` for ``invalid_limit``, a ``PageTokenError`` for each ``page_token_*``, ...). It fits the
-Observer's ``PageReader`` protocol, so ``Observer(HttpReader(url), ...)`` audits over the network.
+(``InvalidLimitError`` for ``invalid_limit``, a ``PageTokenError`` for each ``page_token_*``, ...). It
+fits the Observer's ``PageReader`` protocol, so ``Observer(HttpReader(url), ...)`` audits over the network.
 
 A server that cannot be reached raises ``ServerUnavailableError`` (retriable), which the Observer backs
 off from like a pending projection. Only the standard library is used (``urllib``).

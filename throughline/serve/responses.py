@@ -1,7 +1,7 @@
 """What the API answers: the read document, the error documents, and which HTTP status an error gets.
 
 Hard input errors are 400 (401 for a missing or refused token, 403 for a read outside the token's
-scope, 413/414 for a request too large), a quarantined source 409, a retriable failure 503 (with ``Retry-After``), anything else 500; every error answer is the
+scope, 404/405 for no such endpoint or method, 413/414 for a request too large), a quarantined source 409, a retriable failure 503 (with ``Retry-After``), anything else 500; every error answer is the
 ``{"error": {"code", "message"}}`` document and none carries a stack trace.
 """
 
@@ -64,6 +64,10 @@ def http_status(error: ThroughlineError) -> int:
         return 401
     if isinstance(error, ForbiddenError):
         return 403
+    if isinstance(error, EndpointNotFoundError):
+        return 404
+    if isinstance(error, MethodNotAllowedError):
+        return 405
     if isinstance(error, InputError):
         return 400
     if isinstance(error, SourceQuarantinedError):
