@@ -208,7 +208,7 @@ def transcript_turns(count: int, *, projects: int = 32, seed: int = 11) -> list[
 def _codec(codec: str) -> Iterator[None]:
     """``TurnProducer`` built inside uses ``codec`` (its module constant, read by the constructor)."""
     chosen = producer_module.COMPRESSION
-    producer_module.COMPRESSION = None if codec == "none" else codec  # type: ignore[assignment]
+    producer_module.COMPRESSION = None if codec == "none" else codec
     try:
         yield
     finally:

@@ -42,7 +42,7 @@ applied, from the producers' acknowledgement times).
 A follower (one more keep-alive connection) follows the cell's project 0 as an Observer does, one
 long-poll at a time (``afterCursor`` = the last through cursor, ``wait`` = ``FOLLOW_WAIT_S``): ack ->
 delivered is the delay from the acknowledgement of each of that project's turns to the first answer
-whose through cursor covers it (issue 15 item 4: a long-poll sees a turn as fast as a first page does).
+whose through cursor covers it (item 4: a long-poll must see a turn as fast as a first page does).
 """
 
 from __future__ import annotations

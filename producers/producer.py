@@ -74,7 +74,7 @@ LINGER_MS = 5
 BATCH_BYTES = 128 * 1024
 #: The codec of the producer's record batches. Turn bodies are text (prose, code, tool output): zstd
 #: is the one codec that kept them in at most 0.4x the uncompressed bytes on the broker (0.29x), for
-#: 1.25x the producer's CPU (lz4 and snappy: ~0.45x; gzip: 2.75x the CPU; docs/benchmarks.md, item 7).
+#: 1.25x the producer's CPU (lz4 and snappy: ~0.45x; gzip: 2.75x the CPU; docs/benchmarks.md, Compression).
 #: Every reader decompresses any codec (pyproject's dependencies).
 COMPRESSION = "zstd"
 

@@ -1,4 +1,4 @@
-"""Subcommands of the projector: ``project``, ``replay`` and ``status`` (CONTRACT section 7).
+"""Subcommands of the projector: ``project``, ``replay`` and ``status`` (docs/spec.md#command-line).
 
 - ``throughline project [--until-caught-up]``: run the projector on ``--db``; with the flag, exit once
   every partition's applied offset reaches the end offset seen at start. Prints a JSON summary on

@@ -1,4 +1,4 @@
-"""``throughline read`` and ``throughline observe`` (CONTRACT section 7).
+"""``throughline read`` and ``throughline observe`` (docs/spec.md#command-line).
 
 ``read`` prints exactly one ``throughline.observer_read.v1`` document on stdout and exits 0 whatever
 its status (``projection_pending`` and ``resync_required`` are answers). A hard input error exits 2 with
@@ -288,7 +288,11 @@ def _cmd_observe(args: argparse.Namespace) -> int:
         if not args.follow:
             notify(observer.run_series().describe())
             return 0
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        def on_signal(*_: object) -> None:
+            stop.set()
+            observer.interrupt_read()  # a long-poll in progress ends now, not when the server answers
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             summaries = observer.run_forever(interval=interval)
         finally:

@@ -6,7 +6,7 @@ from throughline.errors import ConfigurationError, InputError, Interrupted, Thro
 
 
 class PageTokenUnboundError(InputError):
-    """A page token was sent without the through cursor it is bound to (ADR 0005 decision 4)."""
+    """A page token was sent without the through cursor it is bound to (docs/spec.md#page-token-binding)."""
 
     code = "page_token_unbound"
 

@@ -1,4 +1,4 @@
-"""The ``throughline`` console script: one entry point, one subcommand per job (CONTRACT section 7).
+"""The ``throughline`` console script: one entry point, one subcommand per job (docs/spec.md#command-line).
 
 Each package registers its own subcommands (``register(subparsers)`` in its ``cli`` module); this module
 only builds the parser and turns errors into exit codes:

@@ -1,4 +1,4 @@
-"""The reference Observer over the in-memory projection (ADR 0005 decision 10, CONTRACT section 4)."""
+"""The reference Observer over the in-memory projection (docs/spec.md#observer)."""
 
 from __future__ import annotations
 

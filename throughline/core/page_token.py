@@ -91,7 +91,7 @@ class SeriesBinding:
         return cls(
             project_sha256,
             hashlib.sha256(after).digest(),
-            hashlib.sha256(through_cursor.encode("utf-8")).digest(),
+            hashlib.sha256(through_cursor.encode("utf-8")).digest(),  # mutant-anchor: token-unbound
         )
 
 

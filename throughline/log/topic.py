@@ -371,14 +371,25 @@ def _create(
     raise OtherKafkaError(f"the broker did not answer the creation of topic {topic!r}", retriable=True)
 
 
+_VISIBLE_TRIES = 50
+_VISIBLE_PAUSE_S = 0.2
+
+
 def _wait_visible(
     admin: KafkaAdminClient, topic: str, created: bool, deadline: float, brokers: int
 ) -> TopicInfo:
     # A freshly created topic takes a moment to show up (with a leader per partition) in metadata.
     remaining_ms = max(1000, int((deadline - time.monotonic()) * 1000))
     admin.wait_for_topics([topic], timeout_ms=remaining_ms)
-    info = _describe(admin, topic, created=created, brokers=brokers)
-    if info is None:  # deleted between creation and description
+    # The broker that answers the description may be another than the one that answered the wait, and
+    # on a cluster just back from a failover its metadata can lag by a moment: ask again until the
+    # deadline before concluding that the topic was deleted between its creation and its description.
+    for _ in range(_VISIBLE_TRIES):
+        info = _describe(admin, topic, created=created, brokers=brokers)
+        if info is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(_VISIBLE_PAUSE_S)
+    if info is None:
         raise TopicMissingError(f"topic {topic!r} vanished right after it was created")
     return info
 

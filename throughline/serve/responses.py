@@ -97,7 +97,7 @@ def read_response(result: ObserverRead) -> Response:
     """The 200 answer of a read: the wire document, and its reason (for a person) in a header."""
     headers = {"Cache-Control": "no-store"}
     if result.reason:
-        # The wire document carries only the ADR's fields; the reason for a person rides in a header.
+        # The wire document carries only docs/spec.md#read-wire's fields; the reason for a person rides in a header.
         headers[REASON_HEADER] = _header_text(result.reason)
     return Response(content=result.to_json_bytes(), media_type="application/json", headers=headers)
 
