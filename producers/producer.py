@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from throughline.core.chain import micros_since_epoch
-from throughline.core.exceptions import InvalidRepairError, InvalidTurnError
+from throughline.core.exceptions import InvalidReasonError, InvalidRepairError, InvalidTurnError
 from throughline.core.repair import RepairRecord, verify_repair
 from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_turn, parse_rfc3339, verify_turn
 from throughline.errors import ThroughlineError
@@ -52,7 +52,13 @@ from throughline.log import (
     resolve_kafka_config,
     translate_kafka_error,
 )
-from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
+from throughline.log.exceptions import ClientClosedError, MessageTooLargeError
+from throughline.producers.exceptions import (
+    ProducerClosedError,
+    ProducerError,
+    RecordTooLargeError,
+    SendFailedError,
+)
 from throughline.runtime import fewer_gc_passes
 from throughline.schemas.codec import encode_repair, encode_turn
 from throughline.schemas.registry import register_writer_schemas
@@ -416,7 +422,7 @@ class TurnProducer(TopicClient):
         """
         problem = verify_repair(repair)
         if problem is not None:
-            raise InvalidRepairError(problem, code="invalid_reason")
+            raise InvalidReasonError(problem)
         try:
             value = encode_repair(repair, self._repair_header)
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
@@ -487,7 +493,7 @@ class TurnProducer(TopicClient):
     def _send(self, project_sha256: bytes, value: bytes) -> Any:
         """Hand one record of the project to kafka-python: keyed by the project hash, on its partition."""
         if self._closed:
-            raise ProducerError("the producer is closed", code="producer_closed")
+            raise ProducerClosedError("the producer is closed")
         partition = self.partition_of(project_sha256)
         try:
             with self.kafka_errors:
@@ -501,8 +507,8 @@ class TurnProducer(TopicClient):
             return BrokerUnavailableError(self._servers, f"no acknowledgement within {self.send_timeout:g}s ({exc.detail})")
         if isinstance(exc, KafkaSecurityError):
             return exc  # a setting to fix, with its own code
-        if exc.code == "message_too_large":
+        if isinstance(exc, MessageTooLargeError):
             return SendFailedError(exc.message, retriable=False)
-        if exc.code == "client_closed":
-            return ProducerError(f"the producer cannot send: {exc.message}", code="producer_closed")
+        if isinstance(exc, ClientClosedError):
+            return ProducerClosedError(f"the producer cannot send: {exc.message}")
         return SendFailedError(f"the broker refused the turn: {exc.message}", retriable=exc.retriable)

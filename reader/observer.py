@@ -48,6 +48,8 @@ from throughline.core.page_range import validate_limit
 from throughline.durable import replace_file
 from throughline.errors import InputError, ThroughlineError
 from throughline.reader.exceptions import (
+    InvalidBackoffError,
+    InvalidResyncPolicyError,
     ObserverInterrupted,
     ObserverProtocolError,
     ObserverStateError,
@@ -187,13 +189,9 @@ class Observer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if on_resync not in ("snapshot", "fail"):
-            raise InputError(
-                f"on_resync must be 'snapshot' or 'fail', got {on_resync!r}", code="invalid_resync_policy"
-            )
+            raise InvalidResyncPolicyError(f"on_resync must be 'snapshot' or 'fail', got {on_resync!r}")
         if not (0 < pending_backoff <= pending_backoff_max) or max_pending_wait < 0:
-            raise InputError(
-                "backoff must be > 0 and <= its maximum; the pending wait >= 0", code="invalid_backoff"
-            )
+            raise InvalidBackoffError("backoff must be > 0 and <= its maximum; the pending wait >= 0")
         self.read_page = read_page
         self.project = project
         self.state_path = Path(state_path)

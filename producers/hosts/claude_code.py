@@ -396,9 +396,7 @@ class ClaudeCodeSession(SessionParser):
     def _prompt(self, number: int, entry: dict[str, Any], uuid: str | None, prompt: str) -> list[HostTurn]:
         turn_id = nonempty_str(entry.get("promptId")) or uuid
         if turn_id is None:
-            raise TranscriptLineError(
-                "a prompt line without uuid or promptId", code="invalid_transcript_line"
-            )
+            raise TranscriptLineError("a prompt line without uuid or promptId")
         thread = nonempty_str(entry.get("sessionId")) or self.default_thread
         parent = nonempty_str(entry.get("parentUuid"))
         parent_key = self._turn_of.get(parent) if parent is not None else None
