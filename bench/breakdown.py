@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 from kafka.consumer.fetcher import Fetcher
@@ -90,10 +90,10 @@ def apply_breakdown(records: list[prepare.LogRecord], db: Path) -> tuple[float, 
     orig_execute = transaction.ApplyTransaction.execute
 
     def execute(self: transaction.ApplyTransaction, before_commit: Any = None) -> Any:
-        self.cur = _TimedCursor(self.cur, stats)  # type: ignore[assignment]
+        self.cur = _TimedCursor(self.cur, stats)
         return orig_execute(self, before_commit)
 
-    transaction.ApplyTransaction.execute = execute  # type: ignore[method-assign]
+    transaction.ApplyTransaction.execute = execute
     try:
         for p in (db, Path(str(db) + ".wal")):
             p.unlink(missing_ok=True)
@@ -108,7 +108,7 @@ def apply_breakdown(records: list[prepare.LogRecord], db: Path) -> tuple[float, 
                 apply += time.perf_counter() - t2
                 prep += t2 - t
     finally:
-        transaction.ApplyTransaction.execute = orig_execute  # type: ignore[method-assign]
+        transaction.ApplyTransaction.execute = orig_execute
     n = len(records)
     return prep / n * 1e6, apply / n * 1e6, stats
 
@@ -149,17 +149,20 @@ def _main(argv: list[str] | None) -> int:
 
     def fastavro_only() -> None:
         for r in recs:
-            buf = io.BytesIO(r.value)  # type: ignore[arg-type]
+            buf = io.BytesIO(r.value)
             buf.seek(HEADER_BYTES)
             fastavro.schemaless_reader(buf, schema, None)
 
-    datums = [fastavro.schemaless_reader(io.BytesIO(r.value[HEADER_BYTES:]), schema, None) for r in recs]  # type: ignore[index]
+    # Each datum of the turn schema is a record, read as a dict (fastavro types any Avro value).
+    datums = [
+        cast(dict[str, Any], fastavro.schemaless_reader(io.BytesIO(r.value[HEADER_BYTES:]), schema, None)) for r in recs
+    ]
 
     def construct() -> None:
         for d in datums:
-            pr = d["producer"]  # type: ignore[index]
-            TurnRecord(d["project"], d["projectSha256"], d["host"], d["thread"], d["turnId"], d["seq"], d["completedAt"],  # type: ignore[index]
-                       d["body"], d["contentDigest"], ProducerStamp(pr["name"], pr["version"], pr["producedAt"], pr.get("attributes", {})))  # type: ignore[index]
+            pr = d["producer"]
+            TurnRecord(d["project"], d["projectSha256"], d["host"], d["thread"], d["turnId"], d["seq"], d["completedAt"],
+                       d["body"], d["contentDigest"], ProducerStamp(pr["name"], pr["version"], pr["producedAt"], pr.get("attributes", {})))
 
     fetched = _record_batches(data.keys, data.values)
     tp = TopicPartition("bench", 0)
@@ -170,13 +173,13 @@ def _main(argv: list[str] | None) -> int:
     )
     rows.append(("throughline's record reader of the same batches (the projector's)", best(lambda: RecordReader(0, tp, MemoryRecords(fetched)).take(None), n)))
     rows.append(("fastavro decode of one value (the ceiling's per-record work besides fetching)", best(fastavro_only, n)))
-    rows.append(("decode_turn (header check, current-schema reader, TurnRecord)", best(lambda: [decode_turn(r.value) for r in recs], n)))  # type: ignore[arg-type]
+    rows.append(("decode_turn (header check, current-schema reader, TurnRecord)", best(lambda: [decode_turn(r.value) for r in recs], n)))
     rows.append(("  of which TurnRecord(...) construction (frozen dataclasses: 9 fields and the producer stamp)", best(construct, n)))
     rows.append(("verify_turn", best(lambda: [turn_mod.verify_turn(t) for t in turns], n)))
     rows.append(("partition_for (pure-Python murmur2; prepare caches it per project)", best(lambda: [partition_for(t.project_sha256, 3) for t in turns], n)))
     rows.append(("source_sha256 (prepare caches it per source)", best(lambda: [source_sha256(t.project_sha256, t.host, t.thread) for t in turns], n)))
     rows.append(("turn_key", best(lambda: [prepare.turn_key(t.project_sha256, t.turn_id) for t in turns], n)))
-    rows.append(("decode_turn_datum (header check, current-schema reader, no TurnRecord)", best(lambda: [decode_turn_datum(r.value) for r in recs], n)))  # type: ignore[arg-type]
+    rows.append(("decode_turn_datum (header check, current-schema reader, no TurnRecord)", best(lambda: [decode_turn_datum(r.value) for r in recs], n)))
     rows.append(("prepare_batch (decode, checks, partition check, SoundRecord)", best(lambda: prepare.prepare_batch(0, recs, partitions=1), n)))
     batch = prepare.prepare_batch(0, recs, partitions=1)
     frame = frames.dumps(batch)

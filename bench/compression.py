@@ -220,7 +220,7 @@ def _codec(codec: str) -> Iterator[None]:
     module = producer_module
     saved = (module.COMPRESSION, module.BATCH_BYTES, module.COMPRESSED_BATCH_FACTOR)
     plain = VARIANTS.get(codec, (codec, ""))[0]
-    module.COMPRESSION = None if plain == "none" else plain  # type: ignore[assignment]
+    module.COMPRESSION = None if plain == "none" else plain
     if codec == "zstd-3":
         module.COMPRESSED_BATCH_FACTOR = 1
         if not use_zstd_level(None):

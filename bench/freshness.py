@@ -43,7 +43,7 @@ OK_SHARE_MIN = 99.9
 #: A cell measures its rate only when the producers sent it: below this share of the rate asked (the
 #: load generator starved of CPU on this machine) the cell misses whatever its latencies.
 ACHIEVED_MIN_SHARE = 95.0
-#: Issue 15 item 3: a first page over HTTP on ``serve``, idle.
+#: Item 4's idle target: a first page over HTTP on ``serve``, idle.
 IDLE_HTTP_P50_MS, IDLE_HTTP_P99_MS = 6.0, 15.0
 
 
@@ -159,7 +159,7 @@ def _idle_http(sec: Section, sweep: Rig, plan: list[tuple[float, int, str, bool]
         f"Idle reads: after the sweep, once the projector applied everything and nothing is produced, one "
         f"client times {len(ms)} first pages (limit {FIRST_PAGE_LIMIT}, after a warm-up) of the {len(projects)} "
         "projects the sweep wrote, in turn, over one keep-alive connection: "
-        + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + " (issue 15 item 3's HTTP target)."
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + " (item 4's idle HTTP target)."
     )
     where = f"ms; {len(ms)} reads"
     return [

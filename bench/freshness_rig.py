@@ -42,7 +42,7 @@ applied, from the producers' acknowledgement times).
 A follower (one more keep-alive connection) follows the cell's project 0 as an Observer does, one
 long-poll at a time (``afterCursor`` = the last through cursor, ``wait`` = ``FOLLOW_WAIT_S``): ack ->
 delivered is the delay from the acknowledgement of each of that project's turns to the first answer
-whose through cursor covers it (issue 15 item 4: a long-poll sees a turn as fast as a first page does).
+whose through cursor covers it (item 4: a long-poll must see a turn as fast as a first page does).
 """
 
 from __future__ import annotations
@@ -377,6 +377,8 @@ class _CellStats:
 class Rig:
     """The serve process, the producer processes, the pollers and the lag sampler of one sweep."""
 
+    topic_prefix = "fresh"  # each sweep's new topic is named from it
+
     def __init__(self, cfg: Config, bootstrap: str, workdir: Path) -> None:
         self.cfg = cfg
         self.bootstrap = bootstrap
@@ -390,10 +392,10 @@ class Rig:
         self.busy = threading.Semaphore(cfg.freshness_pollers)
         peers.LOADGEN.ensure()  # the load generator's environment, built on first use
         self.load_site = str(peers.LOADGEN.site_packages)
-        self.topic = new_topic_name("fresh")
+        self.topic = new_topic_name(self.topic_prefix)
         create_topic(bootstrap, self.topic, cfg.partitions, log_append_time=True)
         try:
-            self.proc, self.url = start_serve(bootstrap, self.topic, workdir / "fresh.duckdb", cfg.partitions)
+            self.proc, self.url = self._start_server()
         except BaseException:
             delete_topics(bootstrap, [self.topic])
             raise
@@ -402,6 +404,10 @@ class Rig:
         except BaseException:
             self.close()
             raise
+
+    def _start_server(self) -> tuple[Any, str]:
+        """Start the server the cell reads from, over ``self.topic``: ``throughline serve`` here."""
+        return start_serve(self.bootstrap, self.topic, self.workdir / "fresh.duckdb", self.cfg.partitions)
 
     def _start_clients(self) -> None:
         cfg = self.cfg

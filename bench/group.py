@@ -1,4 +1,4 @@
-"""``serve --group`` figures (issue 17): ``.venv/bin/python -m bench.group [--turns N] [--seconds S]``.
+"""``serve --group`` figures (members sharing a topic, docs/scale-out.md): ``.venv/bin/python -m bench.group [--turns N] [--seconds S]``.
 
 Not part of ``python -m bench`` (it writes no report; docs/scale-out.md quotes its output). Against a
 real broker (``THROUGHLINE_TEST_BOOTSTRAP_SERVERS``, else one started here), one topic of 6 partitions

@@ -37,7 +37,7 @@ def main() -> int:
     header = int(job["header_bytes"])
     columns: list[str] = list(job["columns"])
 
-    class AvroSingleObject(Deserializer):  # type: ignore[misc]
+    class AvroSingleObject(Deserializer):
         """Avro single-object records -> dicts (Quix's Avro class expects no header)."""
 
         def __call__(self, value: bytes, ctx: Any) -> Any:
@@ -45,7 +45,7 @@ def main() -> int:
             buf.seek(header)
             return fastavro.schemaless_reader(buf, schema, None)
 
-    class DuckDBSink(BatchingSink):  # type: ignore[misc]
+    class DuckDBSink(BatchingSink):
         """Writes each checkpoint's batch into DuckDB as one Arrow insert (one transaction)."""
 
         def __init__(self, path: str) -> None:

@@ -52,7 +52,7 @@ BASE_MICROS = 1_767_225_600_000_000
 HOST, THREAD = "host-0", "thread-0"
 _BODY = "the observer audits each completed turn and saves its cursor after a whole series of pages"
 _INDEX_DDL = "CREATE INDEX turns_page_key ON turns (page_key)"
-#: Issue 15 item 3: a first page of the reader's default limit, in process, at the largest size.
+#: Item 3's target: a first page of the reader's default limit, in process, at the largest size.
 FIRST_PAGE_LIMIT = 10
 FIRST_PAGE_P50_MS, FIRST_PAGE_P99_MS = 3.0, 8.0
 
@@ -187,10 +187,10 @@ def build_projection(path: Path, layout: Layout, scratch: Path, *, workers: int 
                 [source, project_hash, length, digest, part, offset],
             )
             con.execute("INSERT INTO project_heads VALUES (?, ?)", [project_hash, source])
-        for p, end in layout.ends().items():
+        for part, end in layout.ends().items():
             if end:
                 con.execute(
-                    "INSERT INTO applied_offsets VALUES (?, ?, ?, ?, ?, 0, 0, 0)", [TOPIC, p, end, end, end]
+                    "INSERT INTO applied_offsets VALUES (?, ?, ?, ?, ?, 0, 0, 0)", [TOPIC, part, end, end, end]
                 )
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
@@ -371,7 +371,7 @@ def measure(cfg: Config, workdir: Path, progress: Callable[[str], None] = log) -
                 text="p99 ratio",
             )
         )
-        if limit == FIRST_PAGE_LIMIT:  # issue 15 item 3: a first page of the default limit, in process
+        if limit == FIRST_PAGE_LIMIT:  # item 3's target: a first page of the default limit, in process
             largest = human_count(sizes[-1])
             section.targets += [
                 Target(f"{kind} first page (limit {limit}) in process p50 <= {FIRST_PAGE_P50_MS:g} ms at {largest}",

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import peers, streams_peer
-from bench.common import Config, create_topic, delete_topics, end_offsets, new_topic_name
+from bench import streams_peer
+from bench.common import Config, end_offsets
 from bench.freshness_rig import (
     DRAIN_BOUND_S,
     FIRST_PAGE_LIMIT,
@@ -64,35 +64,15 @@ def start_peer(bootstrap: str, topic: str, state: Path, guarantee: str) -> tuple
 class StreamsRig(Rig):
     """``Rig`` with the Kafka Streams peer as the server (``guarantee``: its processing guarantee)."""
 
+    topic_prefix = "ksfresh"
+
     def __init__(self, cfg: Config, bootstrap: str, workdir: Path, guarantee: str) -> None:
-        # Rig.__init__ starts serve; this one starts the peer and otherwise sets up the same.
-        self.cfg = cfg
-        self.bootstrap = bootstrap
-        self.workdir = workdir
         self.guarantee = guarantee
-        self.commands: list[Any] = []
-        self.producers: list[Any] = []
-        self.pollers: list[threading.Thread] = []
-        self.current: _CellStats | None = None
-        self.accepting = threading.Event()
-        self.stop = threading.Event()
-        self.busy = threading.Semaphore(cfg.freshness_pollers)
-        peers.LOADGEN.ensure()
-        self.load_site = str(peers.LOADGEN.site_packages)
-        self.topic = new_topic_name("ksfresh")
-        create_topic(bootstrap, self.topic, cfg.partitions, log_append_time=True)
-        try:
-            self.proc, self.url = start_peer(
-                bootstrap, self.topic, workdir / f"ks-fresh-{guarantee}", guarantee
-            )
-        except BaseException:
-            delete_topics(bootstrap, [self.topic])
-            raise
-        try:
-            self._start_clients()
-        except BaseException:
-            self.close()
-            raise
+        super().__init__(cfg, bootstrap, workdir)
+
+    def _start_server(self) -> tuple[Any, str]:
+        """The Kafka Streams peer (``self.guarantee``) serving its own HTTP endpoint over ``self.topic``."""
+        return start_peer(self.bootstrap, self.topic, self.workdir / f"ks-fresh-{self.guarantee}", self.guarantee)
 
     def _status(self, http_: _Http) -> dict[int, int] | None:
         code, doc = http_.get("/status", timeout=10)

@@ -1,4 +1,14 @@
-"""Producers: append completed turns to the log (``TurnProducer``) and ingest JSON Lines (``throughline ingest``)."""
+"""Producers: append completed turns to the log (``TurnProducer``) and ingest JSON Lines (``throughline ingest``).
+
+Its modules and subpackages, one concern each:
+
+- ``producer``: ``TurnProducer``, one Avro record per completed turn appended to the log;
+- ``ingest``: streaming ingestion of JSON Lines and of hosts' session files (``throughline ingest``);
+- ``hosts``: agent hosts' own transcripts as completed turns (pure parsers, one adapter a host);
+- ``hook``: ``throughline hook NAME``, a host's ``Stop`` hook;
+- ``cli``: the command line of ``throughline ingest`` (and it registers ``throughline hook``);
+- ``exceptions``: the producers' errors.
+"""
 
 from __future__ import annotations
 

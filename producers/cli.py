@@ -41,10 +41,10 @@ from collections.abc import Callable
 from typing import Any
 
 from throughline.cli import emit_error
-from throughline.errors import InputError, ThroughlineError
+from throughline.errors import Interrupted, InvalidArgumentsError, ThroughlineError
 from throughline.log import DEFAULT_PARTITIONS
 from throughline.producers import hook
-from throughline.producers.exceptions import IngestStateError, LinesRejectedError
+from throughline.producers.exceptions import LinesRejectedError, StateNeedsFileError
 from throughline.producers.hosts.files import FORMATS, default_roots
 from throughline.producers.hosts.sources import session_source
 from throughline.producers.ingest import (
@@ -181,9 +181,9 @@ def _check_flags(args: argparse.Namespace, settings: Settings) -> None:
     """Refuse flags that do not go together, and a run that would send with no broker named, before any
     input is opened."""
     if args.dry_run and args.follow:
-        raise InputError("--dry-run reads what is there once; it does not take --follow", code="invalid_arguments")
+        raise InvalidArgumentsError("--dry-run reads what is there once; it does not take --follow")
     if args.format == "jsonl" and args.settle is not None:
-        raise InputError("--settle is for the host formats (--format HOST)", code="invalid_arguments")
+        raise InvalidArgumentsError("--settle is for the host formats (--format HOST)")
     if not args.dry_run:
         settings.require_bootstrap()
     replication_overrides(args)  # contradictory replication flags are refused before any input is opened too
@@ -192,7 +192,7 @@ def _check_flags(args: argparse.Namespace, settings: Settings) -> None:
 def _state_path(args: argparse.Namespace) -> str | None:
     if args.file == "-":
         if args.state:
-            raise IngestStateError("standard input has no resume state; --state needs a FILE", code="state_needs_file")
+            raise StateNeedsFileError("standard input has no resume state; --state needs a FILE")
         return None
     if args.state:
         return str(args.state)
@@ -211,7 +211,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     if args.format != "jsonl":
         return run_sessions_ingest(args)
     if len(args.paths) != 1:
-        raise InputError("--format jsonl takes exactly one FILE (or - for standard input)", code="invalid_arguments")
+        raise InvalidArgumentsError("--format jsonl takes exactly one FILE (or - for standard input)")
     args.file = args.paths[0]
     if args.poll_interval is None:
         args.poll_interval = POLL_INTERVAL
@@ -328,7 +328,7 @@ def _exit_code(args: argparse.Namespace, interrupted: bool, stats: IngestStats, 
     """0 for a complete run, 130 for a signal before the end of a finite input, else ``lines_rejected``'s
     exit code when something was rejected (``rejected`` says what)."""
     if interrupted and not args.follow:
-        emit_error(ThroughlineError("interrupted before the end of the input", code="interrupted"))
+        emit_error(Interrupted("interrupted before the end of the input"))
         return 130
     if stats.rejected:
         emit_error(LinesRejectedError(rejected))

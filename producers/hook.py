@@ -37,6 +37,7 @@ from typing import Any
 
 from throughline.cli import emit_error
 from throughline.errors import InputError, ThroughlineError
+from throughline.producers.exceptions import HookError, HookFailedError, HookTimeoutError
 from throughline.producers.hosts.adapter import HookPayloadError
 from throughline.producers.hosts.files import default_roots, new_parser
 from throughline.producers.hosts.registry import adapter, adapters
@@ -57,12 +58,6 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_WAIT = 1.0
 MAX_PAYLOAD_BYTES = 1024 * 1024
 _EXIT_LEFT_FOR_LATER = 1
-
-
-class HookError(InputError):
-    """The hook cannot work on this call (no payload, no transcript); nothing was sent."""
-
-    code = "hook_input"
 
 
 def hook_argv(argv: list[str]) -> list[str]:
@@ -155,7 +150,7 @@ def wait_for_last_turn(format: str, path: str, wait: float) -> None:
 def _watchdog(seconds: float) -> threading.Timer:
     def fire() -> None:
         try:
-            emit_error(ThroughlineError(f"the hook ran out of its {seconds:g}s; the rest is sent later", code="hook_timeout"))
+            emit_error(HookTimeoutError(f"the hook ran out of its {seconds:g}s; the rest is sent later"))
             sys.stderr.flush()
         finally:
             os._exit(_EXIT_LEFT_FOR_LATER)
@@ -177,7 +172,7 @@ def run_hook(args: argparse.Namespace) -> int:
         emit_error(exc)
         return _EXIT_LEFT_FOR_LATER
     except Exception as exc:  # a hook must not crash the host's turn with a traceback and an odd exit code
-        emit_error(ThroughlineError(f"{type(exc).__name__}: {exc}", code="hook_failed"))
+        emit_error(HookFailedError(f"{type(exc).__name__}: {exc}"))
         return _EXIT_LEFT_FOR_LATER
     finally:
         timer.cancel()

@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from throughline.core.chain import micros_since_epoch
-from throughline.core.exceptions import InvalidRepairError, InvalidTurnError
+from throughline.core.exceptions import InvalidReasonError, InvalidRepairError, InvalidTurnError
 from throughline.core.repair import RepairRecord, verify_repair
 from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES, TurnRecord, build_turn, parse_rfc3339, verify_turn
 from throughline.errors import ThroughlineError
@@ -52,8 +52,14 @@ from throughline.log import (
     resolve_kafka_config,
     translate_kafka_error,
 )
+from throughline.log.exceptions import ClientClosedError, MessageTooLargeError
 from throughline.log.zstd_level import use_zstd_level
-from throughline.producers.exceptions import ProducerError, RecordTooLargeError, SendFailedError
+from throughline.producers.exceptions import (
+    ProducerClosedError,
+    ProducerError,
+    RecordTooLargeError,
+    SendFailedError,
+)
 from throughline.runtime import fewer_gc_passes
 from throughline.schemas.codec import encode_repair, encode_turn
 from throughline.schemas.registry import register_writer_schemas
@@ -71,18 +77,18 @@ BATCH_BYTES = 128 * 1024
 #: its records' uncompressed bytes (the Java client by its estimated compressed size): at the ~0.3x zstd
 #: keeps of turn bodies, 3x keeps a compressed batch near ``BATCH_BYTES`` on the wire, and the sender
 #: thread's fixed cost of a batch (0.3 ms or more, measured: the request, its answer, the batch's
-#: bookkeeping) is paid a third as often (docs/benchmarks.md, item 7). Even a batch that does not
+#: bookkeeping) is paid a third as often (docs/benchmarks.md, Compression). Even a batch that does not
 #: compress (sent as is) stays well below the topic's record limit (``TOPIC_MAX_MESSAGE_BYTES``).
 COMPRESSED_BATCH_FACTOR = 3
 #: The codec of the producer's record batches. Turn bodies are text (prose, code, tool output): zstd
 #: is the one codec that keeps them in at most 0.4x the uncompressed bytes on the broker (lz4 and
-#: snappy: ~0.45x; gzip as small but ~2.9x the producer's CPU; docs/benchmarks.md, item 7). Every
+#: snappy: ~0.45x; gzip as small but ~2.9x the producer's CPU; docs/benchmarks.md, Compression). Every
 #: reader decompresses any codec (pyproject's dependencies).
 COMPRESSION = "zstd"
 #: The zstd level of the producer's batches (kafka-python's own is 3 and has no setting; the level
 #: applies to every kafka-python producer of the process, ``throughline.log.zstd_level``). Compressing
 #: is most of what zstd adds to a turn's cost; level 1 compresses these bodies ~25% faster, for
-#: ~0.30x rather than ~0.29x the uncompressed bytes on the broker (docs/benchmarks.md, item 7).
+#: ~0.30x rather than ~0.29x the uncompressed bytes on the broker (docs/benchmarks.md, Compression).
 ZSTD_LEVEL = 1
 use_zstd_level(ZSTD_LEVEL)
 
@@ -435,7 +441,7 @@ class TurnProducer(TopicClient):
         """
         problem = verify_repair(repair)
         if problem is not None:
-            raise InvalidRepairError(problem, code="invalid_reason")
+            raise InvalidReasonError(problem)
         try:
             value = encode_repair(repair, self._repair_header)
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
@@ -506,7 +512,7 @@ class TurnProducer(TopicClient):
     def _send(self, project_sha256: bytes, value: bytes) -> Any:
         """Hand one record of the project to kafka-python: keyed by the project hash, on its partition."""
         if self._closed:
-            raise ProducerError("the producer is closed", code="producer_closed")
+            raise ProducerClosedError("the producer is closed")
         partition = self.partition_of(project_sha256)
         try:
             with self.kafka_errors:
@@ -520,8 +526,8 @@ class TurnProducer(TopicClient):
             return BrokerUnavailableError(self._servers, f"no acknowledgement within {self.send_timeout:g}s ({exc.detail})")
         if isinstance(exc, KafkaSecurityError):
             return exc  # a setting to fix, with its own code
-        if exc.code == "message_too_large":
+        if isinstance(exc, MessageTooLargeError):
             return SendFailedError(exc.message, retriable=False)
-        if exc.code == "client_closed":
-            return ProducerError(f"the producer cannot send: {exc.message}", code="producer_closed")
+        if isinstance(exc, ClientClosedError):
+            return ProducerClosedError(f"the producer cannot send: {exc.message}")
         return SendFailedError(f"the broker refused the turn: {exc.message}", retriable=exc.retriable)

@@ -1,0 +1,20 @@
+"""The projector: the topic of completed turns applied to a DuckDB projection, exactly once.
+
+Its modules and subpackages, one concern each:
+
+- ``runner``: consume the topic and apply it to the projection, exactly once;
+- ``group_runner``: the projector of one ``serve --group`` member (only the partitions it holds);
+- ``feed``: where the batches come from (a ``Fetcher``, on the caller's thread or in a worker process);
+- ``prepare``: decode and check the records of one partition, with no projection state (what is quarantined);
+- ``pipeline``: each poll folded for readers at once, and committed on a writer thread;
+- ``read_index``: what every read needs, kept in memory;
+- ``store``: the DuckDB projection (the only package that imports duckdb);
+- ``periodic_check``: the check of the log every ``check_interval`` seconds, off the projector's thread;
+- ``tally``: a run's running totals, reported to the progress callback;
+- ``replay``: rebuild a projection from offset 0 into a new file;
+- ``cli``: the subcommands ``project``, ``replay`` and ``status``;
+- ``status``: what the projection applied, what the log holds, what was quarantined (``throughline status``);
+- ``quarantine``: the quarantined records, broken sources and repairs (``throughline quarantine``);
+- ``repair``: append a source repair record, or say what it would change (``throughline repair``);
+- ``exceptions``: errors of the projector and its projection.
+"""

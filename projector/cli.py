@@ -1,4 +1,4 @@
-"""Subcommands of the projector: ``project``, ``replay`` and ``status`` (CONTRACT section 7).
+"""Subcommands of the projector: ``project``, ``replay`` and ``status`` (docs/spec.md#command-line).
 
 - ``throughline project [--until-caught-up]``: run the projector on ``--db``; with the flag, exit once
   every partition's applied offset reaches the end offset seen at start. Prints a JSON summary on
@@ -143,17 +143,17 @@ def _add_tuning(parser: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from throughline.errors import InputError
+    from throughline.errors import InvalidArgumentsError
     from throughline.projector.runner import ProjectorOptions
 
     options = ProjectorOptions()
     if args.max_poll_records is not None:
         if args.max_poll_records < 1:
-            raise InputError("--max-poll-records must be at least 1", code="invalid_arguments")
+            raise InvalidArgumentsError("--max-poll-records must be at least 1")
         options = replace(options, max_poll_records=args.max_poll_records)
     if args.check_interval is not None:
         if not args.check_interval > 0:
-            raise InputError("--check-interval must be positive", code="invalid_arguments")
+            raise InvalidArgumentsError("--check-interval must be positive")
         options = replace(options, check_interval=args.check_interval)
     if args.no_fetch_worker:
         options = replace(options, fetch_worker=False)
@@ -161,13 +161,13 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _memory_headroom(args: argparse.Namespace) -> int | None:
-    from throughline.errors import InputError
+    from throughline.errors import InvalidArgumentsError
     from throughline.projector.store import DEFAULT_MEMORY_HEADROOM
 
     if args.memory_mb is None:
         return DEFAULT_MEMORY_HEADROOM
     if args.memory_mb < 0:
-        raise InputError("--memory-mb must be 0 or more", code="invalid_arguments")
+        raise InvalidArgumentsError("--memory-mb must be 0 or more")
     return args.memory_mb * 1024 * 1024 or None
 
 
@@ -287,11 +287,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if not summary.caught_up:
         doc["interrupted"] = True
         print(json.dumps(doc))
-        from throughline.projector.exceptions import ProjectorError
+        from throughline.projector.exceptions import ReplayInterruptedError
 
-        raise ProjectorError(
+        raise ReplayInterruptedError(
             f"replay into {settings.db} was interrupted before it reached the end offsets; nothing was written",
-            code="replay_interrupted",
         )
     print(json.dumps(doc))
     return signals.exit_code
@@ -337,9 +336,9 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     if args.source is not None and (args.host is not None or args.thread is not None):
-        from throughline.core.exceptions import InvalidRepairError
+        from throughline.core.exceptions import RepairArgumentsError
 
-        raise InvalidRepairError("name the source by --host and --thread, or by --source, not both", code="invalid_arguments")
+        raise RepairArgumentsError("name the source by --host and --thread, or by --source, not both")
     repair = build_repair(
         project=args.project,
         host=args.host,

@@ -33,6 +33,25 @@ class ProjectionIncompatibleError(ProjectorError):
     code = "projection_incompatible"
 
 
+class ProjectionReadOnlyError(ProjectionIncompatibleError):
+    """A write asked of a projection opened read-only."""
+
+    code = "projection_read_only"
+
+
+class PartitionCountChangedError(ProjectorError):
+    """The topic has another partition count than the projection was built with: projects moved between
+    partitions, so their order is lost."""
+
+    code = "partition_count_changed"
+
+
+class ReplayInterruptedError(ProjectorError):
+    """A replay was stopped before it reached the end offsets; nothing was written."""
+
+    code = "replay_interrupted"
+
+
 class ProjectionTopicMismatchError(ProjectorError):
     """The projection was built from another topic than the one this call names (a settings mistake)."""
 

@@ -68,7 +68,7 @@ def replay(
     if problem is not None:
         raise ReplayTargetError(problem)
     partial = path.with_name(path.name + PARTIAL_SUFFIX)
-    _remove_leftover(partial)
+    _remove_leftover(partial)  # mutant-anchor: replay-leftover-kept
     done = False
     try:
         projection = DuckProjection.open(partial, topic=topic, memory_headroom=memory_headroom)

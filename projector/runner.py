@@ -45,7 +45,11 @@ from throughline.log import (
     resolve_kafka_config,
 )
 from throughline.log.exceptions import TopicMissingError
-from throughline.projector.exceptions import LogRewoundError, LogTruncatedError, ProjectorError
+from throughline.projector.exceptions import (
+    LogRewoundError,
+    LogTruncatedError,
+    PartitionCountChangedError,
+)
 from throughline.projector.feed import DEFAULT_MAX_POLL_RECORDS as DEFAULT_MAX_POLL_RECORDS
 from throughline.projector.feed import (
     Feed,
@@ -139,11 +143,10 @@ class Projector:
             )
         recorded_n = self._projection.partitions
         if recorded_n is not None and recorded_n != info.partitions:
-            raise ProjectorError(
+            raise PartitionCountChangedError(
                 f"topic {self._topic!r} has {info.partitions} partitions but projection {self._projection.path} was "
                 f"built with {recorded_n}: projects moved between partitions, so their order is lost. "
                 "Never change a live topic's partition count",
-                code="partition_count_changed",
             )
 
     def _check_offsets(self, log: KafkaLog) -> dict[int, int]:

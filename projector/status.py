@@ -17,6 +17,7 @@ from typing import Any
 
 from throughline.errors import ThroughlineError
 from throughline.log import PLAINTEXT, KafkaClientConfig, KafkaLog, TopicInfo, describe_topic
+from throughline.log.exceptions import MissingBootstrapServersError
 from throughline.log.policy import replication_lines
 from throughline.projector.quarantine import log_position, repaired_mark
 from throughline.projector.store import DuckProjection, ProjectionStats
@@ -93,7 +94,8 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
     if log.error is not None:
         log_part["error"] = {"code": log.error.code, "message": log.error.message}
     elif log.ends is None:
-        log_part["error"] = {"code": "missing_bootstrap_servers", "message": "no Kafka bootstrap servers configured"}
+        missing = MissingBootstrapServersError("no Kafka bootstrap servers configured")
+        log_part["error"] = missing.to_json()["error"]
     if log.topic_error is not None:
         log_part["replicationError"] = {"code": log.topic_error.code, "message": log.topic_error.message}
     return {

@@ -1,10 +1,20 @@
-"""The reader: pinned, token-bound pages of completed turns for an auditing Observer (ADR 0005).
+"""The reader: pinned, token-bound pages of completed turns for an auditing Observer (docs/spec.md#read-contract).
 
 - ``read_observer_turn_page``: one page of a read series over a projection and the log; ``read_page``
   the same over a ``ReadRequest``, the one request value the library, the CLI and the HTTP API share.
 - ``ObserverRead`` and its parts: the read wire ``throughline.observer_read.v1``.
 - ``resolve_token_key``: the page-token key (configuration, or a file kept beside the projection).
 - ``Observer``: the reference Observer, which saves its cursor only after a whole audited series.
+
+Its modules, one concern each:
+
+- ``page``: one page of a read series (``read_observer_turn_page``, ``read_page``);
+- ``request``: ``ReadRequest``, one page as the library, ``throughline read`` and ``serve`` take it;
+- ``wire``: the read wire (``ObserverRead`` and its parts) as pydantic models;
+- ``token_key``: the page-token key;
+- ``observer``: the reference Observer;
+- ``cli``: ``throughline read`` and ``throughline observe``;
+- ``exceptions``: errors of the reader, the token key and the Observer.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``throughline read`` and ``throughline observe`` (CONTRACT section 7).
+"""``throughline read`` and ``throughline observe`` (docs/spec.md#command-line).
 
 ``read`` prints exactly one ``throughline.observer_read.v1`` document on stdout and exits 0 whatever
 its status (``projection_pending`` and ``resync_required`` are answers). A hard input error exits 2 with
@@ -27,10 +27,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from throughline.core.exceptions import InvalidLimitError
+from throughline.core.exceptions import InvalidLimitError, InvalidProjectError
 from throughline.core.page_range import DEFAULT_LIMIT, MAX_LIMIT, MIN_LIMIT, validate_limit
 from throughline.core.ports import LogView
-from throughline.errors import InputError
 from throughline.reader.exceptions import AuditFailedError, InvalidBodyLimitError
 from throughline.reader.observer import Observer
 from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT, read_page
@@ -266,7 +265,7 @@ def _cmd_observe(args: argparse.Namespace) -> int:
     interval = _parse_seconds(args.interval, "--interval")
     max_pending_wait = _parse_seconds(args.max_pending_wait, "--max-pending-wait")
     if not args.project:
-        raise InputError("--project must not be empty", code="invalid_project")
+        raise InvalidProjectError("--project must not be empty")
     stop = threading.Event()
 
     def notify(message: str) -> None:
@@ -289,7 +288,11 @@ def _cmd_observe(args: argparse.Namespace) -> int:
         if not args.follow:
             notify(observer.run_series().describe())
             return 0
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        def on_signal(*_: object) -> None:
+            stop.set()
+            observer.interrupt_read()  # a long-poll in progress ends now, not when the server answers
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             summaries = observer.run_forever(interval=interval)
         finally:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from throughline.errors import ConfigurationError, InputError, ThroughlineError
+from throughline.errors import ConfigurationError, InputError, Interrupted, ThroughlineError
 
 
 class PageTokenUnboundError(InputError):
-    """A page token was sent without the through cursor it is bound to (ADR 0005 decision 4)."""
+    """A page token was sent without the through cursor it is bound to (docs/spec.md#page-token-binding)."""
 
     code = "page_token_unbound"
 
@@ -21,6 +21,18 @@ class InvalidWaitError(InputError):
     """The projector wait is not a finite number of seconds >= 0."""
 
     code = "invalid_wait"
+
+
+class InvalidResyncPolicyError(InputError):
+    """The Observer's policy on ``resync_required`` is not ``snapshot`` or ``fail``."""
+
+    code = "invalid_resync_policy"
+
+
+class InvalidBackoffError(InputError):
+    """The Observer's backoff is not > 0 and <= its maximum, or its pending wait is below 0."""
+
+    code = "invalid_backoff"
 
 
 class SourceQuarantinedError(ThroughlineError):
@@ -76,7 +88,5 @@ class ObserverProtocolError(ThroughlineError):
     code = "observer_protocol_error"
 
 
-class ObserverInterrupted(ThroughlineError):
+class ObserverInterrupted(Interrupted):
     """A stop was requested mid-series; the series is abandoned and the old cursor stays."""
-
-    code = "interrupted"

@@ -1,4 +1,4 @@
-"""The reference Observer (ADR 0005 decision 10, CONTRACT section 4).
+"""The reference Observer (docs/spec.md#observer).
 
 An Observer keeps one after cursor in its Observer state file (not the ingest state file of
 ``producers/ingest``). ``run_series`` reads one series page by page, hands every turn to an audit step,
@@ -48,6 +48,8 @@ from throughline.core.page_range import validate_limit
 from throughline.durable import replace_file
 from throughline.errors import InputError, ThroughlineError
 from throughline.reader.exceptions import (
+    InvalidBackoffError,
+    InvalidResyncPolicyError,
     ObserverInterrupted,
     ObserverProtocolError,
     ObserverStateError,
@@ -187,13 +189,9 @@ class Observer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if on_resync not in ("snapshot", "fail"):
-            raise InputError(
-                f"on_resync must be 'snapshot' or 'fail', got {on_resync!r}", code="invalid_resync_policy"
-            )
+            raise InvalidResyncPolicyError(f"on_resync must be 'snapshot' or 'fail', got {on_resync!r}")
         if not (0 < pending_backoff <= pending_backoff_max) or max_pending_wait < 0:
-            raise InputError(
-                "backoff must be > 0 and <= its maximum; the pending wait >= 0", code="invalid_backoff"
-            )
+            raise InvalidBackoffError("backoff must be > 0 and <= its maximum; the pending wait >= 0")
         self.read_page = read_page
         self.project = project
         self.state_path = Path(state_path)
@@ -207,6 +205,7 @@ class Observer:
         self.should_stop = should_stop or (lambda: False)
         self.sleep = sleep
         self.clock = clock
+        self._reading = False  # inside ``read_page`` (see ``interrupt_read``)
 
     @property
     def after_cursor(self) -> str | None:
@@ -283,6 +282,20 @@ class Observer:
                 self.sleep(min(0.1, max(0.0, deadline - self.clock())))
         return summaries
 
+    def interrupt_read(self) -> None:
+        """End a read in progress at once, from a signal handler of the thread that runs the Observer.
+
+        A following Observer spends most of its life in a long-poll (a first page the server holds
+        until a turn arrives, up to half a minute); a stop asked meanwhile should not wait it out. Call
+        it after making ``should_stop()`` true: when the Observer is inside ``read_page`` it raises
+        ``ObserverInterrupted`` there (a signal handler's exception surfaces in the interrupted code), so
+        the read is abandoned like a series stopped between pages: no page of it was audited, and the
+        saved cursor stays. Anywhere else it does nothing and ``should_stop()`` ends the run at the next
+        check. Reads have no side effects on the Observer's state, which is why only they are cut short.
+        """
+        if self._reading:
+            raise ObserverInterrupted("stopped during a read; cursor unchanged")
+
     # ---------------------------------------------------------------------------------------- internals
 
     def _series(self, after: str | None) -> _Finished | _Resync:
@@ -325,13 +338,19 @@ class Observer:
         retries = 0
         while True:
             try:
-                read = self.read_page(
-                    project=self.project,
-                    after_cursor=after,
-                    through_cursor=through,
-                    page_token=token,
-                    limit=self.limit,
-                )
+                self._reading = True
+                try:
+                    read = self.read_page(
+                        project=self.project,
+                        after_cursor=after,
+                        through_cursor=through,
+                        page_token=token,
+                        limit=self.limit,
+                    )
+                finally:
+                    self._reading = False
+            except ObserverInterrupted:
+                raise
             except ThroughlineError as exc:
                 if not exc.retriable:
                     raise

@@ -1,4 +1,4 @@
-"""``read_observer_turn_page``: one page of a pinned read series (ADR 0005 decisions 1-9).
+"""``read_observer_turn_page``: one page of a pinned read series (docs/spec.md#read-contract).
 
 The order of checks is part of the contract:
 
@@ -9,7 +9,7 @@ The order of checks is part of the contract:
    through the caller sent. Every token fault is a hard input error, never ``resync_required``.
 3. ``resync_required`` for a cursor of another version, of another project, or on another partition
    than the project's.
-4. Freshness (CONTRACT section 5). A first page without a through cursor reads the partition's end
+4. Freshness (docs/spec.md#freshness). A first page without a through cursor reads the partition's end
    offset *now* and waits (bounded by ``wait_timeout``) until the projector has applied it, then pins
    the head of the project's chain once; its string is the through cursor of the whole series. A page
    with a through cursor waits until the projector has applied the record that made it (and the after
@@ -71,7 +71,7 @@ from throughline.reader.wire import (
 #: boundary; its turn record keeps ``bodyBytes`` (the full length) and ``contentDigest`` (of the full
 #: body). Ten turns at the bound keep a page under a megabyte. ``--body-limit`` / ``body_limit`` change it.
 DEFAULT_BODY_LIMIT = 64 * 1024
-#: Default bounded wait for the projector to apply the log as it stood at the call (CONTRACT section 5).
+#: Default bounded wait for the projector to apply the log as it stood at the call (docs/spec.md#freshness).
 DEFAULT_WAIT_TIMEOUT = 2.0
 #: Shortest page-token key accepted (HMAC-SHA-256 keys shorter than the hash weaken it).
 MIN_TOKEN_KEY_BYTES = 32
@@ -182,7 +182,7 @@ def read_page(
             return answer(
                 _Verdict(STATUS_RESYNC, f"the {name} cursor names a log position this log does not hold")
             )
-    need = end if through is None else max(through.offset, after.offset if after else -1) + 1
+    need = end if through is None else max(through.offset, after.offset if after else -1) + 1  # mutant-anchor: after-wait-skipped
     # Every record of the project below ``need`` must be applied; records of other projects need not be
     # when the projection can prove that none of those it has not applied are the project's.
     if not projection.wait_settled(partition, project_hash, need, wait_timeout):
@@ -228,7 +228,7 @@ def _read_in_view(
     def answer(verdict: _Verdict, pinned: str | None = through_cursor) -> ObserverRead:
         return _empty(verdict, after_cursor, pinned, through)
 
-    if through is None:
+    if through is None:  # mutant-anchor: latest-head
         head = view.head(project_hash)
         if head is None:
             if after is not None:
@@ -285,7 +285,7 @@ def _read_in_view(
     rows = fetched.get((plan.source_sha256, first, plan.page_end), [])
     served = _verify_page(rows, plan.page_start, plan.page_end, through)
     if isinstance(served, _Verdict):
-        return answer(served, pinned)
+        return answer(served, pinned)  # mutant-anchor: partial-page
 
     next_token = None
     if plan.next_offset is not None:
@@ -326,7 +326,7 @@ def _empty(
 def _source_verdict(
     info: SourceInfo | None, cursor: Cursor, project_hash: bytes, name: str
 ) -> _Verdict | SourceQuarantinedError | None:
-    """Is ``cursor``'s source, as this snapshot holds it, one the cursor can be a prefix of? (ADR decision 5)
+    """Is ``cursor``'s source, as this snapshot holds it, one the cursor can be a prefix of? (docs/spec.md#prefix-revalidation)
 
     A quarantined source is returned as the error to raise, so that the caller raises it in the order
     of checks.

@@ -6,7 +6,7 @@ does), and ``read_page``, ``HttpReader.read`` and the serve API's ``ReadApi.answ
 
 Validation of the request's numbers lives here: ``limit`` (``validate_limit``: 1..100, ``None`` is the
 default 10) and ``wait`` (``finite_seconds``). The texts (project, cursors, page token) are checked where
-they are decoded, in the reader's order of checks (ADR 0005), so a value a JSON client sent with another
+they are decoded, in the reader's order of checks (docs/spec.md#order-of-checks), so a value a JSON client sent with another
 type reaches the reader as it came and is refused there with its own code (``invalid_project``,
 ``invalid_cursor``, ``page_token_*``).
 """

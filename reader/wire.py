@@ -1,6 +1,6 @@
-"""The read wire ``throughline.observer_read.v1`` (ADR 0005 decision 9) as pydantic models.
+"""The read wire ``throughline.observer_read.v1`` (docs/spec.md#read-wire) as pydantic models.
 
-Field names are the camelCase names of the ADR, so the Python attributes and the JSON keys agree
+Field names are the camelCase names of docs/spec.md#read-wire, so the Python attributes and the JSON keys agree
 (``schema`` is the one alias, because pydantic reserves the attribute). The committed JSON Schema
 ``schemas/observer_read.v1.schema.json`` is generated from these models::
 
@@ -108,7 +108,7 @@ class ObserverRead(BaseModel):
         return self.status == STATUS_OK
 
     def to_json(self) -> str:
-        """The wire document (exactly the ADR's fields, camelCase)."""
+        """The wire document (exactly docs/spec.md#read-wire's fields, camelCase)."""
         return self.model_dump_json(by_alias=True)
 
     def to_json_bytes(self) -> bytes:

@@ -1,4 +1,4 @@
-"""The ``throughline`` console script: one entry point, one subcommand per job (CONTRACT section 7).
+"""The ``throughline`` console script: one entry point, one subcommand per job (docs/spec.md#command-line).
 
 Each package registers its own subcommands (``register(subparsers)`` in its ``cli`` module); this module
 only builds the parser and turns errors into exit codes:
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from throughline.errors import InputError, ThroughlineError
+from throughline.errors import Interrupted, InvalidArgumentsError, ThroughlineError
 
 # Modules that contribute subcommands; each has ``register(subparsers) -> None``.
 _COMMAND_MODULES = (
@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        emit_error(InputError(f"{self.prog}: {message}", code="invalid_arguments"))
+        emit_error(InvalidArgumentsError(f"{self.prog}: {message}"))
         sys.exit(2)
 
 
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         emit_error(exc)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}), file=sys.stderr)
+        print(json.dumps(Interrupted("interrupted").to_json()), file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1

@@ -8,36 +8,57 @@ Each package keeps its own ``exceptions.py`` whose classes derive from these. Ev
   (a broker that is down, a projection file that is busy), as kafka-python's errors do.
 - ``exit_code``: what the CLI exits with: 2 for a hard input error, 1 for any other failure.
 
-Each code is declared (``code = "..."`` in the class body) by one class only: a second declaration
-fails at import. ``error_class`` finds that class by its code, which is how ``HttpReader`` raises the
-server's own error class again on the client side.
+Each code is its class's: declared (``code = "..."`` in the class body) by one class only, in one of
+the error modules (``ERROR_MODULES``), and never set per instance (the initialiser takes no code). A
+second declaration, or a declaration in another throughline module, fails at import. ``error_class``
+imports every error module, then finds a code's class; so the registry is complete by construction, and
+``HttpReader`` raises the server's own error class again on the client side.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, ClassVar
+
+#: Every module that declares error codes. The class tree under ``ThroughlineError`` is complete once
+#: these are imported: a throughline class declaring a code anywhere else fails at import.
+ERROR_MODULES = (
+    "throughline.errors",
+    "throughline.core.exceptions",
+    "throughline.log.exceptions",
+    "throughline.schemas.exceptions",
+    "throughline.producers.exceptions",
+    "throughline.projector.exceptions",
+    "throughline.reader.exceptions",
+    "throughline.serve.exceptions",
+)
+#: The top-level folders of a checkout that install as ``throughline.<name>`` (pyproject's package-dir).
+_CHECKOUT_PACKAGES = ("producers", "projector", "reader", "schemas")
 
 
 class ThroughlineError(Exception):
     """Root of all throughline errors."""
 
-    code: str = "internal_error"
+    code: ClassVar[str] = "internal_error"
     retriable: bool = False
     exit_code: int = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "code" in cls.__dict__:  # this class declares a code (rather than inheriting one)
+            if _own_module(cls.__module__) and _home(cls.__module__) not in _HOMES:
+                raise TypeError(
+                    f"{cls.__qualname__} declares error code {cls.code!r} in {cls.__module__}: "
+                    f"codes are declared in the error modules only ({', '.join(ERROR_MODULES)})"
+                )
             owner = _CODE_OWNERS.setdefault(cls.code, cls)
             if owner is not cls and not _same_declaration(owner, cls):
                 raise TypeError(f"error code {cls.code!r} is declared by {owner.__qualname__} already")
 
-    def __init__(self, message: str, *, code: str | None = None, retriable: bool | None = None) -> None:
+    def __init__(self, message: str, *, retriable: bool | None = None) -> None:
         super().__init__(message)
         self.message = message
-        if code is not None:
-            self.code = code
-        if retriable is not None:
+        if retriable is not None:  # a Kafka error's own flag, a 503 answer: the instance may say more
             self.retriable = retriable
 
     def to_json(self) -> dict[str, dict[str, str]]:
@@ -50,23 +71,46 @@ class ThroughlineError(Exception):
         return (_restore, (type(self), self.args, dict(self.__dict__)))
 
 
-#: The class that declares each code (the root's ``internal_error`` is no subclass's).
+#: The class that declares each code, filled as the classes are created (the root's is ``internal_error``).
 _CODE_OWNERS: dict[str, type[ThroughlineError]] = {}
 
 
-def _same_declaration(first: type, again: type) -> bool:
+def _home(module: str) -> str:
     # The repo's top-level folders install as ``throughline.<name>``, but a process started in a
-    # checkout can also import one as ``<name>`` (``reader.exceptions``): that is the same class
-    # statement run a second time, not a second owner of the code; the first import keeps it.
+    # checkout can also import one as ``<name>`` (``reader.exceptions``): the same module either way.
+    return module.removeprefix("throughline.")
+
+
+_HOMES = frozenset(_home(m) for m in ERROR_MODULES)
+
+
+def _own_module(module: str) -> bool:
+    return module.startswith("throughline.") or module.split(".")[0] in _CHECKOUT_PACKAGES
+
+
+def _same_declaration(first: type, again: type) -> bool:
+    # A class imported under its checkout name is the same class statement run a second time, not a
+    # second owner of the code; the first import keeps it.
     def where(cls: type) -> str:
-        return f"{cls.__module__.removeprefix('throughline.')}.{cls.__qualname__}"
+        return f"{_home(cls.__module__)}.{cls.__qualname__}"
 
     return where(first) == where(again)
 
 
+def error_classes() -> dict[str, type[ThroughlineError]]:
+    """Every error code and the one class that declares it (the error modules are imported first, so
+    none of throughline's is missing; a class another package declares is there once it is imported)."""
+    for module in ERROR_MODULES:
+        importlib.import_module(module)
+    return dict(_CODE_OWNERS)
+
+
 def error_class(code: str) -> type[ThroughlineError] | None:
-    """The error class that declares ``code``, among the classes imported so far (``None``: no class)."""
-    return _CODE_OWNERS.get(code)
+    """The error class that declares ``code`` (``None``: no class does, such as a newer server's code)."""
+    return _CODE_OWNERS.get(code) or error_classes().get(code)
+
+
+_CODE_OWNERS[ThroughlineError.code] = ThroughlineError
 
 
 def _restore(cls: type[ThroughlineError], args: tuple[Any, ...], state: dict[str, Any]) -> ThroughlineError:
@@ -88,3 +132,16 @@ class ConfigurationError(ThroughlineError):
 
     code = "configuration_error"
     exit_code = 2
+
+
+class InvalidArgumentsError(InputError):
+    """A command line that does not parse, or a request's parameters the API cannot take (unknown,
+    repeated, missing): the same mistake made in a shell or over HTTP."""
+
+    code = "invalid_arguments"
+
+
+class Interrupted(ThroughlineError):
+    """A stop was requested (a signal) before the work reached its end."""
+
+    code = "interrupted"

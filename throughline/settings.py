@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from throughline.core.seconds import finite_seconds
-from throughline.errors import ConfigurationError
 from throughline.log.config import ENV_KAFKA_CONFIG, KafkaClientConfig, resolve_kafka_config
+from throughline.log.exceptions import MissingBootstrapServersError
 from throughline.log.policy import check_override
 
 DEFAULT_TOPIC = "throughline.turns"
@@ -47,9 +47,8 @@ class Settings:
     def require_bootstrap(self) -> list[str]:
         """The bootstrap servers as a list, or a ``ConfigurationError`` naming the flag and variable."""
         if not self.bootstrap_servers:
-            raise ConfigurationError(
+            raise MissingBootstrapServersError(
                 f"no Kafka bootstrap servers: pass --bootstrap-servers or set {ENV_BOOTSTRAP}",
-                code="missing_bootstrap_servers",
             )
         return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
 

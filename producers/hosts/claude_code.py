@@ -52,7 +52,7 @@ from typing import Any
 
 from throughline.producers.exceptions import TranscriptLineError
 from throughline.producers.hosts.lines import SessionParser, nonempty_str, timestamp_micros
-from throughline.producers.hosts.render import OUTCOME_ATTRIBUTE, HostTurn, render_body, text_of, tool_line
+from throughline.producers.hosts.render import HostTurn, finished_turn, text_of, tool_line
 
 HOST = "claude-code"
 #: Text a host injects as a ``user`` line that is no human prompt.
@@ -371,7 +371,9 @@ class ClaudeCodeSession(SessionParser):
             if micros is not None:
                 open_.last_micros = micros
             # each block line carries its message's final stop_reason: the last line read decides
-            open_.ended = message_id if message.get("stop_reason") == "end_turn" and not open_.waiting else None
+            open_.ended = (
+                message_id if message.get("stop_reason") == "end_turn" and not open_.waiting else None
+            )
         elif kind == "user":
             if _is_interrupt(entry):
                 return out + self._complete(number, INTERRUPTED, micros)
@@ -394,9 +396,7 @@ class ClaudeCodeSession(SessionParser):
     def _prompt(self, number: int, entry: dict[str, Any], uuid: str | None, prompt: str) -> list[HostTurn]:
         turn_id = nonempty_str(entry.get("promptId")) or uuid
         if turn_id is None:
-            raise TranscriptLineError(
-                "a prompt line without uuid or promptId", code="invalid_transcript_line"
-            )
+            raise TranscriptLineError("a prompt line without uuid or promptId")
         thread = nonempty_str(entry.get("sessionId")) or self.default_thread
         parent = nonempty_str(entry.get("parentUuid"))
         parent_key = self._turn_of.get(parent) if parent is not None else None
@@ -465,22 +465,18 @@ class ClaudeCodeSession(SessionParser):
             open_.key.abandoned = True
             self.problems.append(f"turn {open_.turn_id} has no {missing}; left out")
             return []
-        body, attributes = render_body(open_.prompt, open_.tools(), open_.reply())
         return [
-            HostTurn(
-                host=HOST,
+            finished_turn(
+                HOST,
                 thread=open_.key.thread,
                 project=open_.project,
                 turn_id=open_.turn_id,
-                completed_at_micros=completed,
-                body=body,
                 seq=open_.key.counts[open_.project],
+                completed_at_micros=completed,
                 line=number,
-                attributes={
-                    "ingest.format": HOST,
-                    "ingest.line": str(number),
-                    OUTCOME_ATTRIBUTE: outcome,
-                    **attributes,
-                },
+                outcome=outcome,
+                prompt=open_.prompt,
+                tools=open_.tools(),
+                reply=open_.reply(),
             )
         ]

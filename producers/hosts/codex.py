@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from throughline.producers.hosts.lines import SessionParser, nonempty_str, timestamp_micros
-from throughline.producers.hosts.render import OUTCOME_ATTRIBUTE, HostTurn, render_body, text_of, tool_line
+from throughline.producers.hosts.render import HostTurn, finished_turn, text_of, tool_line
 
 HOST = "codex"
 #: Text Codex records as a user message that is context it injected, not a human prompt.
@@ -288,22 +288,18 @@ class CodexSession(SessionParser):
         # a chain is one (project, host, thread): seq counts the thread's live turns in this project
         seq = self._user_turns.count(project) + 1
         self._user_turns.append(project)
-        body, attributes = render_body(prompt, turn.tools, turn.reply())
         return [
-            HostTurn(
-                host=HOST,
+            finished_turn(
+                HOST,
                 thread=thread,
                 project=project,
                 turn_id=turn_id,
-                completed_at_micros=micros,
-                body=body,
                 seq=seq,
+                completed_at_micros=micros,
                 line=number,
-                attributes={
-                    "ingest.format": HOST,
-                    "ingest.line": str(number),
-                    OUTCOME_ATTRIBUTE: outcome,
-                    **attributes,
-                },
+                outcome=outcome,
+                prompt=prompt,
+                tools=turn.tools,
+                reply=turn.reply(),
             )
         ]

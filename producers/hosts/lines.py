@@ -9,7 +9,7 @@ from typing import Any
 
 from throughline.core.exceptions import InvalidTurnError
 from throughline.core.turn import parse_rfc3339
-from throughline.producers.exceptions import TranscriptLineError
+from throughline.producers.exceptions import TranscriptJsonError
 from throughline.producers.hosts.render import HostTurn
 
 __all__ = ["SessionParser", "nonempty_str", "timestamp_micros", "transcript_entry"]
@@ -27,9 +27,9 @@ def transcript_entry(data: bytes) -> dict[str, Any] | None:
     try:
         entry = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise TranscriptLineError(f"not JSON: {exc}", code="invalid_json") from None
+        raise TranscriptJsonError(f"not JSON: {exc}") from None
     if not isinstance(entry, dict):
-        raise TranscriptLineError("not a JSON object", code="invalid_json")
+        raise TranscriptJsonError("not a JSON object")
     return entry
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from throughline.errors import InputError
+from throughline.producers.exceptions import InputFileMissingError
 from throughline.producers.hosts.adapter import HostAdapter
 from throughline.producers.hosts.lines import SessionParser
 from throughline.producers.ingest.state import FileId, IngestState
@@ -92,7 +92,7 @@ class RecordSource:
         for root in self.roots:
             if not os.path.exists(root):
                 if not follow:
-                    raise InputError(f"{root}: no such file or directory", code="file_not_found")
+                    raise InputFileMissingError(f"{root}: no such file or directory")
                 notice(f"{root}: does not exist yet; waiting for it")
 
     def _tracked(self, path: str) -> Tracked:

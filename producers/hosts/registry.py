@@ -18,7 +18,7 @@ import importlib
 import threading
 from importlib.metadata import EntryPoint, entry_points
 
-from throughline.errors import InputError
+from throughline.producers.exceptions import UnknownHostError
 from throughline.producers.hosts.adapter import HostAdapter
 
 __all__ = ["BUILTIN", "GROUP", "UnknownHostError", "adapter", "adapters", "names"]
@@ -38,12 +38,6 @@ _OWN_DISTRIBUTION = "throughline"
 _lock = threading.Lock()
 _loaded: dict[str, HostAdapter] | None = None
 _errors: dict[str, str] = {}
-
-
-class UnknownHostError(InputError):
-    """No adapter of that name is installed (or it failed to load)."""
-
-    code = "unknown_host"
 
 
 def _instance(target: object, name: str) -> HostAdapter:

@@ -166,6 +166,41 @@ def render_body(
     return body, {"ingest.bodyTruncated": "true", "ingest.bodyBytes": str(full_bytes)}
 
 
+def finished_turn(
+    host: str,
+    *,
+    thread: str,
+    project: str,
+    turn_id: str,
+    seq: int,
+    completed_at_micros: int,
+    line: int,
+    outcome: str,
+    prompt: str,
+    tools: Sequence[str],
+    reply: str,
+) -> HostTurn:
+    """The ``HostTurn`` of a turn that ended at transcript ``line``: its body rendered, and the
+    attributes every host turn carries (format, line, ``turn.outcome``, truncation)."""
+    body, attributes = render_body(prompt, tools, reply)
+    return HostTurn(
+        host=host,
+        thread=thread,
+        project=project,
+        turn_id=turn_id,
+        completed_at_micros=completed_at_micros,
+        body=body,
+        seq=seq,
+        line=line,
+        attributes={
+            "ingest.format": host,
+            "ingest.line": str(line),
+            OUTCOME_ATTRIBUTE: outcome,
+            **attributes,
+        },
+    )
+
+
 def text_of(value: Any) -> str:
     """Plain text of a string or a list of content blocks (``text``/``input_text``/``output_text``)."""
     if isinstance(value, str):

@@ -13,9 +13,18 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 
 from throughline.producers.hosts.lines import SessionParser
-from throughline.producers.hosts.render import OUTCOME_ATTRIBUTE, HostTurn, render_body
+from throughline.producers.hosts.render import HostTurn, finished_turn
 
-__all__ = ["ABORTED", "ANSWERED", "INTERRUPTED", "OUTCOMES", "Chain", "OpenTurn", "OpenTurnSession", "host_turn"]
+__all__ = [
+    "ABORTED",
+    "ANSWERED",
+    "INTERRUPTED",
+    "OUTCOMES",
+    "Chain",
+    "OpenTurn",
+    "OpenTurnSession",
+    "host_turn",
+]
 
 ANSWERED, INTERRUPTED, ABORTED = "answered", "interrupted", "aborted"
 #: Every value ``turn.outcome`` may take.
@@ -108,22 +117,18 @@ def host_turn(
     host: str, thread: str, turn: OpenTurn, project: str, completed: int, number: int, outcome: str
 ) -> HostTurn:
     """The ``HostTurn`` of a finished ``OpenTurn`` (its body rendered, its outcome in the attributes)."""
-    body, attributes = render_body(turn.prompt, turn.tools, turn.reply)
-    return HostTurn(
-        host=host,
+    return finished_turn(
+        host,
         thread=thread,
         project=project,
         turn_id=turn.turn_id,
-        completed_at_micros=completed,
-        body=body,
         seq=turn.seq,
+        completed_at_micros=completed,
         line=number,
-        attributes={
-            "ingest.format": host,
-            "ingest.line": str(number),
-            OUTCOME_ATTRIBUTE: outcome,
-            **attributes,
-        },
+        outcome=outcome,
+        prompt=turn.prompt,
+        tools=turn.tools,
+        reply=turn.reply,
     )
 
 

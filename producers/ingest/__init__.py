@@ -1,9 +1,13 @@
-"""Streaming ingestion of completed turns (``throughline ingest``), one concern per module.
+"""Streaming ingestion of completed turns (``throughline ingest``).
+
+Its modules, one concern each:
 
 - ``lines``: one JSON Lines line as a turn (``parse_turn_line``);
 - ``state``: the ingest state file, where a run resumes (``IngestState``, ``load_ingest_state``, ``save_ingest_state``);
 - ``tail``: complete lines of a file, followed like ``tail -F`` (``LineReader``);
-- ``run``: the ingest loop (``Ingest``): send, collect acknowledgements, save the state, report.
+- ``run``: the ingest loop (``Ingest``): send, collect acknowledgements, save the state, report;
+- ``sessions``: hosts' session files (``ingest --format NAME``): many files, one loop;
+- ``dry``: ``--dry-run``, the turns an ingest would append, printed instead of sent.
 """
 
 from __future__ import annotations

@@ -24,7 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from throughline.core.exceptions import InvalidTurnError
 from throughline.core.turn import MAX_BODY_BYTES, TurnRecord, build_turn, parse_rfc3339
-from throughline.producers.exceptions import InvalidAttributesError, InvalidLineError
+from throughline.producers.exceptions import (
+    InvalidAttributesError,
+    InvalidLineError,
+    InvalidUtf8Error,
+    LineJsonError,
+    LineTooLongError,
+)
 
 #: A line longer than this is rejected without being held in memory. A body at the limit escaped as
 #: ``\\uXXXX`` is 6x its bytes at most (control characters), so any valid turn fits.
@@ -100,7 +106,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise InvalidLineError(f"duplicate key {key!r}", code="invalid_json")
+            raise LineJsonError(f"duplicate key {key!r}")
         out[key] = value
     return out
 
@@ -131,11 +137,11 @@ def parse_turn_line(
     """
     if isinstance(raw, bytes | bytearray):
         if len(raw) > MAX_LINE_BYTES:
-            raise InvalidLineError(f"line is {len(raw)} bytes; the limit is {MAX_LINE_BYTES} bytes", code="line_too_long")
+            raise LineTooLongError(f"line is {len(raw)} bytes; the limit is {MAX_LINE_BYTES} bytes")
         try:
             text = bytes(raw).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InvalidLineError(f"line is not UTF-8 (byte {exc.start})", code="invalid_utf8") from None
+            raise InvalidUtf8Error(f"line is not UTF-8 (byte {exc.start})") from None
     else:
         text = raw
     if text.startswith("\ufeff"):
@@ -147,9 +153,9 @@ def parse_turn_line(
     except InvalidLineError:
         raise
     except (ValueError, RecursionError) as exc:
-        raise InvalidLineError(f"not JSON: {exc}", code="invalid_json") from None
+        raise LineJsonError(f"not JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise InvalidLineError(f"a line must be a JSON object, not {type(data).__name__}", code="invalid_json")
+        raise LineJsonError(f"a line must be a JSON object, not {type(data).__name__}")
     own = data.get("attributes")
     own = None if own is None else check_attributes(own)
     try:

@@ -26,7 +26,11 @@ from typing import IO, Any, Protocol
 
 from throughline.core.turn import TurnRecord
 from throughline.errors import InputError, ThroughlineError
-from throughline.producers.exceptions import InvalidLineError, ProducerError, SendFailedError
+from throughline.producers.exceptions import (
+    LineTooLongError,
+    SendFailedError,
+    StateWriteFailedError,
+)
 from throughline.producers.ingest.lines import MAX_LINE_BYTES, parse_turn_line
 from throughline.producers.ingest.state import FileId, IngestState, save_ingest_state
 from throughline.producers.ingest.tail import Line, LineReader, Stopped
@@ -137,9 +141,7 @@ class JsonLinesDecoder:
     def turns(self, line: Line) -> list[TurnRecord]:
         """The line's turn (none for a blank line); ``InputError`` for a bad line."""
         if line.too_long:
-            raise InvalidLineError(
-                f"line is longer than {MAX_LINE_BYTES} bytes ({line.too_long} bytes)", code="line_too_long"
-            )
+            raise LineTooLongError(f"line is longer than {MAX_LINE_BYTES} bytes ({line.too_long} bytes)")
         turn = parse_turn_line(
             line.data,
             producer_name=self.producer_name,
@@ -280,8 +282,8 @@ class Ingest:
         try:
             self.state.write(covered)
         except OSError as exc:
-            raise ProducerError(
-                f"cannot write ingest state {self.state_path}: {exc.strerror or exc}", code="state_write_failed"
+            raise StateWriteFailedError(
+                f"cannot write ingest state {self.state_path}: {exc.strerror or exc}"
             ) from exc
         self._saved, self._last_save = covered, now
 

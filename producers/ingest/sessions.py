@@ -44,7 +44,12 @@ from dataclasses import dataclass, field
 
 from throughline.core.turn import TurnRecord, build_turn
 from throughline.errors import InputError
-from throughline.producers.exceptions import TranscriptLineError
+from throughline.producers.exceptions import (
+    InputFileMissingError,
+    LineTooLongError,
+    TranscriptLineError,
+    TurnLeftOutError,
+)
 from throughline.producers.hosts.files import SessionParser, new_parser, session_files
 from throughline.producers.hosts.render import HostTurn
 from throughline.producers.ingest.run import LineMark
@@ -146,7 +151,7 @@ class SessionFiles:
         for root in self.roots:
             if not os.path.exists(root):
                 if not follow:
-                    raise InputError(f"{root}: no such file or directory", code="file_not_found")
+                    raise InputFileMissingError(f"{root}: no such file or directory")
                 self._notice(f"{root}: does not exist yet; waiting for it")
         self._scan()
 
@@ -361,7 +366,7 @@ class SessionDecoder:
         if line.settle:
             return self._settled(line, tracked, parser)
         if line.too_long:
-            self._skip(line, "line_too_long", f"a line of {line.too_long} bytes; skipped")
+            self._skip(line, LineTooLongError.code, f"a line of {line.too_long} bytes; skipped")
             return []
         try:
             host_turns = parser.feed(line.number, line.data)
@@ -369,7 +374,7 @@ class SessionDecoder:
             self._skip(line, exc.code, exc.message)
             return []
         for problem in parser.problems:
-            self._skip(line, "turn_left_out", problem)
+            self._skip(line, TurnLeftOutError.code, problem)
         parser.problems.clear()
         if line.end <= tracked.skip_to:
             return []  # acknowledged by an earlier run
@@ -379,7 +384,7 @@ class SessionDecoder:
         """What settling the parser after ``line`` returns; nothing to send when an earlier run sent it."""
         host_turns = parser.settle(final=self.files.final)
         for problem in parser.problems:
-            self._skip(line, "turn_left_out", problem)
+            self._skip(line, TurnLeftOutError.code, problem)
         parser.problems.clear()
         tracked.settled_at = line.number
         replayed = line.number in tracked.replay

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
-from throughline.errors import InputError
+from throughline.producers.exceptions import InputFileMissingError, InputFileUnreadableError
 from throughline.producers.ingest.lines import MAX_LINE_BYTES
 from throughline.producers.ingest.state import FileId, IngestState
 
@@ -120,10 +120,10 @@ class LineReader:
             fh = open(self.path, "rb")  # kept open across polls while following
         except FileNotFoundError:
             if not self.follow:
-                raise InputError(f"{self.path}: no such file", code="file_not_found") from None
+                raise InputFileMissingError(f"{self.path}: no such file") from None
             return False
         except OSError as exc:
-            raise InputError(f"{self.path}: {exc.strerror}", code="file_unreadable") from None
+            raise InputFileUnreadableError(f"{self.path}: {exc.strerror}") from None
         st = os.fstat(fh.fileno())
         self._fh, self.file = fh, FileId.of(st)
         self._pos, self._line = 0, 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from throughline.projector.feed.worker import worker_main
+from throughline.projector.feed.worker import worker_main  # mutant-anchor: worker-error-in-main
 
 if __name__ == "__main__":
     # A Ctrl-C, and a SIGTERM sent to the whole process group (``timeout``, systemd's default

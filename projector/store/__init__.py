@@ -11,7 +11,10 @@ The only package that imports duckdb (and pyarrow). Its modules, one concern eac
 - ``report``: stats, the quarantine listing, ``table_digests``, ``table_rows``; ``schema``: the tables, version;
 - ``state``: the writer's cached chain heads and partition counters; ``values``: the frozen value types;
 - ``files``: opening a file (one writer a process, typed open errors); ``durability``: commits without
-  an ``fsync``, checkpoints with one (what survives a process crash and what a power loss).
+  an ``fsync``, checkpoints with one (what survives a process crash and what a power loss);
+- ``snapshots``: read snapshots of a file; ``statements``: statements parsed once per text;
+- ``placements``: where the projection last placed a turn id (the fold's look-up);
+- ``stored_keys``: ``StoredTurnKeys``, the turn keys a file may hold, in memory for the staged fold.
 
 Tables (one projection file holds one topic; see ``schema.SCHEMA``):
 

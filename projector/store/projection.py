@@ -21,8 +21,8 @@ from throughline.core.inflight import InFlight
 from throughline.core.layers import Layer, LayeredView
 from throughline.projector.exceptions import (
     InvalidBatchError,
-    ProjectionIncompatibleError,
     ProjectionMissingError,
+    ProjectionReadOnlyError,
     ProjectionStorageError,
     ProjectionTopicMismatchError,
 )
@@ -432,7 +432,7 @@ class DuckProjection:
 
     def _require_writable(self) -> None:
         if self._read_only:
-            raise ProjectionIncompatibleError(f"projection {self._path} is open read-only", code="projection_read_only")
+            raise ProjectionReadOnlyError(f"projection {self._path} is open read-only")
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
 

@@ -14,8 +14,8 @@ import duckdb
 
 from throughline.projector.exceptions import ProjectionIncompatibleError, ProjectionMissingError
 
-#: Version 2 added ``repairs`` and the quarantine's ``repaired_partition``/``repaired_offset`` (issue 20);
-#: version 3 writes a ``sources`` row at its milestones only (``view.is_milestone``; issue 15).
+#: Version 2 added ``repairs`` and the quarantine's ``repaired_partition``/``repaired_offset`` (docs/spec.md#quarantine);
+#: version 3 writes a ``sources`` row at its milestones only (``view.is_milestone``: fewer writes a commit).
 #: A file of another version is refused (``ProjectionIncompatibleError``): the projection is a function of
 #: the log, so it is rebuilt with ``throughline replay --db NEW_FILE`` rather than migrated.
 SCHEMA_VERSION = "3"

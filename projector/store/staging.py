@@ -129,13 +129,22 @@ class StagedFold(ApplyTransaction):
             existing.update(found)
         return {k for k in first if k not in existing}, existing, first
 
-    def _stored_digest(self, source: bytes, seq: int) -> bytes:
+    def _layered(self, source: bytes, seq: int) -> Row | None:
+        """Live turn ``seq`` of ``source`` as a layer holds it, or ``None`` when no layer does (the file's)."""
         row = layered_row(self._layers, source, seq)
         if row is BELOW:
-            return super()._stored_digest(source, seq)
+            return None
         if not isinstance(row, tuple):
             raise InvalidBatchError(f"the staged layers lack live turn {seq} of a source (corrupt layers?)")
-        return row[6]
+        return row
+
+    def _stored_digest(self, source: bytes, seq: int) -> bytes:
+        row = self._layered(source, seq)
+        return super()._stored_digest(source, seq) if row is None else row[6]
+
+    def _stored_completed_at(self, source: bytes, seq: int) -> int:
+        row = self._layered(source, seq)
+        return super()._stored_completed_at(source, seq) if row is None else int(row[2])
 
     def _live_below(self, source: bytes, placed: Placed, turn_id: str) -> bool:
         # A layer's placement is in that layer's rows (its cut is at or below it); the file's, unless a

@@ -237,11 +237,14 @@ class ApplyTransaction:
             st.length, st.chain_digest, st.head_partition, st.head_offset = length, digest, partition, offset
         return out
 
-    def _stored_digest(self, source: bytes, seq: int) -> bytes:
-        rows = turn_rows(self.cur, ("chain_digest",), source, seq, seq)
+    def _stored_column(self, source: bytes, seq: int, column: str) -> Any:
+        rows = turn_rows(self.cur, (column,), source, seq, seq)
         if not rows:
             raise InvalidBatchError(f"projection is missing live turn {seq} of a source (corrupt projection?)")
-        return bytes(rows[0][0])
+        return rows[0][0]
+
+    def _stored_digest(self, source: bytes, seq: int) -> bytes:
+        return bytes(self._stored_column(source, seq, "chain_digest"))
 
     def _stored_rows(self, source: bytes, first: int, last: int) -> list[Row]:
         """Stored live turns ``first..last`` of ``source`` as rows (the turns an amend keeps)."""
@@ -249,6 +252,15 @@ class ApplyTransaction:
         if len(rows) != last - first + 1:
             raise InvalidBatchError(f"projection is missing live turns {first}..{last} of a source (corrupt projection?)")
         return [(int(r[0]), r[1], int(r[2]), r[3], int(r[4]), bytes(r[5]), bytes(r[6]), int(r[7]), int(r[8])) for r in rows]
+
+    def _stored_completed_at(self, source: bytes, seq: int) -> int:
+        return int(self._stored_column(source, seq, "completed_at_us"))
+
+    def _completed_at(self, w: _SourceDelta, seq: int) -> int:
+        """``completedAt`` of live turn ``seq`` of the chain as folded so far (``fold_turn``'s ``completed_at``)."""
+        if seq >= w.cut:
+            return int(w.pending[seq - w.cut][2])
+        return self._stored_completed_at(w.source, seq)
 
     def _live_below(self, source: bytes, placed: Placed, turn_id: str) -> bool:
         """Whether a turn id placed at ``placed`` before the batch is live there, for a seq below what the
@@ -340,7 +352,8 @@ class ApplyTransaction:
                     placed = existing.get(tk)
                 # The source state is the chain's head (read before the fold changes it below).
                 outcome = fold_turn(
-                    st, it, applied=None if placed is None else self._placement(w, placed, it.turn_id), digest_at=w.digest_at
+                    st, it, applied=None if placed is None else self._placement(w, placed, it.turn_id),
+                    digest_at=w.digest_at, completed_at=partial(self._completed_at, w),
                 )
                 if isinstance(outcome, Append):
                     seq = outcome.seq

@@ -65,8 +65,8 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
 
     No latency is asserted. What is asserted is correctness the contract promises at these rates, far
     below the projector's capacity: every acknowledged turn a poller followed became readable (within the
-    bench's 10 s bound), and almost every first-page read under steady ingest answered `ok` (CONTRACT
-    section 5) -- the freshness cliff of issue 15 made most of them `projection_pending`."""
+    bench's 10 s bound), and almost every first-page read under steady ingest answered `ok`
+    (docs/spec.md#freshness-steady-ingest) -- before the freshness rework most were `projection_pending`."""
     text = _quick_bench(kafka_bootstrap, tmp_path, "freshness", timeout=400)
     assert "## 4. Freshness at every rate" in text
     section = text.split("## 4. Freshness at every rate", 1)[1].split("\n## ", 1)[0]
@@ -81,7 +81,7 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
         reads, ok = _n(c["reads"]), _n(c["ok"])
         assert reads > 0
         assert ok >= 0.999 * reads, f"{where}: {reads - ok} of {reads} first-page reads were not ok\n{section}"
-        # The long-poll follower (issue 15 item 4) was delivered every turn of its project: a finite p99.
+        # The long-poll follower (item 4) was delivered every turn of its project: a finite p99.
         late = c["follow_p99"].strip()
         assert _n(c["followed"]) > 0 and not late.startswith((">", "n/a")), f"{where}: the long-poll missed turns\n{section}"
         # serve's transaction histograms (/metrics) measured the projector while the producers sent.
@@ -97,7 +97,7 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
     assert stamps is not None and len(re.findall(r"[\d.]+ / [\d.]+ ms", stamps.group(1))) == 4, section
     assert not (tmp_path / "work").exists()
     # After the sweep, first pages of an idle serve over HTTP: all ok, with a verdict on both targets.
-    assert re.search(r"^- Idle reads: .+: ok [\d,]+ \(issue 15", section, flags=re.M), section
+    assert re.search(r"^- Idle reads: .+: ok [\d,]+ \(item 4's idle HTTP target", section, flags=re.M), section
     idle = re.findall(r"^\| 4 \| first page over HTTP on an idle serve p[59][09] .+ \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
     assert len(idle) == 2, text
 

@@ -358,8 +358,8 @@ def test_a_rebalance_waits_for_a_member_that_does_not_poll(
     kafka_bootstrap: str, group_topic: str, kafka_group_id: str, members: list[Member]
 ) -> None:
     """Joins advance only inside ``poll``: while one member's loop is busy, the group (every member)
-    waits for it, up to ``max_poll_interval_ms``, and fetches nothing meanwhile. Phase 2's projector
-    loop must therefore poll often."""
+    waits for it, up to ``max_poll_interval_ms``, and fetches nothing meanwhile. A group member's
+    projector loop must therefore poll often."""
     members += [Member(kafka_bootstrap, group_topic, kafka_group_id, f"m{i}") for i in range(2)]
     _wait("two members", lambda: _settled(members, 2))
     busy = members[1]

@@ -199,7 +199,7 @@ def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_n
     assert code == 0, err
     first = json.loads(out)
     assert first["caughtUp"] and first["records"] == 400
-    # Repair every source the gaps broke (issue 20): the repairs land among the turns that follow, so
+    # Repair every source the gaps broke (docs/spec.md#quarantine): the repairs land among the turns that follow, so
     # the stream and the replay must agree on them too (marks, outcomes, sources served again).
     code, out, err = cli("quarantine", "--json", "--db", str(streamed), "--topic", topic)
     assert code == 0, err

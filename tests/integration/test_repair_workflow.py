@@ -1,4 +1,4 @@
-"""Issue 20 end to end, through the CLI against the real broker: a gap breaks a source, ``throughline
+"""Repairs (docs/spec.md#quarantine) end to end, through the CLI against the real broker: a gap breaks a source, ``throughline
 quarantine`` lists it, ``throughline repair`` appends the repair, the projector applies it, reads serve
 the source again with the turns that follow, and ``throughline replay`` reproduces the repaired
 projection exactly. A projector killed just before or just after the repair's commit loses and

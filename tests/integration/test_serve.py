@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -47,6 +48,9 @@ READ_PATH = "/v1/projects/read"
 class Serve:
     """A ``throughline serve`` subprocess on a free loopback port."""
 
+    scheme = "http://"  # how the URL serve prints starts
+    context: ssl.SSLContext | None = None  # how requests verify the server (HTTPS only)
+
     def __init__(self, bootstrap: str, topic: str, db: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.env = {
             **os.environ,
@@ -71,9 +75,9 @@ class Serve:
         reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
         reader.start()
         reader.join(START_TIMEOUT)
-        if not lines or not lines[0].startswith("http://"):
+        if not lines or not lines[0].startswith(self.scheme):
             self.kill()
-            raise AssertionError(f"serve did not print its URL; stderr:\n{self.stderr()}")
+            raise AssertionError(f"serve did not print its {self.scheme} URL; stderr:\n{self.stderr()}")
         self.url = lines[0].strip()
         return self
 
@@ -118,7 +122,7 @@ class Serve:
             headers["Authorization"] = f"Bearer {token}"
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.context) as response:
                 return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
         except urllib.error.HTTPError as exc:
             with exc:
@@ -411,6 +415,41 @@ def test_read_and_observe_talk_to_serve_with_url(world: dict[str, Any], tmp_path
     away = cli("read", "--url", "http://127.0.0.1:9", "--project", OTHER, env=outside)
     assert away.returncode == 1
     assert json.loads(away.stderr.splitlines()[-1])["error"]["code"] == "server_unavailable"
+
+
+def test_a_following_observer_stops_during_its_long_poll(world: dict[str, Any], tmp_path: Path) -> None:
+    """SIGTERM ends ``observe --follow --url`` at once, not when the server answers the long-poll
+    (which it holds for up to 25 s while no turn arrives); the saved cursor is the last series'."""
+    serve: Serve = world["serve"]
+    state = tmp_path / "observer.json"
+    outside = {"THROUGHLINE_DB": str(tmp_path / "absent.duckdb"), "THROUGHLINE_BOOTSTRAP_SERVERS": "127.0.0.1:9"}
+    argv = ["observe", "--url", serve.url, "--project", OTHER, "--state", str(state), "--follow"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "throughline.cli", *argv, "--interval", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **outside},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.exists() and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        saved = state.read_bytes()
+        time.sleep(2.0)  # the next series' first page is now held by the server: no turn arrives
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - asked
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert took < 10.0, f"observe waited {took:.1f}s for its long-poll to end"
+    assert b"stopped after 1 series" in err, err
+    assert state.read_bytes() == saved
 
 
 # ------------------------------------------------------------------------------------------ own serves

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 from support.certs import Pki, make_pki
-from test_serve import OTHER, PROJECT, START_TIMEOUT, Serve, produce, turn
+from test_serve import OTHER, PROJECT, Serve, produce, turn
 from test_serve_group import PARTITIONS, PROJECTS, _free_port, _settled
 
 from throughline.core.identity import project_sha256
@@ -57,6 +57,8 @@ def _wait(what: str, condition: Callable[[], bool], timeout: float = DEADLINE) -
 class HttpsServe(Serve):
     """A ``serve`` over HTTPS with scoped tokens; requests verify it with the test CA."""
 
+    scheme = "https://"
+
     def __init__(
         self,
         bootstrap: str,
@@ -77,39 +79,6 @@ class HttpsServe(Serve):
         )  # fmt: skip
         self.context = ssl.create_default_context(cafile=str(pki.ca))
         self.context.load_cert_chain(str(pki.cert), str(pki.key))  # for members that require mutual TLS
-
-    def start(self) -> HttpsServe:
-        with open(self.stderr_path, "a", encoding="utf-8") as err:
-            self.proc = subprocess.Popen(
-                self.args, env=self.env, stdout=subprocess.PIPE, stderr=err, text=True
-            )
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(START_TIMEOUT)
-        if not lines or not lines[0].startswith("https://"):
-            self.kill()
-            raise AssertionError(f"serve did not print an https URL; stderr:\n{self.stderr()}")
-        self.url = lines[0].strip()
-        return self
-
-    def request(
-        self, method: str, path: str, *, body: Any = None, token: str | None = None, timeout: float = 60.0
-    ) -> tuple[int, dict[str, str], bytes]:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout, context=self.context) as response:
-                return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
 
     def hup(self) -> None:
         assert self.proc is not None

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-FIXED_SEED = 20260715  # ADR 0005's date
+FIXED_SEED = 20260715  # the date the read contract was decided (docs/spec.md#system)
 ENV_SEED = "THROUGHLINE_ORACLE_SEED"
 ENV_BLOB = "THROUGHLINE_ORACLE_BLOB"
 ENV_EXAMPLES = "THROUGHLINE_ORACLE_EXAMPLES"

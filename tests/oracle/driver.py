@@ -541,7 +541,7 @@ class Driver:
             if series.after is not None and self.model.cursors[series.after].source != \
                     self.model.cursors[series.through].source:
                 self.stats["completed host/thread switch series"] += 1
-            if series.after is not None:  # the range law's boundaries (ADR decision 7)
+            if series.after is not None:  # the range law's boundaries (docs/spec.md#pagination)
                 size = len(expected)
                 edge = {0: "empty", series.limit: "exactly limit", series.limit + 1: "limit + 1"}.get(size)
                 if edge:

@@ -178,7 +178,7 @@ plain_starts = st.builds(
     body_limits,
 )
 #: A series whose after cursor names a record the projector has not applied yet while its through cursor
-#: names an applied one: every page of it must wait for the after cursor's record too (issue 14: a reader
+#: names an applied one: every page of it must wait for the after cursor's record too (a defect once found: a reader
 #: waiting for the through cursor's record alone passed every other history of the fixed seed).
 ahead_starts = st.builds(
     Start,

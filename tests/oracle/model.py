@@ -14,7 +14,7 @@ The state is a list of log records, an applied-record counter (the projector's l
 projector's fetches reach (records fetched but not applied yet, whose projects it knows). A project's
 chains are the fold of the applied records: per project a dict of sources, each a plain list of turns,
 the head source, and the broken sources (a turn that leaves a gap breaks its source; a repair record
-mends it; docs/operations.md). The expected answer of a read follows CONTRACT sections 3 and 5 and the
+mends it; docs/operations.md). The expected answer of a read follows docs/spec.md#read-contract and #freshness and the
 order of checks in the reader's algorithm (docs/oracle.md, "The model").
 """
 
@@ -236,7 +236,7 @@ class Model:
         return first, self.fetched
 
     def settled(self, project: str, below: int) -> bool:
-        """Every record of ``project`` below ``below`` is applied, provably (CONTRACT section 5): the
+        """Every record of ``project`` below ``below`` is applied, provably (docs/spec.md#scoped-wait): the
         applied count reaches ``below``, or the fetches do and no record in between is the project's."""
         if self.applied >= below:
             return True

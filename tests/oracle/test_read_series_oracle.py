@@ -197,7 +197,7 @@ AFTER_UNAPPLIED: list[Step] = [
 ]
 
 
-#: The wait scoped to the project (CONTRACT section 5): beta's records fetched but not applied must not
+#: The wait scoped to the project (docs/spec.md#scoped-wait): beta's records fetched but not applied must not
 #: make alpha's first page pending; alpha's own record in flight must, and so must a record not fetched
 #: yet (whose project the projector cannot know).
 OTHER_PROJECT_LAG: list[Step] = [

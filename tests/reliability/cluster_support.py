@@ -3,7 +3,7 @@
 ``ClusterWorld`` creates a topic with three replicas and ``min.insync.replicas=2`` (explicitly, through
 the admin client), and runs on it:
 
-- ``Sender`` threads: library producers (``TurnProducer``, ``acks=all``, idempotent) sending one turn
+- ``RetryingSender`` threads (rel_support): library producers (``TurnProducer``, ``acks=all``, idempotent) sending one turn
   at a time and retrying a failed turn (the same turn) with a fresh producer until it is acknowledged;
   each acknowledgement is remembered with its position and time;
 - ``throughline serve`` projecting the topic into its DuckDB file;
@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import rel_support
-from rel_support import Child, Workload, check_projection, fold_log, wait_until
+from rel_support import Child, RetryingSender, Workload, check_projection, fold_log, wait_until
 from support.topic import read_topic_and_ends
 
 from throughline.core.identity import project_sha256
-from throughline.errors import ThroughlineError
 from throughline.log.topic import ensure_topic
 from throughline.producers.producer import TurnProducer
 from throughline.reader import load_observer_state
@@ -52,68 +51,10 @@ TOPIC_CONFIGS = {
     "retention.bytes": "-1",
     "cleanup.policy": "delete",
 }
-#: How long ``serve`` may take to exit after SIGTERM (docs/reliability.md, "Shutdown after broker failovers").
+#: How long ``serve`` may take to exit after SIGTERM (docs/reliability.md, "Cluster faults").
 SHUTDOWN_BOUND_S = 25.0
 SEND_TIMEOUT_S = 10.0
 CATCH_UP_TIMEOUT = 180.0
-
-
-@dataclass
-class Sender:
-    """Sends turns of ``projects`` one at a time; a failed turn is retried (the same turn) until acknowledged."""
-
-    bootstrap: str
-    topic: str
-    workload: Workload
-    projects: tuple[str, ...]
-    pause: float = 0.02
-    stop: threading.Event = field(default_factory=threading.Event)
-    acked: list[tuple[str, int, int, float]] = field(default_factory=list)  # turn id, partition, offset, when
-    failures: list[tuple[float, str]] = field(default_factory=list)  # when, code of each failed attempt
-    error: BaseException | None = None
-
-    def run(self) -> None:
-        producer: TurnProducer | None = None
-        try:
-            i = 0
-            while not self.stop.is_set():
-                turn = self.workload.next_turn(self.projects[i % len(self.projects)])
-                i += 1
-                deadline = time.monotonic() + 240
-                while True:
-                    try:
-                        if producer is None:
-                            producer = TurnProducer(
-                                self.bootstrap,
-                                self.topic,
-                                partitions=PARTITIONS,
-                                send_timeout=SEND_TIMEOUT_S,
-                                connect_timeout=5.0,
-                            )
-                        where = producer.send(turn)
-                        self.acked.append((turn.turn_id, where.partition, where.offset, time.monotonic()))
-                        break
-                    except ThroughlineError as exc:
-                        assert exc.retriable or exc.code == "producer_closed", f"{exc.code}: {exc.message}"
-                        self.failures.append((time.monotonic(), exc.code))
-                        if time.monotonic() > deadline:
-                            raise
-                        if producer is not None:  # start over: a new producer id, new connections
-                            try:
-                                producer.close(timeout=1.0)
-                            except ThroughlineError:
-                                pass
-                            producer = None
-                        self.stop.wait(0.5)
-                self.stop.wait(self.pause)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-        finally:
-            if producer is not None:
-                try:
-                    producer.close(timeout=5.0)
-                except ThroughlineError:
-                    pass
 
 
 @dataclass
@@ -124,7 +65,7 @@ class ClusterWorld:
     topic: str
     folder: Path
     seed: int = 11
-    senders: list[Sender] = field(default_factory=list)
+    senders: list[RetryingSender] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
     serve: Child | None = None
     observer: Child | None = None
@@ -220,8 +161,24 @@ class ClusterWorld:
             lambda: _saved_length(self.state) == 2, timeout=120, what="the Observer's first saved cursor"
         )
         self.senders = [
-            Sender(self.bootstrap, self.topic, workload, (OBSERVED, OTHERS[0])),
-            Sender(self.bootstrap, self.topic, workload, OTHERS[1:]),
+            RetryingSender(
+                self.bootstrap,
+                self.topic,
+                workload,
+                (OBSERVED, OTHERS[0]),
+                PARTITIONS,
+                send_timeout_s=SEND_TIMEOUT_S,
+                give_up_s=240,
+            ),
+            RetryingSender(
+                self.bootstrap,
+                self.topic,
+                workload,
+                OTHERS[1:],
+                PARTITIONS,
+                send_timeout_s=SEND_TIMEOUT_S,
+                give_up_s=240,
+            ),
         ]
         self.threads = [threading.Thread(target=s.run, daemon=True) for s in self.senders]
         for t in self.threads:
@@ -306,7 +263,7 @@ class ClusterWorld:
         in_log_twice = sum(1 for where in fold.by_turn_id.values() if len(where) > 1)
         compared = check_projection(self.db, fold, ends, topic=self.topic)  # nothing lost, nothing live twice
         audited = _check_audit(self.audit, fold, head)
-        failures = [code for s in self.senders for _, code in s.failures]
+        failures = [code for s in self.senders for _, code, _ in s.failures]
         return {
             "acknowledged": len(acked),
             "records": len(stored),

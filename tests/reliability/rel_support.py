@@ -32,6 +32,8 @@ from throughline.core.fold import ChainBook
 from throughline.core.identity import project_sha256
 from throughline.core.partitioning import partition_for
 from throughline.core.turn import TurnRecord, build_turn
+from throughline.errors import ThroughlineError
+from throughline.producers.producer import TurnProducer
 from throughline.schemas.codec import decode_turn
 from throughline.schemas.exceptions import RecordDecodeError
 
@@ -160,6 +162,72 @@ class Workload:
 
 
 # ------------------------------------------------------------------------------------------ the log
+
+
+@dataclass
+class RetryingSender:
+    """Sends turns of ``projects`` one at a time with a library producer (``TurnProducer``: acks=all,
+    idempotent); a failed turn is retried (the same turn) with a fresh producer until acknowledged, or
+    until ``give_up_s`` has passed on one turn. Run it in a thread; set ``stop`` to end it."""
+
+    bootstrap: str
+    topic: str
+    workload: Workload
+    projects: tuple[str, ...]
+    partitions: int
+    pause: float = 0.02
+    send_timeout_s: float = 10.0
+    give_up_s: float = 300.0
+    stop: threading.Event = field(default_factory=threading.Event)
+    acked: list[tuple[str, int, int, float]] = field(default_factory=list)  # turn id, partition, offset, when
+    failures: list[tuple[float, str, str]] = field(default_factory=list)  # when, code, message
+    reconnects: int = 0
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        """Send until ``stop`` is set (an error that ends it is kept in ``error`` for the test)."""
+        producer: TurnProducer | None = None
+        try:
+            i = 0
+            while not self.stop.is_set():
+                turn = self.workload.next_turn(self.projects[i % len(self.projects)])
+                i += 1
+                deadline = time.monotonic() + self.give_up_s
+                while True:
+                    try:
+                        if producer is None:
+                            producer = TurnProducer(
+                                self.bootstrap,
+                                self.topic,
+                                partitions=self.partitions,
+                                send_timeout=self.send_timeout_s,
+                                connect_timeout=5.0,
+                            )
+                        where = producer.send(turn)
+                        self.acked.append((turn.turn_id, where.partition, where.offset, time.monotonic()))
+                        break
+                    except ThroughlineError as exc:
+                        assert exc.retriable or exc.code == "producer_closed", f"{exc.code}: {exc.message}"
+                        self.failures.append((time.monotonic(), exc.code, exc.message[:120]))
+                        if time.monotonic() > deadline:
+                            raise
+                        if producer is not None:  # start over: a new producer id, new connections
+                            try:
+                                producer.close(timeout=1.0)
+                            except ThroughlineError:
+                                pass
+                            producer = None
+                            self.reconnects += 1
+                        self.stop.wait(0.5)
+                self.stop.wait(self.pause)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        finally:
+            if producer is not None:
+                try:
+                    producer.close(timeout=5.0)
+                except ThroughlineError:
+                    pass
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Broker faults (reliability item 2): stop and restart the real broker under running producers.
+"""Broker faults (docs/reliability.md#2-broker-faults): stop and restart the real broker under running producers.
 
 A private broker (the harness's ``kafka_broker_factory``: same data directory, ports and cluster id
 across restarts) carries the topic while these run:
@@ -33,12 +33,10 @@ from typing import Any
 
 import pytest
 import rel_support
-from rel_support import Child, Workload, check_projection, fold_log, wait_until
+from rel_support import Child, RetryingSender, Workload, check_projection, fold_log, wait_until
 from support.topic import read_topic_and_ends
 
-from throughline.errors import ThroughlineError
 from throughline.log import ensure_topic
-from throughline.producers.producer import TurnProducer
 from throughline.projector.store import DuckProjection
 from throughline.testing.kafka import free_port
 
@@ -52,60 +50,6 @@ KEY_HEX = "7c" * 32
 LIBRARY_PROJECTS = (("/srv/broker/a", "/srv/broker/b"), ("/srv/broker/c", "/srv/broker/d"))
 INGEST_PROJECTS = ("/srv/broker/ingest-1", "/srv/broker/ingest-2")
 CATCH_UP_TIMEOUT = 240.0
-
-
-@dataclass
-class RetryingProducer:
-    """Sends turns one at a time; a failed turn is retried (same turn) until acknowledged."""
-
-    bootstrap: str
-    topic: str
-    workload: Workload
-    projects: tuple[str, ...]
-    stop: threading.Event = field(default_factory=threading.Event)
-    acked: list[tuple[str, int, int]] = field(default_factory=list)
-    retries: list[str] = field(default_factory=list)  # what the producer reported, one line per retry
-    reconnects: int = 0
-    error: BaseException | None = None
-
-    def run(self) -> None:
-        producer: TurnProducer | None = None
-        try:
-            i = 0
-            while not self.stop.is_set():
-                turn = self.workload.next_turn(self.projects[i % len(self.projects)])
-                i += 1
-                deadline = time.monotonic() + 300
-                while True:
-                    try:
-                        if producer is None:
-                            producer = TurnProducer(self.bootstrap, self.topic, partitions=PARTITIONS,
-                                                    send_timeout=10.0, connect_timeout=5.0)
-                        where = producer.send(turn)
-                        self.acked.append((turn.turn_id, where.partition, where.offset))
-                        break
-                    except ThroughlineError as exc:
-                        assert exc.retriable or exc.code in ("producer_closed",), f"{exc.code}: {exc.message}"
-                        self.retries.append(f"{exc.code}: {exc.message[:120]}")
-                        if time.monotonic() > deadline:
-                            raise
-                        if producer is not None:  # start over with a fresh producer (new id, new connections)
-                            try:
-                                producer.close(timeout=1.0)
-                            except ThroughlineError:
-                                pass
-                            producer = None
-                            self.reconnects += 1
-                        time.sleep(0.5)
-                self.stop.wait(0.02)
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            if producer is not None:
-                try:
-                    producer.close(timeout=5.0)
-                except ThroughlineError:
-                    pass
 
 
 @dataclass
@@ -145,7 +89,7 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
     ingest = Child("ingest", ingest_argv, tmp_path, env)
     workload = Workload(7, tuple(p for group in LIBRARY_PROJECTS for p in group) + INGEST_PROJECTS,
                         switch_every=5, rollback_every=9)
-    producers = [RetryingProducer(bootstrap, topic, workload, group) for group in LIBRARY_PROJECTS]
+    producers = [RetryingSender(bootstrap, topic, workload, group, PARTITIONS) for group in LIBRARY_PROJECTS]
     probe = Probe(url)
     stop_lines = threading.Event()
     lines_written: list[str] = []
@@ -287,7 +231,7 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
     # The service stayed alive through every outage (liveness).
     alive = [status for (t, path, status, _) in probe.seen if path == "/healthz" and any(b <= t <= e for b, e in outages)]
     assert alive and all(s == 200 for s in alive), alive
-    retries = sum(len(p.retries) for p in producers)
+    retries = sum(len(p.failures) for p in producers)
     ingest_restarts = len(ingest_exits)
     # An ingest run that gave up said why, with the broker's stable code.
     assert all(e is not None and e["code"] == "broker_unavailable" for e in ingest_exits), ingest_exits

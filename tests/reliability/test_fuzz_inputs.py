@@ -1,4 +1,4 @@
-"""Bad input, fuzzed (reliability item 4): every case ends in a typed error or a correct answer.
+"""Bad input, fuzzed (docs/reliability.md#4-bad-input-fuzzed): every case ends in a typed error or a correct answer.
 
 Targets, each counted (``rel_support.record("fuzz", ...)``):
 

@@ -1,4 +1,4 @@
-"""Security review, with tests (reliability item 6): tokens, the HTTP edge, authentication, binding.
+"""Security review, with tests (docs/reliability.md#6-security-review): tokens, the HTTP edge, authentication, binding.
 
 - Page tokens are MAC'd and bound: a token verifies only under its key, and only for the exact
   project, after cursor and through cursor it was issued for (each one changed is refused); the key

@@ -1,4 +1,4 @@
-"""Kill matrix (reliability item 1): SIGKILL the projector, ``serve`` and the Observer at random moments.
+"""Kill matrix (docs/reliability.md#1-kill-matrix): SIGKILL the projector, ``serve`` and the Observer at random moments.
 
 One real broker; turns are produced steadily (several projects, hosts and threads, thread switches
 and rollbacks) while three ``throughline`` processes run and HTTP readers read through ``serve``:

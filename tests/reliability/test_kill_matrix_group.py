@@ -1,4 +1,4 @@
-"""Kill matrix, group scenario (reliability item 1, issue 17): SIGKILL members of a ``serve --group``.
+"""Kill matrix, group scenario (docs/reliability.md#1-kill-matrix): SIGKILL members of a ``serve --group``.
 
 One real broker, one topic of 6 partitions; turns are produced steadily (thread switches and rollbacks
 on the other projects) while three ``throughline serve --group`` members run (each its own DuckDB file

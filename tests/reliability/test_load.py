@@ -1,4 +1,4 @@
-"""Load (reliability item 5): many concurrent HTTP readers plus steady ingest, for a bounded time.
+"""Load (docs/reliability.md#5-load): many concurrent HTTP readers plus steady ingest, for a bounded time.
 
 A real ``throughline serve`` (projector + HTTP API) on a real broker. For ``THROUGHLINE_LOAD_SECONDS``
 (20 s by default) ``THROUGHLINE_LOAD_READERS`` threads (16) read series through the HTTP API as

@@ -1,4 +1,4 @@
-"""No raw identity leaves the system (reliability item 6).
+"""No raw identity leaves the system (docs/reliability.md#6-security-review).
 
 The history of ``rel_world`` names its project, hosts, threads and turn ids with secret markers. None
 of those strings (nor their UTF-8 bytes) may appear in:

@@ -1,4 +1,4 @@
-"""SQL is parameterised everywhere (reliability item 6): a static scan of the source tree.
+"""SQL is parameterised everywhere (docs/reliability.md#6-security-review): a static scan of the source tree.
 
 An AST scanner reads every module of ``projector/``, ``reader/``, ``throughline/``, ``producers/`` and
 ``schemas/`` and fails on SQL text built from data that is not a constant of the code:

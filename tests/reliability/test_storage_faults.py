@@ -1,4 +1,4 @@
-"""Storage faults (reliability item 3): the projection's disk fills up, or its file turns read-only.
+"""Storage faults (docs/reliability.md#3-storage-faults): the projection's disk fills up, or its file turns read-only.
 
 ``throughline project`` runs on a DuckDB file while turns keep arriving; then its storage fails. The
 mechanisms are real, picked by what the test may do here (the one used is reported):

@@ -10,5 +10,5 @@
 - ``support.fold``: the reference fold of raw log records (``fold_records``: ``ChainBook`` and the
   undecodable positions), which ``integration/projector_env.fold_topic`` and the fuzz tests compare with.
 - ``support.cursor``: ``cursor_length``.
-- ``support.wire``: the read wire's field sets from the ADR (``READ_FIELDS``).
+- ``support.wire``: the read wire's field sets from docs/spec.md#read-wire (``READ_FIELDS``).
 """

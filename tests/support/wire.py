@@ -1,4 +1,4 @@
-"""The read wire's field sets as ADR 0005 decision 9 lists them (written from the ADR, not from the code)."""
+"""The read wire's field sets as docs/spec.md#read-wire lists them (written from the spec, not from the code)."""
 
 from __future__ import annotations
 

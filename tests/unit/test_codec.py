@@ -364,7 +364,7 @@ def damaged_records(draw: st.DrawFn) -> bytes:
 
 @settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
 @given(damaged_records())
-# Rare draws that once passed only by luck (issue 14): a ten-byte producedAt wider than 64 bits, which
+# Rare draws that once passed only by luck (found in review): a ten-byte producedAt wider than 64 bits, which
 # fastavro's C reader wraps; an eleven-byte varint of a value that fits; a negative union branch.
 @example(_damaged(GOLDEN_V2, 132, b"\x80\x80"))
 @example(_damaged(GOLDEN_V2, SEQ_BRANCH_AT, b"\x80" * 10))

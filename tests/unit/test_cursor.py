@@ -1,4 +1,4 @@
-"""Cursors: versioned, opaque, hash-only, one spelling per value (CONTRACT section 2)."""
+"""Cursors: versioned, opaque, hash-only, one spelling per value (docs/spec.md#cursor)."""
 
 from __future__ import annotations
 

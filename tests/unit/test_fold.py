@@ -35,6 +35,7 @@ class SourceChain:
     digests: list[bytes] = field(default_factory=list)
     contents: list[bytes] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)  # each live turn's completedAt
     applied: dict[str, tuple[int, bytes]] = field(default_factory=dict)
 
 
@@ -62,19 +63,28 @@ def fold_records(state: FoldState, records: list[TurnRecord]) -> list[Outcome]:
         if placed is not None:
             p = placed[0]
             placement = Placement(p, placed[1], p <= len(chain.ids) and chain.ids[p - 1] == r.turn_id)
-        outcome = fold_turn(head, r, applied=placement, digest_at=lambda k, d=digests: d[k - 1])
+        outcome = fold_turn(
+            head, r, applied=placement, digest_at=lambda k, d=digests: d[k - 1],
+            completed_at=lambda k, t=chain.times: t[k - 1],
+        )
         if isinstance(outcome, Append | Amend):
             seq = outcome.seq
-            kept = list(zip(chain.ids[seq:], chain.contents[seq:], strict=True)) if isinstance(outcome, Amend) else []
-            for column in (digests, chain.contents, chain.ids):
+            kept = (
+                list(zip(chain.ids[seq:], chain.contents[seq:], chain.times[seq:], strict=True))
+                if isinstance(outcome, Amend)
+                else []
+            )
+            for column in (digests, chain.contents, chain.ids, chain.times):
                 del column[seq - 1 :]
             digests.append(outcome.chain_digest)
             chain.contents.append(r.content_digest)
             chain.ids.append(r.turn_id)
-            for turn_id, content in kept:
+            chain.times.append(r.completed_at_micros)
+            for turn_id, content, at in kept:
                 digests.append(next_chain_digest(digests[-1], content))
                 chain.contents.append(content)
                 chain.ids.append(turn_id)
+                chain.times.append(at)
             chain.applied[r.turn_id] = (seq, r.content_digest)
             state.heads[r.project_sha256] = r.source_sha256
         outcomes.append(outcome)
@@ -198,10 +208,12 @@ def test_the_head_source_is_the_source_of_the_latest_append(records: list[TurnRe
 def test_append_without_seq_and_with_the_next_seq() -> None:
     a, b = turn(turn_id="a"), turn(turn_id="b", seq=2)
     head = ChainHead()
-    first = fold_turn(head, a, applied=None, digest_at=lambda k: b"")
+    first = fold_turn(head, a, applied=None, digest_at=lambda k: b"", completed_at=lambda k: 0)
     assert first == Append(1, chain_digests([a.content_digest])[0], None)
     assert isinstance(first, Append)
-    second = fold_turn(ChainHead(1, first.chain_digest), b, applied=None, digest_at=lambda k: b"")
+    second = fold_turn(
+        ChainHead(1, first.chain_digest), b, applied=None, digest_at=lambda k: b"", completed_at=lambda k: 0
+    )
     assert second == Append(2, chain_digests([a.content_digest, b.content_digest])[1], None)
 
 

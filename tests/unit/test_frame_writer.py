@@ -81,7 +81,7 @@ def test_a_reader_that_went_away_stops_the_writer_without_hanging():
 
 
 def test_a_frame_the_parent_cannot_load_is_the_retriable_fetch_worker_failed():
-    # What an error class defined in the worker's ``__main__`` was to the parent (issue 14): a pickle
+    # What an error class defined in the worker's ``__main__`` was to the parent (a defect once found): a pickle
     # naming an attribute of ``__main__`` this process does not have. It must still be
     # fetch_worker_failed (the run restarts the worker), never an AttributeError that ends the run.
     import subprocess

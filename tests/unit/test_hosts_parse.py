@@ -255,7 +255,12 @@ def codex_lines(actions: list[tuple[str, int]]) -> list[bytes]:
             out.append({"type": "event_msg", "payload": {"type": "thread_rolled_back", "num_turns": arg % 4 + 1}})
         else:
             out.append({"type": "event_msg", "payload": {"type": "token_count", "info": None}})
-    return [json.dumps({"timestamp": f"2026-01-01T00:00:{n % 60:02d}Z", **e}).encode() for n, e in enumerate(out)]
+    # The host's clock moves forward line by line (it wrapped at 60 lines here once, which the fold's
+    # re-send rule is entitled to read as a clock stepped back across a rollback:
+    # docs/design.md, "Re-ingesting with a newer parser (implemented)", its known limits).
+    return [
+        json.dumps({"timestamp": f"2026-01-01T00:{n // 60:02d}:{n % 60:02d}Z", **e}).encode() for n, e in enumerate(out)
+    ]
 
 
 CODEX_ACTIONS = st.lists(

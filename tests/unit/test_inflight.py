@@ -1,4 +1,4 @@
-"""``InFlight.settled`` is exactly the proof CONTRACT section 5 allows, over generated fetch/apply runs.
+"""``InFlight.settled`` is exactly the proof docs/spec.md#scoped-wait allows, over generated fetch/apply runs.
 
 A run is one partition's log (each offset a record of project A, B, one whose project is unknown, or
 no record at all: a transaction marker), fetched contiguously from a start in polls of any size and

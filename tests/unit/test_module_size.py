@@ -1,4 +1,4 @@
-"""No production module is over 600 lines (issue 19: one concern per module; a longer one is asking
+"""No production module is over 600 lines (the house rule: one concern per module; a longer one is asking
 to be split). The harness's own modules are held to the same bound in ``test_harness_layout``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The reference Observer over the in-memory projection (ADR 0005 decision 10, CONTRACT section 4)."""
+"""The reference Observer over the in-memory projection (docs/spec.md#observer)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from reader_world import KEY, PROJECT, World
 from support.cursor import cursor_length
 
 from throughline.errors import ThroughlineError
+from throughline.projector.exceptions import ProjectionBusyError, ProjectionStorageError
 from throughline.reader import (
     OBSERVER_STATE_SCHEMA,
     Observer,
@@ -247,7 +248,7 @@ def test_retriable_read_errors_back_off_like_pending(world: World, state: Path) 
     world.append_many(2)
     observer = _observer(world, state, Audit())
     inner = observer.read_page
-    failures = [ThroughlineError("busy", code="projection_busy", retriable=True)] * 2
+    failures = [ProjectionBusyError("busy")] * 2
 
     def busy(**kwargs: Any) -> ObserverRead:
         if failures:
@@ -263,7 +264,7 @@ def test_hard_read_errors_propagate(world: World, state: Path) -> None:
     observer = _observer(world, state, Audit())
 
     def broken(**kwargs: Any) -> ObserverRead:
-        raise ThroughlineError("disk on fire", code="io_error")
+        raise ProjectionStorageError("disk on fire")
 
     observer.read_page = broken
     with pytest.raises(ThroughlineError):

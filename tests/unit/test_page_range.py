@@ -1,4 +1,4 @@
-"""The range and pagination arithmetic of a read series (ADR 0005 decisions 1, 5, 6 and 7)."""
+"""The range and pagination arithmetic of a read series (docs/spec.md#read-range, #pagination)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _walk(after: Cursor | None, through: Cursor, limit: int) -> list[PagePlan]:
     raise AssertionError("series did not complete")
 
 
-# ----------------------------------------------------------------------------------------- decision 1
+# ---------------------------------------------------------------------------- docs/spec.md#read-limit
 
 
 @pytest.mark.parametrize("limit", [1, 2, 10, 99, 100])
@@ -62,7 +62,7 @@ def test_plan_page_validates_limit() -> None:
         plan_page(None, _cursor(A, 3), limit=0, offset=None)
 
 
-# ----------------------------------------------------------------------------------------- decision 6
+# ------------------------------------------------------------------------------ docs/spec.md#snapshot
 
 
 @given(st.integers(1, 500), st.integers(1, MAX_LIMIT))
@@ -82,7 +82,7 @@ def test_snapshot_never_accepts_a_token_offset(length: int, limit: int, offset: 
     assert info.value.code == "page_token_offset"
 
 
-# ------------------------------------------------------------------------------------- decisions 5, 7
+# ------------------------------------------------------------- docs/spec.md#read-range, #pagination
 
 
 @given(st.integers(1, 400), st.integers(0, 400), st.integers(1, MAX_LIMIT))

@@ -1,4 +1,4 @@
-"""Page tokens ``throughline.observer_page.v1`` (ADR 0005 decisions 3 and 4).
+"""Page tokens ``throughline.observer_page.v1`` (docs/spec.md#page-tokens, #page-token-binding).
 
 Every refusal is a hard input error with a stable code, never rounded to ``resync_required``.
 """

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from throughline.log import LogError
+from throughline.log import BrokerUnavailableError, LogError
 from throughline.projector.periodic_check import PeriodicCheck
 
 BOUND_S = 10.0
@@ -33,7 +33,7 @@ def test_the_check_runs_on_its_own_thread_on_its_schedule() -> None:
 
 def test_a_failure_is_raised_once_on_the_loops_thread_and_checking_goes_on() -> None:
     calls = [0]
-    failure = LogError("the broker did not answer", code="broker_unavailable", retriable=True)
+    failure = BrokerUnavailableError(["127.0.0.1:1"], "the broker did not answer")
 
     def check() -> None:
         calls[0] += 1

@@ -147,7 +147,7 @@ class ProjectionContract(abc.ABC):
     def test_a_history_re_sent_by_a_newer_parser_corrects_the_chain(self) -> None:
         """The old parser's turns, then the new parser's, in polls cut anywhere: the new chain, nothing
         refused. First an extra (interrupted) turn and a fuller reply under a turn id sent before, then a
-        turn the old parser made up, dropped."""
+        turn the old parser made up, dropped, then both before the same turn."""
         def records(spec: list[tuple[str, str]]) -> list[TurnRecord]:
             return [turn(turn_id=t, seq=i + 1, body=body) for i, (t, body) in enumerate(spec)]
 
@@ -161,8 +161,20 @@ class ProjectionContract(abc.ABC):
                 records([("t1", "one"), ("t2", "two"), ("t3", "three, the whole reply"), ("t4", "four")]),
             ),
         ]
-        for old, new in cases:
-            nxt = turn(turn_id="next", seq=len(new) + 1, body="next")
+        finals = [new for _, new in cases]
+
+        def timed(spec: list[tuple[str, int, int]]) -> list[TurnRecord]:  # (turn id, seq, completedAt)
+            return [turn(turn_id=t, seq=seq, body=t, at=1_700_000_000_000_000 + at) for t, seq, at in spec]
+
+        # An extra turn x and a dropped made-up one before c, which keeps its seq: c and d, superseded by
+        # x, come back at their seqs (completed after the head); then the host's rewind e, re-sent at its
+        # seq, rewinds over d again. The turns the chain's head's completedAt is read from are pending,
+        # stored, or in a staged layer, as the polls are cut.
+        new = timed([("a", 1, 10), ("x", 2, 20), ("c", 3, 30), ("d", 4, 40), ("e", 4, 50)])
+        cases.append((timed([("a", 1, 10), ("m", 2, 25), ("c", 3, 30), ("d", 4, 40), ("e", 4, 50)]), new))
+        finals.append([new[0], new[1], new[2], new[4]])
+        for (old, new), final in zip(cases, finals, strict=True):
+            nxt = turn(turn_id="next", seq=len(final) + 1, body="next", at=1_700_000_000_000_100)
             placed = place([*old, *new, *new[2:], nxt])  # the new records twice (a hook and a follower)
             for cut in range(len(old), len(placed)):
                 with self.fed() as fed:
@@ -174,7 +186,7 @@ class ProjectionContract(abc.ABC):
                         info = v.source(turn().source_sha256)
                         assert info is not None and info.broken_reason is None
                         served = v.turns(turn().source_sha256, 1, 10)
-                        assert [(t.turn_id, t.body) for t in served] == [(t.turn_id, t.body) for t in [*new, nxt]]
+                        assert [(t.turn_id, t.body) for t in served] == [(t.turn_id, t.body) for t in [*final, nxt]]
 
     def test_an_empty_projection(self) -> None:
         with self.fed() as fed, fed.projection.view() as v:

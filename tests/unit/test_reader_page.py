@@ -1,4 +1,4 @@
-"""``read_observer_turn_page`` over the in-memory projection and log, one section per ADR 0005 decision."""
+"""``read_observer_turn_page`` over the in-memory projection and log, one section per rule of docs/spec.md#read-contract."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def world() -> World:
     return World()
 
 
-# ----------------------------------------------------------------------------------- decision 1: limit
+# --------------------------------------------------------------------------- docs/spec.md#read-limit
 
 
 @pytest.mark.parametrize("limit", [0, -1, 101, 1.5, 10.0, "10", True, [1]])
@@ -70,7 +70,7 @@ def test_invalid_project_is_a_hard_error(world: World) -> None:
     assert _code(world, project="") == "invalid_project"
 
 
-# ------------------------------------------------------------------------- decision 2: pinned through
+# ------------------------------------------------------------------------ docs/spec.md#pinned-through
 
 
 def test_empty_project_is_ok_with_no_through_and_a_complete_page(world: World) -> None:
@@ -136,7 +136,7 @@ def test_first_page_waits_for_the_projector(world: World) -> None:
     assert read.status == "ok" and [t.seq for t in read.turns] == [1, 2, 3, 4, 5]
 
 
-# ----------------------------------------------------------------- decisions 3 and 4: the page token
+# ------------------------------------------ the page token: docs/spec.md#page-tokens, #page-token-binding
 
 
 def test_token_is_bound_to_the_exact_series(world: World) -> None:
@@ -306,7 +306,7 @@ def _replay(world: World) -> list:
     return sorted(((t.record, t.partition, t.offset) for t in turns), key=lambda x: x[2])
 
 
-# ----------------------------------------------------------------- decision 5: prefix re-validation
+# ------------------------------------------------------------------ docs/spec.md#prefix-revalidation
 
 
 def test_same_source_delta_is_after_to_through(world: World) -> None:
@@ -444,7 +444,7 @@ def test_quarantined_source_is_a_hard_failure(world: World) -> None:
     assert "host-alpha" not in info.value.message and "thread-main" not in info.value.message
 
 
-# ------------------------------------------------------------------------ decision 6: the snapshot
+# ----------------------------------------------------------------------------- docs/spec.md#snapshot
 
 
 def test_snapshot_is_the_latest_limit_turns(world: World) -> None:
@@ -468,7 +468,7 @@ def test_snapshot_of_a_given_through(world: World) -> None:
     assert [t.seq for t in read.turns] == [6, 7, 8] and read.throughCursor == through
 
 
-# --------------------------------------------------------------------- decision 7: pagination
+# ---------------------------------------------------------------------------- docs/spec.md#pagination
 
 
 def test_delta_paginates_only_beyond_the_limit(world: World) -> None:
@@ -502,7 +502,7 @@ def test_pages_may_be_read_again_in_any_order(world: World) -> None:
     assert again == pages[3]
 
 
-# ------------------------------------------------------------------ decision 8: projection_pending
+# -------------------------------------------------------------------- docs/spec.md#projection-pending
 
 
 def test_ingest_without_projecting_is_pending_then_ok(world: World) -> None:
@@ -621,7 +621,7 @@ def test_missing_cursor_row_is_pending(world: World) -> None:
     assert read.status == "projection_pending" and read.turns == ()
 
 
-# -------------------------------------------------------------------------- decision 9: the wire
+# ---------------------------------------------------------------------------- docs/spec.md#read-wire
 
 
 def test_wire_fields_are_exactly_the_adr_fields(world: World) -> None:

@@ -141,7 +141,7 @@ def test_projection_pending_is_a_200_answer(http_world: World, client: TestClien
     document = response.json()
     assert document["status"] == "projection_pending" and document["turns"] == []
     assert document["page"] == {"complete": False, "nextToken": None}
-    assert "reason" not in document  # the wire holds only the ADR's fields...
+    assert "reason" not in document  # the wire holds only docs/spec.md#read-wire's fields...
     assert response.headers[REASON_HEADER]  # ...the reason for a person rides in a header
 
 

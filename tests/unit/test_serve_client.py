@@ -21,7 +21,9 @@ from throughline.core.exceptions import (
     InvalidLimitError,
     InvalidProjectError,
     PageTokenError,
+    PageTokenTamperedError,
 )
+from throughline.errors import ThroughlineError
 from throughline.reader import Observer, SourceQuarantinedError, load_observer_state
 from throughline.reader.exceptions import PageTokenUnboundError
 from throughline.reader.wire import TurnRecordWire
@@ -32,6 +34,7 @@ from throughline.serve.exceptions import (
     InvalidRequestError,
     ServerUnavailableError,
     UnauthorizedError,
+    UnknownCodeError,
 )
 
 TOKEN = "client-test-token-abcdefghijklmnop"
@@ -125,9 +128,13 @@ def test_a_foreign_answer_is_a_bad_response(read_api: ServedApp) -> None:
 
 def test_error_classes_are_found_by_code() -> None:
     assert isinstance(error_from_answer(400, "invalid_arguments", "x"), InvalidRequestError)
-    assert isinstance(error_from_answer(400, "page_token_tampered", "x"), PageTokenError)
+    tampered = error_from_answer(400, "page_token_tampered", "x")
+    assert type(tampered) is PageTokenTamperedError and isinstance(tampered, PageTokenError)
+    assert type(error_from_answer(500, "internal_error", "x")) is ThroughlineError
     unknown = error_from_answer(400, "some_future_code", "x")
+    assert type(unknown) is UnknownCodeError
     assert unknown.code == "some_future_code" and unknown.exit_code == 2
+    assert unknown.to_json() == {"error": {"code": "some_future_code", "message": "x"}}
     busy = error_from_answer(503, "broker_unavailable", "x")
     assert busy.retriable and busy.code == "broker_unavailable"
 

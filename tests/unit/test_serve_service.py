@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from throughline.errors import ThroughlineError
 from throughline.log.exceptions import BrokerUnavailableError
+from throughline.projector.exceptions import LogRewoundError
 from throughline.serve.auth import BearerAuth, is_loopback, load_auth_token, require_token_off_loopback
 from throughline.serve.exceptions import (
     AuthTokenRequiredError,
@@ -124,7 +125,7 @@ def test_a_hard_failure_stops_the_service() -> None:
     exits: list[bool] = []
 
     def loop(stop: threading.Event) -> None:
-        raise ThroughlineError("two histories", code="log_rewound")
+        raise LogRewoundError("two histories")
 
     thread = ProjectorThread(loop, on_exit=lambda: exits.append(True))
     thread.start()

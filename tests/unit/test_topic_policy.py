@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from reader_world import KEY, World
 
 from throughline.cli import build_parser, main
-from throughline.errors import ThroughlineError
 from throughline.log import (
     InvalidReplicationError,
     LossyTopicError,
@@ -28,6 +27,7 @@ from throughline.log import (
     check_topic,
     topic_problems,
 )
+from throughline.log.exceptions import BrokerUnavailableError
 from throughline.log.policy import (
     default_replication,
     replication_document,
@@ -295,7 +295,7 @@ def test_readyz_shows_replication_without_changing_readiness(http_world: World) 
 
 def test_readyz_reports_a_replication_it_cannot_describe(http_world: World) -> None:
     def failing() -> TopicInfo:
-        raise ThroughlineError("no broker answered", code="broker_unavailable")
+        raise BrokerUnavailableError(["127.0.0.1:1"], "no broker answered")
 
     app = create_app(
         projection=http_world.projection,

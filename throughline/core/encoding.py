@@ -50,7 +50,7 @@ def read_zigzag(buf: bytes, p: int) -> tuple[int, int]:
         if b < 0x80:
             # Only a tenth byte (shift 63) can carry bits past 64; Java's Avro and Kafka would
             # silently drop them (and fastavro's C reader wraps the value modulo 2**64).
-            if result >> 64:
+            if result >> 64:  # mutant-anchor: varint-wide
                 raise ValueError(f"a varint whose value runs past 64 bits (ending at byte {p})")
             return (result >> 1) ^ -(result & 1), p + 1
         shift += 7

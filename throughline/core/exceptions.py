@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from throughline.errors import InputError, ThroughlineError
+from throughline.errors import InputError, InvalidArgumentsError, ThroughlineError
 
 
 class InvalidProjectError(InputError):
@@ -36,15 +36,68 @@ class InvalidCursorError(InputError):
 
 
 class PageTokenError(InputError):
-    """A page token is refused; ``code`` says why."""
+    """A page token is refused; the subclass (its ``code``) says why."""
 
     code = "invalid_page_token"
 
 
+class PageTokenMalformedError(PageTokenError):
+    """A page token that is not one: not a string, not the format, a payload that is not the schema."""
+
+    code = "page_token_malformed"
+
+
+class PageTokenOversizeError(PageTokenError):
+    """A page token longer than the bound."""
+
+    code = "page_token_oversize"
+
+
+class PageTokenVersionError(PageTokenError):
+    """A page token of another version or schema version."""
+
+    code = "page_token_version"
+
+
+class PageTokenTamperedError(PageTokenError):
+    """A page token whose signature does not verify."""
+
+    code = "page_token_tampered"
+
+
+class PageTokenMismatchError(PageTokenError):
+    """A page token of another project, after cursor or through cursor."""
+
+    code = "page_token_mismatch"
+
+
+class PageTokenOffsetError(PageTokenError):
+    """A page token whose offset does not fit the series it is bound to."""
+
+    code = "page_token_offset"
+
+
 class InvalidRepairError(InputError):
-    """A repair cannot be built: its source or reason breaks the rules (``code`` says which)."""
+    """A repair cannot be built: its source or reason breaks the rules (the subclass says which)."""
 
     code = "invalid_repair"
+
+
+class InvalidSourceError(InvalidRepairError):
+    """A repair's source cannot be named so: not a 32-byte hash (64 hexadecimal characters), or a host
+    or thread that cannot name a source."""
+
+    code = "invalid_source"
+
+
+class InvalidReasonError(InvalidRepairError):
+    """A repair's reason is blank, holds NUL or is too long."""
+
+    code = "invalid_reason"
+
+
+class RepairArgumentsError(InvalidArgumentsError, InvalidRepairError):
+    """A repair names its source both ways, or half of one (``invalid_arguments``, a repair error too)."""
 
 
 class GroupDataError(ThroughlineError):
@@ -55,6 +108,12 @@ class GroupDataError(ThroughlineError):
     """
 
     code = "group_data_malformed"
+
+
+class GroupDataVersionError(GroupDataError):
+    """Group data of another schema version (another throughline in the group)."""
+
+    code = "group_data_version"
 
 
 class SnapshotMovedError(ThroughlineError):

@@ -13,8 +13,12 @@ For a record of source S whose chain has length ``n`` and head digest ``d(n)``:
      too: a turn before it was not sent yet, it stays) and other content *amends* it (``Amend``): turn
      ``p`` takes the record's content, the turns after it stay, chained anew (a rewind to ``p`` for a
      reader whose cursor was past it);
-   - superseded since: no seq or seq ``p`` is a stale re-send, a ``Duplicate`` whatever its content
-     (a host rewind left it); another seq places it as rules 3-5 place a new turn.
+   - superseded since: no seq is a stale re-send, a ``Duplicate`` whatever its content; seq ``p`` too
+     (a host rewind left it: the turns that superseded it completed after it) unless its ``completedAt``
+     is later than the head's (a newer parser found turns before it, which superseded it), and then it
+     is placed as rules 3-5 place a new turn; another seq places it so too. This takes a host's
+     ``completedAt`` to grow along its turns: where its clock stepped back across a rewind, a re-send
+     of the turns the rewind left places them again (docs/design.md, the upgrade rule's known limits).
 
 3. No seq, or ``seq == n + 1``: ``Append`` at ``n + 1``.
 4. ``seq <= n`` (a rollback): turns ``seq..n`` are superseded (kept for audit, never served) and the
@@ -49,6 +53,8 @@ class ChainLink(Protocol):
     def seq(self) -> int | None: ...
     @property
     def content_digest(self) -> bytes: ...
+    @property
+    def completed_at_micros(self) -> int: ...
 
 
 class HeadLike(Protocol):
@@ -141,12 +147,14 @@ def fold_turn(
     *,
     applied: Placement | None,
     digest_at: Callable[[int], bytes],
+    completed_at: Callable[[int], int],
 ) -> Outcome:
     """Decide what ``record`` does to a chain whose current head is ``head``.
 
     ``applied`` is where this source last placed the record's turn id (``None`` if never: the usual
     case, decided without another look-up); ``digest_at(k)`` returns ``d(k)`` of the live chain for
-    ``0 < k <= length`` (only called when rewinding or amending).
+    ``0 < k <= length`` (only called when rewinding or amending), ``completed_at(k)`` the ``completedAt``
+    of its turn ``k`` (only called for a superseded turn id re-sent at the seq it was placed at).
     """
     seq = record.seq
     if applied is not None:
@@ -159,7 +167,11 @@ def fold_turn(
                 return Amend(p, next_chain_digest(base, record.content_digest), head.length)
             # seq < p: a turn before it is gone; placed at seq below (a rewind over p).
         elif seq is None or seq == applied.seq:
-            return Duplicate()  # a stale re-send of a turn a host rewind left
+            # A host rewind supersedes a turn by turns completed after it, so a re-send of one it left
+            # is never later than the head (a stale re-send). Later, the turns that superseded it came
+            # before it on the host: a newer parser found them, and it is placed again (as a new turn).
+            if seq is None or (head.length and record.completed_at_micros <= completed_at(head.length)):
+                return Duplicate()
     if seq is None or seq == head.length + 1:
         return Append(head.length + 1, next_chain_digest(head.chain_digest, record.content_digest), None)
     if seq > head.length + 1:
@@ -274,7 +286,10 @@ class ChainBook:
         if placed is not None:
             p, content = placed
             placement = Placement(p, content, p <= len(turns) and turns[p - 1].turn_id == record.turn_id)
-        outcome = fold_turn(self.head_of(source), record, applied=placement, digest_at=delta.digest_at)
+        outcome = fold_turn(
+            self.head_of(source), record, applied=placement, digest_at=delta.digest_at,
+            completed_at=lambda k: turns[k - 1].record.completed_at_micros,
+        )
         if isinstance(outcome, Reject):
             self._quarantine(partition, offset, outcome.reason, record.project_sha256, source)
             self.broken.add(source)

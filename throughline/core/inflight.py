@@ -1,6 +1,6 @@
 """Records the projector has fetched but not applied yet: the proof behind a wait scoped to one project.
 
-CONTRACT section 5 lets a reader answer from the projection when it can prove that none of the
+The spec (docs/spec.md#scoped-wait) lets a reader answer from the projection when it can prove that none of the
 records below the end offset read at the call that are not applied yet belong to the project. The
 projector knows how far its fetches reach on each partition and which project each fetched record
 belongs to; ``InFlight`` keeps that, and ``settled`` decides the proof:
@@ -71,9 +71,9 @@ class InFlight:
         if applied >= below:
             return True
         if self.covered(partition, applied) < below:
-            return False  # records between the fetches' reach and ``below`` are unknown
+            return False  # records between the fetches' reach and ``below`` are unknown; mutant-anchor: scope-unfetched
         held = self._offsets.get(partition, {})
-        for key in (project_sha256, UNKNOWN):
+        for key in (project_sha256, UNKNOWN):  # mutant-anchor: scope-own-records
             offsets = held.get(key)
             if offsets:
                 i = bisect_left(offsets, applied)

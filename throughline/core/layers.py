@@ -9,7 +9,7 @@ committed version and the layers above it in one step (``ReadIndex``), so ``Laye
 exactly the state after the last layer: the projection as the log makes it up to that point, only
 not written to the file yet. A commit publishes its version and drops its layers in one step.
 
-Why this is honest (CONTRACT section 3, decision 8; section 5): a layer is the fold of records the
+Why this is honest (docs/spec.md#projection-pending, #freshness): a layer is the fold of records the
 log holds (acknowledged appends, read back from the broker), folded by the same code, in the same
 order, over the same state as the transaction that commits them (``ApplyTransaction``), so the rows,
 digests and cursors a read serves from it are the ones the file will hold. A crash before the commit

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from throughline.core.exceptions import GroupDataError
+from throughline.core.exceptions import GroupDataError, GroupDataVersionError
 
 SUBSCRIPTION_SCHEMA = "throughline.group_member.v1"
 OWNER_MAP_SCHEMA = "throughline.owner_map.v1"
@@ -89,7 +89,7 @@ def _load(data: bytes, schema: str) -> dict[str, Any]:
     found = document.get("schema")
     if found != schema:
         if isinstance(found, str) and found.rsplit(".", 1)[0] == schema.rsplit(".", 1)[0]:
-            raise GroupDataError(f"{found} is not {schema}", code="group_data_version")
+            raise GroupDataVersionError(f"{found} is not {schema}")
         raise GroupDataError(f"not a {schema} document (schema {found!r:.80})")
     return document
 

@@ -1,4 +1,4 @@
-"""Which turns one page of a read series holds (ADR 0005 decisions 1, 5, 6 and 7), as pure arithmetic.
+"""Which turns one page of a read series holds (docs/spec.md#read-range, #snapshot, #pagination), as pure arithmetic.
 
 A series is one (after cursor, through cursor) pair. Its *range* is a half-open interval of seqs
 ``(range_start, range_end]`` of the through cursor's source:

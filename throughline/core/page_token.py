@@ -36,7 +36,14 @@ import re
 from dataclasses import dataclass
 
 from throughline.core.encoding import b64url_decode, b64url_encode
-from throughline.core.exceptions import PageTokenError
+from throughline.core.exceptions import (
+    PageTokenMalformedError,
+    PageTokenMismatchError,
+    PageTokenOffsetError,
+    PageTokenOversizeError,
+    PageTokenTamperedError,
+    PageTokenVersionError,
+)
 
 SCHEMA = "throughline.observer_page.v1"
 MAX_TOKEN_BYTES = 4096
@@ -84,7 +91,7 @@ class SeriesBinding:
         return cls(
             project_sha256,
             hashlib.sha256(after).digest(),
-            hashlib.sha256(through_cursor.encode("utf-8")).digest(),
+            hashlib.sha256(through_cursor.encode("utf-8")).digest(),  # mutant-anchor: token-unbound
         )
 
 
@@ -117,37 +124,37 @@ def open_page_token(key: bytes, token: object, binding: SeriesBinding) -> int:
     cursors are resolved); ``check_offset_in_range`` does that.
     """
     if not isinstance(token, str):
-        raise PageTokenError("page token must be a string", code="page_token_malformed")
+        raise PageTokenMalformedError("page token must be a string")
     if len(token.encode("utf-8", "surrogatepass")) > MAX_TOKEN_BYTES:
-        raise PageTokenError(f"page token is larger than {MAX_TOKEN_BYTES} bytes", code="page_token_oversize")
+        raise PageTokenOversizeError(f"page token is larger than {MAX_TOKEN_BYTES} bytes")
     m = _SHAPE.match(token)
     if not m:
-        raise PageTokenError("page token is malformed", code="page_token_malformed")
+        raise PageTokenMalformedError("page token is malformed")
     if m.group(1) != "1":
-        raise PageTokenError(f"page token version {m.group(1)} is not {SCHEMA}", code="page_token_version")
+        raise PageTokenVersionError(f"page token version {m.group(1)} is not {SCHEMA}")
     payload = b64url_decode(m.group(2))
     tag = b64url_decode(m.group(3))
     if payload is None or tag is None or len(tag) != 32:
-        raise PageTokenError("page token is malformed", code="page_token_malformed")
+        raise PageTokenMalformedError("page token is malformed")
     if not hmac.compare_digest(tag, _mac(key, payload)):
-        raise PageTokenError("page token failed verification", code="page_token_tampered")
+        raise PageTokenTamperedError("page token failed verification")
     try:
         raw = json.loads(payload)
     except (ValueError, UnicodeDecodeError):
-        raise PageTokenError("page token payload is malformed", code="page_token_malformed") from None
+        raise PageTokenMalformedError("page token payload is malformed") from None
     if isinstance(raw, dict) and raw.get("schema") != SCHEMA and "schema" in raw:
-        raise PageTokenError("page token is of another schema version", code="page_token_version")
+        raise PageTokenVersionError("page token is of another schema version")
     parsed = _payload_offset(raw)
     if parsed is None:
-        raise PageTokenError("page token does not match its schema", code="page_token_malformed")
+        raise PageTokenMalformedError("page token does not match its schema")
     project_hex, after, through, offset = parsed
     if (
         project_hex != binding.project_sha256.hex()
         or after != binding.after_sha256.hex()
         or through != binding.through_sha256.hex()
     ):
-        raise PageTokenError(
-            "page token belongs to another project, after cursor or through cursor", code="page_token_mismatch"
+        raise PageTokenMismatchError(
+            "page token belongs to another project, after cursor or through cursor"
         )
     return offset
 
@@ -155,7 +162,6 @@ def open_page_token(key: bytes, token: object, binding: SeriesBinding) -> int:
 def check_offset_in_range(offset: int, range_size: int) -> None:
     """A token's offset must name a page inside the series' range."""
     if offset >= range_size:
-        raise PageTokenError(
+        raise PageTokenOffsetError(
             f"page token offset {offset} is past the end of the series ({range_size} turns)",
-            code="page_token_offset",
         )

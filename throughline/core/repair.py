@@ -32,7 +32,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from throughline.core.exceptions import InvalidRepairError, InvalidTurnError
+from throughline.core.exceptions import (
+    InvalidReasonError,
+    InvalidSourceError,
+    InvalidTurnError,
+    RepairArgumentsError,
+)
 from throughline.core.identity import project_sha256, source_sha256, validate_name
 from throughline.core.turn import ProducerStamp
 
@@ -59,11 +64,11 @@ class RepairRecord:
 def parse_source_hash(text: object) -> bytes:
     """The 32 bytes of a source hash given as 64 hexadecimal characters (``--source``)."""
     if not isinstance(text, str) or len(text) != 64:
-        raise InvalidRepairError("a source hash is 64 hexadecimal characters (sourceSha256)", code="invalid_source")
+        raise InvalidSourceError("a source hash is 64 hexadecimal characters (sourceSha256)")
     try:
         return bytes.fromhex(text)
     except ValueError:
-        raise InvalidRepairError("a source hash is 64 hexadecimal characters (sourceSha256)", code="invalid_source") from None
+        raise InvalidSourceError("a source hash is 64 hexadecimal characters (sourceSha256)") from None
 
 
 def build_repair(
@@ -87,17 +92,17 @@ def build_repair(
     project_hash = project_sha256(project)
     if source is not None:
         if host is not None or thread is not None:
-            raise InvalidRepairError("name the source by --host and --thread, or by --source, not both", code="invalid_arguments")
+            raise RepairArgumentsError("name the source by --host and --thread, or by --source, not both")
         if not isinstance(source, bytes) or len(source) != 32:
-            raise InvalidRepairError("a source hash is 32 bytes", code="invalid_source")
+            raise InvalidSourceError("a source hash is 32 bytes")
         source_hash = source
     else:
         if host is None or thread is None:
-            raise InvalidRepairError("name the source by --host and --thread together, or by --source", code="invalid_arguments")
+            raise RepairArgumentsError("name the source by --host and --thread together, or by --source")
         try:
             source_hash = source_sha256(project_hash, validate_name(host, "host"), validate_name(thread, "thread"))
         except InvalidTurnError as exc:  # an empty, too long, NUL-holding or unencodable name
-            raise InvalidRepairError(f"the source cannot be named so: {exc.message}", code="invalid_source") from None
+            raise InvalidSourceError(f"the source cannot be named so: {exc.message}") from None
     record = RepairRecord(
         project_sha256=project_hash,
         source_sha256=source_hash,
@@ -106,7 +111,7 @@ def build_repair(
     )
     problem = verify_repair(record)
     if problem is not None:
-        raise InvalidRepairError(problem, code="invalid_reason")
+        raise InvalidReasonError(problem)
     return record
 
 

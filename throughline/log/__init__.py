@@ -3,6 +3,24 @@
 Nothing outside this package (and the test harness) imports kafka-python: every client is built by
 ``throughline.log.clients`` with the connection's ``KafkaClientConfig`` (``throughline.log.config``),
 and every Kafka error is translated by ``throughline.log.translate``.
+
+Its modules, one concern each:
+
+- ``clients``: every kafka-python client throughline uses (producers, consumers, admin clients);
+- ``config``: the client settings read from a standard client properties file;
+- ``registry_config``: the schema registry's settings in that file; ``registry_keys``: their keys;
+- ``probe``: one connection to a bootstrap server: does the listener accept these settings?
+- ``translate``: kafka-python's errors as throughline's log errors;
+- ``topic``: the topic of completed turns, created with infinite retention or checked;
+- ``policy``: whether the topic keeps every turn (retention and replication), as pure functions;
+- ``placement``: ``TopicClient``, what a client knows of the topic and where a project's records go;
+- ``view``: ``KafkaLog``, the log right now (the ``LogView`` port);
+- ``next_answer``: ``NextAnswer``, callers sharing one broker request asked after they called;
+- ``consumer``: ``PartitionConsumer``, the projector's fetching consumer;
+- ``fetch``: kafka-python's consumer with throughline's record reader in its fetcher;
+- ``record_batch``: Kafka record batches (format v2) read straight into plain tuples;
+- ``group``: a member of a ``serve --group`` (the classic group protocol, throughline's assignor);
+- ``exceptions``: the errors of the Kafka edge.
 """
 
 from __future__ import annotations

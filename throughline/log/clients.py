@@ -109,7 +109,6 @@ def ssl_context(kafka_config: KafkaClientConfig) -> ssl.SSLContext:
         except (ssl.SSLError, OSError) as exc:
             raise ConfigurationError(
                 f"Kafka client config{source}: ssl.ca.location holds no usable CA certificate ({exc})",
-                code="configuration_error",
             ) from None
     else:
         context.load_default_certs()
@@ -125,7 +124,6 @@ def ssl_context(kafka_config: KafkaClientConfig) -> ssl.SSLContext:
             raise ConfigurationError(
                 f"Kafka client config{source}: the client certificate and key cannot be loaded ({reason}): "
                 "is ssl.key.password right, and does ssl.key.location belong to ssl.certificate.location?",
-                code="configuration_error",
             ) from None
     return context
 

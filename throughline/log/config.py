@@ -184,7 +184,7 @@ PLAINTEXT = KafkaClientConfig()
 
 def _refuse(message: str, source: str | None) -> ConfigurationError:
     where = f" ({source})" if source else ""
-    return ConfigurationError(f"Kafka client config{where}: {message}", code="configuration_error")
+    return ConfigurationError(f"Kafka client config{where}: {message}")
 
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from throughline.errors import ThroughlineError
+from throughline.errors import ConfigurationError, ThroughlineError
 
 
 class LogError(ThroughlineError):
@@ -13,16 +13,60 @@ class LogError(ThroughlineError):
     code = "log_error"
 
 
+class OtherKafkaError(LogError):
+    """A Kafka error that no other class names; ``retriable`` is the Kafka error's own."""
+
+    code = "kafka_error"
+
+
+class MessageTooLargeError(LogError):
+    """The broker refused a record as too large."""
+
+    code = "message_too_large"
+
+
+class ClientClosedError(LogError):
+    """The Kafka client cannot do that now (closed, or in the wrong state)."""
+
+    code = "client_closed"
+
+
+class UnknownPartitionError(LogError):
+    """A partition that is not one of the topic's."""
+
+    code = "unknown_partition"
+
+
+class LogClosedError(LogError):
+    """A call on a log view that was closed."""
+
+    code = "log_closed"
+
+
+class MissingBootstrapServersError(ConfigurationError):
+    """No Kafka bootstrap servers were given (``--bootstrap-servers`` or its variable)."""
+
+    code = "missing_bootstrap_servers"
+
+
+class InvalidPartitionsError(ConfigurationError):
+    """A topic partition count below 1."""
+
+    code = "invalid_partitions"
+
+
 class BrokerUnavailableError(LogError):
     """No broker answered within the bounded time; the message names the servers that were tried."""
 
     code = "broker_unavailable"
     retriable = True
 
-    def __init__(self, servers: Sequence[str], detail: str, *, code: str | None = None) -> None:
+    def __init__(self, servers: Sequence[str], detail: str) -> None:
         self.servers = tuple(servers)
         self.detail = detail
-        super().__init__(f"Kafka broker unavailable (tried {', '.join(self.servers) or 'no servers'}): {detail}", code=code)
+        super().__init__(
+            f"Kafka broker unavailable (tried {', '.join(self.servers) or 'no servers'}): {detail}"
+        )
 
 
 class LossyTopicError(LogError):
@@ -172,3 +216,21 @@ class GroupRefusedError(LogError):
 
     code = "group_refused"
     exit_code = 2
+
+
+class GroupProtocolMismatchError(GroupRefusedError):
+    """Another kind of consumer, or a throughline of another version, uses the group name."""
+
+    code = "group_protocol_mismatch"
+
+
+class InvalidSessionTimeoutError(GroupRefusedError):
+    """The group session timeout is outside the broker's bounds."""
+
+    code = "invalid_session_timeout"
+
+
+class GroupFullError(GroupRefusedError):
+    """The group has the broker's ``group.max.size`` members already."""
+
+    code = "group_full"

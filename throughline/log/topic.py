@@ -30,13 +30,15 @@ from typing import Any
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from throughline.core.turn import TOPIC_MAX_MESSAGE_BYTES
-from throughline.errors import ConfigurationError
 from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
 from throughline.log.exceptions import (
+    InvalidPartitionsError,
     LogError,
     LossyTopicError,
     LossyTopicReplicationError,
+    MissingBootstrapServersError,
+    OtherKafkaError,
     TopicMissingError,
 )
 from throughline.log.policy import (
@@ -72,7 +74,7 @@ def bootstrap_list(bootstrap_servers: Sequence[str] | str) -> list[str]:
     items = [bootstrap_servers] if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
     servers = [s.strip() for item in items for s in str(item).split(",") if s.strip()]
     if not servers:
-        raise ConfigurationError("no Kafka bootstrap servers given", code="missing_bootstrap_servers")
+        raise MissingBootstrapServersError("no Kafka bootstrap servers given")
     return servers
 
 
@@ -90,7 +92,7 @@ class TopicSettings:
 
     def __post_init__(self) -> None:
         if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
-            raise ConfigurationError("a topic needs at least one partition", code="invalid_partitions")
+            raise InvalidPartitionsError("a topic needs at least one partition")
         check_override(self.replication_factor, self.min_insync_replicas)
 
     def configs(self) -> dict[str, str]:
@@ -366,7 +368,11 @@ def _create(
         if code == TOPIC_EXISTS_CODE:  # another process won the race; describe what it created
             return False
         raise response_error(code, result.get("error_message") or f"creating topic {topic!r}")
-    raise LogError(f"the broker did not answer the creation of topic {topic!r}", code="kafka_error", retriable=True)
+    raise OtherKafkaError(f"the broker did not answer the creation of topic {topic!r}", retriable=True)
+
+
+_VISIBLE_TRIES = 50
+_VISIBLE_PAUSE_S = 0.2
 
 
 def _wait_visible(
@@ -375,8 +381,15 @@ def _wait_visible(
     # A freshly created topic takes a moment to show up (with a leader per partition) in metadata.
     remaining_ms = max(1000, int((deadline - time.monotonic()) * 1000))
     admin.wait_for_topics([topic], timeout_ms=remaining_ms)
-    info = _describe(admin, topic, created=created, brokers=brokers)
-    if info is None:  # deleted between creation and description
+    # The broker that answers the description may be another than the one that answered the wait, and
+    # on a cluster just back from a failover its metadata can lag by a moment: ask again until the
+    # deadline before concluding that the topic was deleted between its creation and its description.
+    for _ in range(_VISIBLE_TRIES):
+        info = _describe(admin, topic, created=created, brokers=brokers)
+        if info is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(_VISIBLE_PAUSE_S)
+    if info is None:
         raise TopicMissingError(f"topic {topic!r} vanished right after it was created")
     return info
 

@@ -18,9 +18,14 @@ from throughline.log.exceptions import (
     AuthenticationFailedError,
     AuthorizationFailedError,
     BrokerUnavailableError,
-    GroupRefusedError,
+    ClientClosedError,
+    GroupFullError,
+    GroupProtocolMismatchError,
+    InvalidSessionTimeoutError,
     InvalidTopicError,
     LogError,
+    MessageTooLargeError,
+    OtherKafkaError,
     PositionOutOfRangeError,
     ProtocolMismatchError,
     SaslMechanismUnsupportedError,
@@ -83,25 +88,23 @@ def translate_kafka_error(
     if isinstance(exc, kafka_errors.OffsetOutOfRangeError | kafka_errors.LogTruncationError):
         return PositionOutOfRangeError(f"the broker refused the consumer's position ({detail})")
     if isinstance(exc, kafka_errors.InconsistentGroupProtocolError):
-        return GroupRefusedError(
+        return GroupProtocolMismatchError(
             f"the group's members use another assignment protocol ({detail}): another kind of consumer, "
             "or a throughline of another version, uses this group name",
-            code="group_protocol_mismatch",
         )
     if isinstance(exc, kafka_errors.InvalidSessionTimeoutError):
-        return GroupRefusedError(
+        return InvalidSessionTimeoutError(
             f"the broker refused the group session timeout ({detail}): see its group.min.session.timeout.ms "
             "and group.max.session.timeout.ms",
-            code="invalid_session_timeout",
         )
     if isinstance(exc, kafka_errors.GroupMaxSizeReachedError):
-        return GroupRefusedError(f"the group is full ({detail}): see the broker's group.max.size", code="group_full")
+        return GroupFullError(f"the group is full ({detail}): see the broker's group.max.size")
     if isinstance(exc, kafka_errors.MessageSizeTooLargeError):
-        return LogError(f"the broker refused the record as too large: {detail}", code="message_too_large")
+        return MessageTooLargeError(f"the broker refused the record as too large: {detail}")
     if isinstance(exc, kafka_errors.IllegalStateError):
-        return LogError(f"the Kafka client cannot do that now: {detail}", code="client_closed")
+        return ClientClosedError(f"the Kafka client cannot do that now: {detail}")
     retriable = bool(getattr(exc, "retriable", False))
-    return LogError(f"Kafka error: {detail}", code="kafka_error", retriable=retriable)
+    return OtherKafkaError(f"Kafka error: {detail}", retriable=retriable)
 
 
 class KafkaErrors:

@@ -24,7 +24,13 @@ from kafka import TopicPartition
 from throughline.log import clients
 from throughline.log.config import KafkaClientConfig
 from throughline.log.consumer import RETRY_BACKOFF_MS, prompt_metadata
-from throughline.log.exceptions import LogError, TopicMissingError
+from throughline.log.exceptions import (
+    LogClosedError,
+    LogError,
+    OtherKafkaError,
+    TopicMissingError,
+    UnknownPartitionError,
+)
 from throughline.log.next_answer import NextAnswer
 from throughline.log.placement import TopicClient
 from throughline.log.topic import bootstrap_list
@@ -96,7 +102,7 @@ class KafkaLog(TopicClient):
         self._ends: NextAnswer[dict[int, int]] = NextAnswer(lambda: self._ask(every, first=False))
         if set(ids) != set(range(self._partitions)):
             self._consumer.close()
-            raise LogError(f"topic {topic!r} reports partitions {sorted(ids)}", code="kafka_error")
+            raise OtherKafkaError(f"topic {topic!r} reports partitions {sorted(ids)}")
 
     def end_offset(self, partition: int) -> int:
         """The partition's end offset (the offset the next record will get), asked of the broker now."""
@@ -114,9 +120,8 @@ class KafkaLog(TopicClient):
         wanted = list(range(self._partitions)) if partitions is None else list(partitions)
         for p in wanted:
             if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self._partitions:
-                raise LogError(
+                raise UnknownPartitionError(
                     f"partition {p!r} is not one of topic {self._topic!r}'s {self._partitions} partitions",
-                    code="unknown_partition",
                 )
         if first:
             return self._ask(wanted, first=True)
@@ -145,7 +150,7 @@ class KafkaLog(TopicClient):
         """
         while True:
             if self._closed:
-                raise LogError("the log view is closed", code="log_closed")
+                raise LogClosedError("the log view is closed")
             if self._lock.acquire(timeout=_CLOSED_CHECK_S):
                 if not self._closed:
                     return

@@ -1,9 +1,24 @@
 """``throughline serve``: the projector and the HTTP read API in one process (docs/http.md).
 
+Its modules, one concern each:
+
+- ``service``: the process: projector thread, uvicorn, signals (``run_service``); ``cli``: its options;
 - ``app``: the FastAPI application (``create_app``) over a projection, a log view and the token key;
-- ``service``: the process: projector thread, uvicorn, signals (``run_service``);
+- ``read_route``: the read endpoint as a plain ASGI handler, ahead of FastAPI's router;
+- ``read_api``: ``ReadApi``, what the routes do, without HTTP;
+- ``params``: the read endpoint's query parameters or JSON object as a ``ReadRequest``;
+- ``responses``: the documents the API answers, and which HTTP status an error gets;
+- ``guard``: ``RequestGuard``, the ASGI layer in front of the routes (size limits, a count of answers);
+- ``http_protocol``: the HTTP/1.1 parser uvicorn runs with (httptools, else h11);
+- ``metrics``: a small metrics registry in the Prometheus text format;
+- ``openapi``: the OpenAPI document (``GET /openapi.json``);
+- ``auth``: bearer-token authentication; ``tokens``: scoped read tokens, signed and self-contained;
+- ``security``: HTTPS and token-key upkeep; ``token_cli``: ``throughline token keygen|issue``;
+- ``group``: the read side of a ``serve --group`` member; ``forward``: a read passed on to its member;
 - ``client``: ``HttpReader``, the library's reader over HTTP (a ``PageReader`` for the Observer);
-- ``metrics``, ``auth``, ``exceptions``, ``cli``.
+- ``transport``: one HTTP request to a server, and the same request along a group's members;
+- ``remote_status``: ``throughline status --url``, the readiness of running servers;
+- ``exceptions``: errors of the server and of its client.
 
 This module holds only constants, so that the CLI and the client load without the web stack.
 """

@@ -3,8 +3,8 @@
 ``HttpReader(url)(project=..., after_cursor=..., through_cursor=..., page_token=..., limit=...)`` returns
 the same ``ObserverRead`` model as ``read_observer_turn_page`` and raises the same typed errors: an HTTP
 error answer carries the stable code, and the client raises the class that owns that code
-(``InvalidLimitError`` for ``invalid_limit``, ``PageTokenError`` for ``page_token_*``, ...). It fits the
-Observer's ``PageReader`` protocol, so ``Observer(HttpReader(url), ...)`` audits over the network.
+(``InvalidLimitError`` for ``invalid_limit``, a ``PageTokenError`` for each ``page_token_*``, ...). It
+fits the Observer's ``PageReader`` protocol, so ``Observer(HttpReader(url), ...)`` audits over the network.
 
 A server that cannot be reached raises ``ServerUnavailableError`` (retriable), which the Observer backs
 off from like a pending projection. Only the standard library is used (``urllib``).
@@ -22,7 +22,6 @@ and other failures are the same on every member and are raised at once. One URL 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import urllib.parse
@@ -33,12 +32,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from throughline.core.page_range import DEFAULT_LIMIT
-from throughline.errors import ConfigurationError, InputError, ThroughlineError, error_class
+from throughline.errors import ThroughlineError, error_class
 from throughline.reader.request import ReadRequest
 from throughline.reader.wire import ObserverRead
 from throughline.serve import READ_PATH, REASON_HEADER
 from throughline.serve.auth import load_auth_token
-from throughline.serve.exceptions import BadResponseError, ServeError, ServerUnavailableError
+from throughline.serve.exceptions import (
+    BadResponseError,
+    InvalidUrlError,
+    ServerUnavailableError,
+    UnknownCodeError,
+)
 from throughline.serve.security import ENV_CA, client_context
 from throughline.serve.transport import exchange, new_opener
 
@@ -50,40 +54,17 @@ DEFAULT_TIMEOUT = 30.0
 FOLLOW_WAIT = 25.0
 
 
-def _import_error_modules() -> None:
-    """Import the packages whose errors a server can answer with, so that their classes are known."""
-    for module in (
-        "throughline.core.exceptions",
-        "throughline.reader.exceptions",
-        "throughline.serve.exceptions",
-        "throughline.log.exceptions",
-        "throughline.projector.exceptions",
-        "throughline.schemas.exceptions",
-    ):
-        try:
-            importlib.import_module(module)
-        except ImportError:  # pragma: no cover - a part not built into this install
-            pass
-
-
 def error_from_answer(status: int, code: str, message: str) -> ThroughlineError:
-    """Rebuild the typed error a server answered with (by its stable code)."""
-    from throughline.core.exceptions import PageTokenError
-
-    _import_error_modules()
+    """Rebuild the typed error a server answered with: the class that declares its code
+    (``UnknownCodeError`` for a code no class declares, such as a newer server's)."""
     cls = error_class(code)
     if cls is None:
-        if code.startswith("page_token_"):
-            cls = PageTokenError  # its codes are set per instance
-        elif 400 <= status < 500 and status != 401:
-            cls = InputError
-        else:
-            cls = ServeError
+        return UnknownCodeError(code, message, status=status)
     error = cls.__new__(cls)
     # Some classes take other constructor arguments (servers, topic...): the base initialiser sets the
     # fields every error has, which is all a remote error can carry.
     retriable = True if status == 503 else None
-    ThroughlineError.__init__(error, message, code=code, retriable=retriable)
+    ThroughlineError.__init__(error, message, retriable=retriable)
     return error
 
 
@@ -104,9 +85,9 @@ def request_body(request: ReadRequest) -> dict[str, Any]:
 def _check_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(f"--url must be an http:// or https:// URL, got {url!r}", code="invalid_url")
+        raise InvalidUrlError(f"--url must be an http:// or https:// URL, got {url!r}")
     if parts.query or parts.fragment:
-        raise ConfigurationError("--url must not carry a query or fragment", code="invalid_url")
+        raise InvalidUrlError("--url must not carry a query or fragment")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
@@ -116,15 +97,15 @@ def parse_urls(urls: str | Sequence[str]) -> tuple[str, ...]:
     found: list[str] = []
     for piece in pieces:
         if not isinstance(piece, str):
-            raise ConfigurationError(f"--url must be text, got {piece!r}", code="invalid_url")
+            raise InvalidUrlError(f"--url must be text, got {piece!r}")
         for part in piece.split(","):
             if not part.strip():
-                raise ConfigurationError(f"--url has an empty entry: {piece!r}", code="invalid_url")
+                raise InvalidUrlError(f"--url has an empty entry: {piece!r}")
             url = _check_url(part)
             if url not in found:
                 found.append(url)
     if not found:
-        raise ConfigurationError("--url needs at least one URL", code="invalid_url")
+        raise InvalidUrlError("--url needs at least one URL")
     return tuple(found)
 
 

@@ -8,7 +8,7 @@ same classes again on the client side.
 
 from __future__ import annotations
 
-from throughline.errors import ConfigurationError, InputError, ThroughlineError
+from throughline.errors import ConfigurationError, InputError, InvalidArgumentsError, ThroughlineError
 
 
 class ServeError(ThroughlineError):
@@ -17,19 +17,49 @@ class ServeError(ThroughlineError):
     code = "serve_error"
 
 
-class InvalidRequestError(InputError):
-    """A request the API cannot take: unknown or repeated parameters, a body that is not a JSON object.
-
-    The same code as the CLI's argument errors, because it is the same mistake made over HTTP.
-    """
-
-    code = "invalid_arguments"
+#: A request the API cannot take: unknown or repeated parameters, a body that is not a JSON object. The
+#: CLI's argument error's class itself, because it is the same mistake made over HTTP.
+InvalidRequestError = InvalidArgumentsError
 
 
 class RequestTooLargeError(InputError):
     """A request body (413) or query string (414) is larger than the service accepts."""
 
     code = "request_too_large"
+
+
+class EndpointNotFoundError(InputError):
+    """A request for a path the API does not serve (HTTP 404)."""
+
+    code = "not_found"
+
+
+class MethodNotAllowedError(InputError):
+    """A request with a method the path does not answer (HTTP 405)."""
+
+    code = "method_not_allowed"
+
+
+class HttpProtocolError(InputError):
+    """Another refusal of the HTTP layer itself, answered with its own status."""
+
+    code = "http_error"
+
+
+class UnknownCodeError(ServeError):
+    """A server answered with a code this client has no class for (a newer server).
+
+    The one error whose ``code`` is its instance's, not its class's: the server's code, kept so the CLI
+    prints what the server said. A 4xx answer (but 401) is the caller's (CLI exit code 2), and a 503
+    answer retriable, as the status says.
+    """
+
+    def __init__(self, code: str, message: str, *, status: int) -> None:
+        super().__init__(message, retriable=True if status == 503 else None)
+        self.code = code  # type: ignore[misc]  # the server's code; every other code is its class's
+        self.status = status
+        if 400 <= status < 500 and status != 401:
+            self.exit_code = 2
 
 
 class UnauthorizedError(ServeError):
@@ -74,6 +104,12 @@ class ProjectorFailedError(ServeError):
     """The projector thread of ``serve`` stopped with an error; the service shuts down (exit 1)."""
 
     code = "projector_failed"
+
+
+class BindFailedError(ServeError):
+    """``serve`` cannot resolve ``--host`` or listen on ``--host``/``--port``."""
+
+    code = "bind_failed"
 
 
 class ForwardFailedError(ServeError):
@@ -172,6 +208,12 @@ class InvalidTlsOptionError(ConfigurationError):
     """A certificate, key or CA file that cannot be loaded, or TLS options that do not go together."""
 
     code = "invalid_tls_option"
+
+
+class InvalidUrlError(ConfigurationError):
+    """A client's ``--url`` that is not one or more http(s) URLs without a query or fragment."""
+
+    code = "invalid_url"
 
 
 class TlsVerifyError(ServeError):

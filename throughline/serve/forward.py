@@ -20,7 +20,7 @@ answer unchanged. ``forward_read`` is that second path, and only that:
   (``transport.exchange``), and when none can be reached the read fails with ``ForwardFailedError``
   (retriable: the HTTP API answers it 503, so a client fails over in turn).
 
-The caller (phase 2's read route) decides when to forward and to whom (``OwnerMap.urls(partition)``);
+The caller (``group.GroupRouter.route``) decides when to forward and to whom (``OwnerMap.urls(partition)``);
 it passes ``timeout`` covering the holder's own bounded wait plus any long-poll ``wait`` of the request.
 """
 

@@ -1,7 +1,7 @@
 """What the API answers: the read document, the error documents, and which HTTP status an error gets.
 
 Hard input errors are 400 (401 for a missing or refused token, 403 for a read outside the token's
-scope, 413/414 for a request too large), a quarantined source 409, a retriable failure 503 (with ``Retry-After``), anything else 500; every error answer is the
+scope, 404/405 for no such endpoint or method, 413/414 for a request too large), a quarantined source 409, a retriable failure 503 (with ``Retry-After``), anything else 500; every error answer is the
 ``{"error": {"code", "message"}}`` document and none carries a stack trace.
 """
 
@@ -20,8 +20,11 @@ from throughline.reader.exceptions import SourceQuarantinedError
 from throughline.reader.wire import ObserverRead
 from throughline.serve import REASON_HEADER
 from throughline.serve.exceptions import (
+    EndpointNotFoundError,
     ForbiddenError,
+    HttpProtocolError,
     InvalidRequestError,
+    MethodNotAllowedError,
     RequestTooLargeError,
     UnauthorizedError,
 )
@@ -61,6 +64,10 @@ def http_status(error: ThroughlineError) -> int:
         return 401
     if isinstance(error, ForbiddenError):
         return 403
+    if isinstance(error, EndpointNotFoundError):
+        return 404
+    if isinstance(error, MethodNotAllowedError):
+        return 405
     if isinstance(error, InputError):
         return 400
     if isinstance(error, SourceQuarantinedError):
@@ -90,7 +97,7 @@ def read_response(result: ObserverRead) -> Response:
     """The 200 answer of a read: the wire document, and its reason (for a person) in a header."""
     headers = {"Cache-Control": "no-store"}
     if result.reason:
-        # The wire document carries only the ADR's fields; the reason for a person rides in a header.
+        # The wire document carries only docs/spec.md#read-wire's fields; the reason for a person rides in a header.
         headers[REASON_HEADER] = _header_text(result.reason)
     return Response(content=result.to_json_bytes(), media_type="application/json", headers=headers)
 
@@ -122,21 +129,21 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        codes = {404: "not_found", 405: "method_not_allowed"}
-        code = codes.get(exc.status_code, "http_error")
-        message = {404: "no such endpoint", 405: "method not allowed on this endpoint"}.get(
-            exc.status_code, str(exc.detail)
-        )
+        if exc.status_code == 404:
+            error: ThroughlineError = EndpointNotFoundError("no such endpoint")
+        elif exc.status_code == 405:
+            error = MethodNotAllowedError("method not allowed on this endpoint")
+        else:
+            error = HttpProtocolError(str(exc.detail))
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             # Starlette names the methods of the first route of the path only (GET of the read, not POST).
             headers["Allow"] = allowed_methods(app, request.scope.get("path", ""))  # request.url fails on a query that is not UTF-8
-        return JSONResponse({"error": {"code": code, "message": message}}, status_code=exc.status_code, headers=headers)
+        return JSONResponse(error.to_json(), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         _log.error("unexpected failure answering a request", exc_info=exc)
         return JSONResponse(
-            {"error": {"code": "internal_error", "message": "internal error; the server log has the details"}},
-            status_code=500,
+            ThroughlineError("internal error; the server log has the details").to_json(), status_code=500
         )

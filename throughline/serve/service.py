@@ -39,7 +39,7 @@ from throughline.errors import ThroughlineError
 from throughline.runtime import StopOnSignals
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
 from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
-from throughline.serve.exceptions import ProjectorFailedError, ServeError
+from throughline.serve.exceptions import BindFailedError, ProjectorFailedError
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
 from throughline.serve.security import (
@@ -236,7 +236,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise ServeError(f"cannot resolve --host {host!r}: {exc.strerror}", code="bind_failed") from None
+        raise BindFailedError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -245,7 +245,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.listen(1024)
     except OSError as exc:
         sock.close()
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", code="bind_failed") from None
+        raise BindFailedError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
 
 

@@ -5,6 +5,11 @@ See the package :mod:`throughline.testing.kafka` for the details, and
 :mod:`throughline.testing.pytest_plugin` for the pytest fixtures (``kafka_bootstrap``, ``kafka_broker``,
 ``kafka_topic_name``, ...).
 
+Modules: ``kafka`` (the broker, three ways), ``pytest_plugin`` (the fixtures), ``pytest_entry`` (the
+``pytest11`` entry point, which loads the plugin only where the ``test`` extra is installed),
+``containers`` (``ThroughlineContainer``), ``hosts`` (``HostAdapterContract``, the tests every host
+adapter must pass).
+
 The names below are re-exported lazily, so that importing ``throughline.testing`` loads neither
 kafka-python nor the harness until a name is used.
 """

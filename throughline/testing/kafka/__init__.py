@@ -18,7 +18,9 @@ The package's modules, one concern each: :mod:`~throughline.testing.kafka.maven`
 docker provider), :mod:`~throughline.testing.kafka.provision` (choosing one),
 :mod:`~throughline.testing.kafka.handle` (what they return), :mod:`~throughline.testing.kafka.cluster`
 (three JVM nodes as one KRaft cluster, for leader and controller failovers), :mod:`~throughline.testing.kafka.admin`
-(readiness and topics), :mod:`~throughline.testing.kafka.cli` (the command line);
+(readiness and topics), :mod:`~throughline.testing.kafka.secured` (a JVM broker with secured
+listeners, and the files and client configs to reach it), :mod:`~throughline.testing.kafka.registry`
+(a schema registry for the tests), :mod:`~throughline.testing.kafka.cli` (the command line);
 :mod:`~throughline.testing.kafka.config`, :mod:`~throughline.testing.kafka.support` and
 :mod:`~throughline.testing.kafka.exceptions` hold what they share.
 
