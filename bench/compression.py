@@ -1,9 +1,10 @@
 """Item 7: the producer's compression codec, on turn bodies shaped like real transcripts.
 
 For each codec (none, gzip, snappy, lz4, zstd), ``TurnProducer.send_many`` appends the same turns to a
-fresh topic, with two more variants beside them: ``zstd-3``, zstd as ``TurnProducer`` compressed before it
-chose its level and batch size (kafka-python's own encoder at level 3, 128 KiB batches), and ``none-3x``,
-uncompressed in batches as large as a compressed batch's (what the larger batches alone are worth); the item reports the bytes the broker keeps per turn (the partitions' log sizes from
+fresh topic, with two more variants beside them: ``zstd-128k``, zstd as ``TurnProducer`` compressed before
+its compressed batches grew (128 KiB of records a batch, ``COMPRESSED_BATCH_FACTOR`` 1), and ``none-3x``,
+uncompressed in batches as large as a compressed batch's (what the larger batches alone are worth); the
+item reports the bytes the broker keeps per turn (the partitions' log sizes from
 DescribeLogDirs: every segment, indexes excluded) and the producer's throughput, each as a ratio of the
 uncompressed run beside it (each codec's run is paired with one, the order alternating), so load that
 drifts on the shared machine cancels out of the ratios; the producing process's CPU time is reported
@@ -46,13 +47,12 @@ from bench.common import (
     new_topic_name,
 )
 from throughline.core.turn import TurnRecord, build_turn
-from throughline.log.zstd_level import use_zstd_level
 from throughline.producers import producer as producer_module
 from throughline.producers.producer import TurnProducer
 
 #: The variants beside the codecs: label -> (codec, what the row is).
 VARIANTS = {
-    "zstd-3": ("zstd", "before: kafka-python's own level 3, 128 KiB batches"),
+    "zstd-128k": ("zstd", "before: zstd in 128 KiB batches of records"),
     "none-3x": ("none", "reference: 3x larger batches alone"),
 }
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd", *VARIANTS)
@@ -215,23 +215,20 @@ def transcript_turns(count: int, *, projects: int = 32, seed: int = 11) -> list[
 @contextlib.contextmanager
 def _codec(codec: str) -> Iterator[None]:
     """``TurnProducer`` built inside uses ``codec`` (its module constants, read by the constructor):
-    ``zstd-3`` is zstd with kafka-python's own encoder and uncompressed-sized batches, ``none-3x``
+    ``zstd-128k`` is zstd in uncompressed-sized batches, ``none-3x``
     uncompressed in compressed-sized batches."""
     module = producer_module
     saved = (module.COMPRESSION, module.BATCH_BYTES, module.COMPRESSED_BATCH_FACTOR)
     plain = VARIANTS.get(codec, (codec, ""))[0]
     module.COMPRESSION = None if plain == "none" else plain
-    if codec == "zstd-3":
+    if codec == "zstd-128k":
         module.COMPRESSED_BATCH_FACTOR = 1
-        if not use_zstd_level(None):
-            raise RuntimeError("kafka-python's zstd level cannot be set here (throughline.log.zstd_level)")
     if codec == "none-3x":
         module.BATCH_BYTES = module.batch_bytes("zstd")
     try:
         yield
     finally:
         module.COMPRESSION, module.BATCH_BYTES, module.COMPRESSED_BATCH_FACTOR = saved
-        use_zstd_level(module.ZSTD_LEVEL)
 
 
 def log_bytes(bootstrap: str, topic: str) -> int:
@@ -315,12 +312,7 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
         "|---|---|---|---|---|---|---|",
     ]
     for codec in CODECS:
-        mark = (
-            f" (TurnProducer's default, level {producer_module.ZSTD_LEVEL})"
-            if codec == chosen == "zstd"
-            else ""
-        )
-        mark = mark or (" (TurnProducer's default)" if codec == chosen else "")
+        mark = " (TurnProducer's default)" if codec == chosen else ""
         mark = mark or (f" ({VARIANTS[codec][1]})" if codec in VARIANTS else "")
         per_turn = Figure("", [r.log_bytes / n for r in runs[codec]], "B")
         rate = Figure("", [n / r.seconds for r in runs[codec]], "/s")
@@ -369,10 +361,9 @@ def measure(cfg: Config, bootstrap: str, turns_count: int | None = None) -> Sect
         "order alternating); a ratio is the median of the pairs' ratios, and the uncompressed row's absolute "
         "figures are over all its runs.",
         "kafka-python compresses in the producer's own process, in its sender thread as it drains a batch "
-        "(zstandard releases the GIL meanwhile): gzip at level 9 (kafka-python's default), zstd at "
-        f"`TurnProducer`'s level {producer_module.ZSTD_LEVEL} (`throughline.log.zstd_level`; `zstd-3`: "
-        "kafka-python's own encoder, zstandard's default level 3, a new compressor a batch), lz4 frames, "
-        "snappy in xerial framing.",
+        "(zstandard releases the GIL meanwhile), at kafka-python's own levels (it has no level setting): "
+        "gzip at 9, zstd at 3 (zstandard's default; `zstd` and `zstd-128k` alike), lz4 frames, snappy in "
+        "xerial framing.",
         f"By CPU (the steadier figure), {chosen}'s producer CPU is {statistics.median(cpu_ratio[chosen]):.2f}x "
         f"the uncompressed (throughput >= 0.8x means CPU <= 1.25x: "
         f"{against_noise(cpu_ratio[chosen], 1.25, higher_is_better=False)}).",

@@ -53,7 +53,6 @@ from throughline.log import (
     translate_kafka_error,
 )
 from throughline.log.exceptions import ClientClosedError, MessageTooLargeError
-from throughline.log.zstd_level import use_zstd_level
 from throughline.producers.exceptions import (
     ProducerClosedError,
     ProducerError,
@@ -85,12 +84,6 @@ COMPRESSED_BATCH_FACTOR = 3
 #: snappy: ~0.45x; gzip as small but ~2.9x the producer's CPU; docs/benchmarks.md, Compression). Every
 #: reader decompresses any codec (pyproject's dependencies).
 COMPRESSION = "zstd"
-#: The zstd level of the producer's batches (kafka-python's own is 3 and has no setting; the level
-#: applies to every kafka-python producer of the process, ``throughline.log.zstd_level``). Compressing
-#: is most of what zstd adds to a turn's cost; level 1 compresses these bodies ~25% faster, for
-#: ~0.30x rather than ~0.29x the uncompressed bytes on the broker (docs/benchmarks.md, Compression).
-ZSTD_LEVEL = 1
-use_zstd_level(ZSTD_LEVEL)
 
 
 def batch_bytes(compression: str | None) -> int:
