@@ -81,7 +81,7 @@ BATCH_BYTES = 128 * 1024
 COMPRESSED_BATCH_FACTOR = 3
 #: The codec of the producer's record batches. Turn bodies are text (prose, code, tool output): zstd
 #: is the one codec that keeps them in at most 0.4x the uncompressed bytes on the broker (lz4 and
-#: snappy: ~0.45x; gzip as small but ~2.9x the producer's CPU; docs/benchmarks.md, Compression). Every
+#: snappy: ~0.45x; gzip as small but ~2.5x the producer's CPU; docs/benchmarks.md, Compression). Every
 #: reader decompresses any codec (pyproject's dependencies).
 COMPRESSION = "zstd"
 
