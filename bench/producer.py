@@ -29,7 +29,7 @@ from bench.common import (
 )
 from bench.profile import recording
 from throughline.core.turn import TurnRecord
-from throughline.producers.producer import COMPRESSION, TurnProducer
+from throughline.producers.producer import COMPRESSION, TurnProducer, batch_bytes
 
 
 def run_turn_producer(bootstrap: str, topic: str, turns: list[TurnRecord], partitions: int) -> float:
@@ -106,7 +106,8 @@ def measure(cfg: Config, bootstrap: str, turns: list[TurnRecord], data: Encoded)
         section.targets[0].bottleneck = got[0].bottleneck()
     section.notes = [
         f"{n:,} turns of ~{data.value_bytes // max(1, n):,} encoded bytes, {cfg.partitions} partitions, "
-        f"acks=all, idempotent, linger 5 ms, 128 KiB batches, {COMPRESSION} compression (TurnProducer's "
+        f"acks=all, idempotent, linger 5 ms, batches of {batch_bytes(COMPRESSION) // 1024} KiB of records, "
+        f"{COMPRESSION} compression (TurnProducer's "
         "settings) for both.",
         f"The target ratio is the median of {len(ratios)} per-repetition ratios (each repetition's two "
         "producers run back to back, the bare one first), with a distribution-free interval of that median; "
