@@ -8,7 +8,7 @@ ignored.
 
 Mapping:
 
-- thread = ``session.start.data.sessionId`` (else the session's folder name); project = the
+- thread = ``session.start.data.sessionId`` written before the first prompt (else the session's folder name); project = the
   ``context.cwd`` of the latest ``session.start`` / ``session.resume`` / ``session.context_changed``
   when the prompt is sent (else the ``cwd`` of the session's ``workspace.yaml``, which the adapter
   reads). A chain is one (project, host, thread): seq counts the session's turns in the turn's project.
@@ -97,6 +97,10 @@ class CopilotCliSession(OpenTurnSession):
             return []  # a sub-agent's work: not the main agent's conversation
         micros = timestamp_micros(entry.get("timestamp"))
         if kind == "user.message":
+            if self.thread is None:
+                # a session's first prompt names its thread for good: a session.start written after it
+                # must not move the turns already sent to another thread (as Gemini CLI's metadata)
+                self.thread = self.default_thread
             return self._prompt(number, entry, data, micros)
         open_ = self._open
         if open_ is None:
