@@ -237,14 +237,15 @@ class ApplyTransaction:
             st.length, st.chain_digest, st.head_partition, st.head_offset = length, digest, partition, offset
         return out
 
-    def _stored_column(self, source: bytes, seq: int, column: str) -> Any:
-        rows = turn_rows(self.cur, (column,), source, seq, seq)
+    def _stored_head(self, source: bytes, seq: int) -> tuple[Any, ...]:
+        """The stored live turn ``seq`` of ``source``: its chain digest and completedAt."""
+        rows = turn_rows(self.cur, ("chain_digest", "completed_at_us"), source, seq, seq)
         if not rows:
             raise InvalidBatchError(f"projection is missing live turn {seq} of a source (corrupt projection?)")
-        return rows[0][0]
+        return tuple(rows[0])
 
     def _stored_digest(self, source: bytes, seq: int) -> bytes:
-        return bytes(self._stored_column(source, seq, "chain_digest"))
+        return bytes(self._stored_head(source, seq)[0])
 
     def _stored_rows(self, source: bytes, first: int, last: int) -> list[Row]:
         """Stored live turns ``first..last`` of ``source`` as rows (the turns an amend keeps)."""
@@ -254,7 +255,7 @@ class ApplyTransaction:
         return [(int(r[0]), r[1], int(r[2]), r[3], int(r[4]), bytes(r[5]), bytes(r[6]), int(r[7]), int(r[8])) for r in rows]
 
     def _stored_completed_at(self, source: bytes, seq: int) -> int:
-        return int(self._stored_column(source, seq, "completed_at_us"))
+        return int(self._stored_head(source, seq)[1])
 
     def _completed_at(self, w: _SourceDelta, seq: int) -> int:
         """``completedAt`` of live turn ``seq`` of the chain as folded so far (``fold_turn``'s ``completed_at``)."""
