@@ -60,7 +60,6 @@ _OOM_RETRIES = 4
 log = logging.getLogger(__name__)
 
 
-
 class DuckProjection:
     """The DuckDB projection of the topic (implements the ``Projection`` port).
 
@@ -316,6 +315,8 @@ class DuckProjection:
         """The next offset to apply per partition, as committed (partitions never applied are absent)."""
         with self._changed:
             return {p: c.next_offset for p, c in self._counters.items()}
+
+    committed_offsets = applied_offsets  # the port's name: what the file holds (staged reads may be ahead)
 
     def readable_offsets(self) -> dict[int, int]:
         """How far reads may answer per partition: the applied offsets, or past them where the projector in
