@@ -42,7 +42,7 @@ from throughline.projector.store.report import read_quarantine, read_stats, tabl
 from throughline.projector.store.schema import ensure_schema, read_meta
 from throughline.projector.store.snapshots import quiet_view, snapshot_view
 from throughline.projector.store.staging import Stager, agrees
-from throughline.projector.store.state import PartitionCounters, SourceState
+from throughline.projector.store.state import PartitionCounters, SourceState, read_counters
 from throughline.projector.store.transaction import ApplyTransaction
 from throughline.projector.store.values import BatchSummary, ProjectionStats, QuarantineListing
 from throughline.projector.store.view import DuckView, snapshot_version
@@ -99,8 +99,7 @@ class DuckProjection:
         self._topic: str | None = meta.get("topic")
         self._topic_id: str | None = meta.get("topic_id")
         self._partitions: int | None = int(meta["partitions"]) if "partitions" in meta else None
-        self._counters: dict[int, PartitionCounters] = {}
-        self._load_counters()
+        self._counters: dict[int, PartitionCounters] = read_counters(con, self._topic)
         # What every read needs besides the turns it serves (see ``throughline.projector.read_index``).
         self._index = ReadIndex({p: c.next_offset for p, c in self._counters.items()}, capacity=read_entries)
         self._inflight = InFlight()  # what the projector in this process fetched but has not applied
@@ -324,16 +323,6 @@ class DuckProjection:
         with self._changed:
             return {p: self._staging.readable(p) for p in {*self._counters, *self._staged}}
 
-    def _load_counters(self) -> None:
-        rows = self._con.execute(
-            "SELECT log_partition, next_offset, records, appended, rewinds, duplicates, quarantined "
-            "FROM applied_offsets WHERE topic = ?",
-            [self._topic or ""],
-        ).fetchall()
-        self._counters = {
-            int(r[0]): PartitionCounters(int(r[1]), BatchSummary(*(int(x) for x in r[2:]))) for r in rows
-        }
-
     # ------------------------------------------------------------------ read side
 
     @contextmanager
@@ -458,16 +447,18 @@ class DuckProjection:
         """Fold and write prepared batches (of distinct partitions) in ONE transaction.
 
         Commit order, step by step (all inside one DuckDB transaction, so a crash at any instant leaves
-        either everything of the batch or nothing of it):
+        either everything of the batch or nothing of it). This is the one list of the steps; each is
+        marked ``# step N`` at the code that performs it (``transaction.ApplyTransaction`` for 1-11's
+        ``COMMIT``, this method for what follows it):
 
         1. Drop records below each partition's applied offset (a re-delivered batch is a no-op).
         2. ``BEGIN TRANSACTION``.
-        3. Probe ``turn_ids`` with the batch's (source, turn id) keys: one set-based
-           ``INSERT ... ON CONFLICT DO NOTHING`` (ART index probes). When it inserted every key (the
-           usual case) no id was applied before. Otherwise the transaction is rolled back (nothing else
-           was written yet), begun again and probed with ``RETURNING``: keys it did not insert were
-           applied before, and where each was last placed is looked up (``placements``: seq, content,
-           live), for the fold's rule on a re-sent turn id.
+        3. Probe ``turn_ids`` with the batch's (source, turn id) keys: one set-based plain ``INSERT``
+           (ART index probes). When it succeeds (the usual case) no id was applied before. When it fails
+           on a key that exists, the transaction is rolled back (nothing else was written yet), begun
+           again and probed with ``INSERT ... ON CONFLICT DO NOTHING RETURNING``: keys it did not insert
+           were applied before, and where each was last placed is looked up (``placements``: seq,
+           content, live), for the fold's rule on a re-sent turn id.
         4. Load the heads of sources missing from the in-memory cache (index probes, or one hash join
            when many miss): each one's row, then the last live turn past it (``heads_past_milestones``).
         5. Fold every record in log order in Python (``fold_turn``), collecting new turn rows,
@@ -524,6 +515,7 @@ class DuckProjection:
                         f"cannot write the projection {self._path}: {type(exc).__name__}: {exc}; nothing of the "
                         "batch was applied: free space or fix permissions, then start the projector again"
                     ) from exc
+            # step 11 (after the COMMIT): the stored keys, the caches, the read index and its waiters.
             self._commits += 1
             # Before the layers holding them are dropped (``publish``): a staged fold that no longer
             # sees a layer finds its keys in memory.
