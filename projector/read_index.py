@@ -1,5 +1,7 @@
 """What every read needs, kept in memory: the applied offsets, projects' head sources, chains' heads,
-and the layers staged above the committed version (``throughline.core.layers``).
+and the layers staged above the committed version (``throughline.core.layers``). A projection's index is
+owned by its ``ReadState`` (``throughline.projector.read_state``), which changes it only under its one
+condition (the index locks that same condition) and publishes it in each ``ReadSnapshot``.
 
 A first page needs the partition's applied offset, the project's head source and that source's chain
 head (length, digest, log position, broken mark) before it reads the turns it serves. Read from DuckDB
@@ -46,9 +48,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from throughline.core.layers import Layer
 
@@ -106,8 +108,15 @@ class _Entries(Generic[V]):
 class ReadIndex:
     """Applied offsets, head sources and chain heads at the projection's current version (thread-safe)."""
 
-    def __init__(self, applied: Mapping[int, int], *, capacity: int = DEFAULT_READ_ENTRIES) -> None:
-        self._lock = threading.Lock()
+    def __init__(
+        self,
+        applied: Mapping[int, int],
+        *,
+        capacity: int = DEFAULT_READ_ENTRIES,
+        lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        """``lock``: the lock of the read state that owns the index (``ReadState.cond``), else its own."""
+        self._lock: AbstractContextManager[Any] = lock if lock is not None else threading.Lock()
         self._applied = dict(applied)
         self._version = sum(self._applied.values())
         self._heads: _Entries[bytes | None] = _Entries(capacity)
@@ -122,6 +131,11 @@ class ReadIndex:
             if self._generation % 2 or self._doubt:
                 return None
             return self._generation, self._version, dict(self._applied), self._layers
+
+    def state(self) -> tuple[int, int, dict[int, int], tuple[Layer, ...], bool]:
+        """``(generation, version, applied offsets, layers, doubt)``: everything ``ReadState`` publishes."""
+        with self._lock:
+            return self._generation, self._version, dict(self._applied), self._layers, self._doubt
 
     def still(self, generation: int) -> bool:
         """Whether no write began (nor ended) since ``quiet`` returned ``generation``."""

@@ -131,24 +131,33 @@ def test_a_snapshot_taken_between_a_commit_and_its_publication_keeps_the_layers(
         with projection.view() as v:
             staged_head = v.head(project)
         assert staged_head is not None and staged_head.length == 3
-        # Hold the projection's condition: the commit of ``first`` reaches the file, not the index.
-        with projection._changed:  # the one place a commit pauses between the file and the index
-            writer = threading.Thread(target=projection.apply_prepared, args=(TOPIC, first))
-            writer.start()
+        # Pause the commit of ``first`` after its COMMIT, before the read state publishes it (the first
+        # thing it does after the COMMIT is to add its keys to the stored-key filter).
+        reached, resume = threading.Event(), threading.Event()
+        keys = projection._staging.stored_keys
+        add_keys = keys.committed
+
+        def paused(applied: object) -> None:
+            reached.set()
+            resume.wait(30)
+            add_keys(applied)  # type: ignore[arg-type]
+
+        keys.committed = paused  # type: ignore[method-assign]
+        writer = threading.Thread(target=projection.apply_prepared, args=(TOPIC, first))
+        writer.start()
+        try:
+            assert reached.wait(30), "the commit never reached the file"
             probe = cursor(projection._con)
             try:
-                for _ in range(500):  # bounded: up to ~5 s for the commit to reach the file
-                    if probe.execute("SELECT sum(next_offset) FROM applied_offsets").fetchone() == (2,):
-                        break
-                    time.sleep(0.01)
-                else:
-                    pytest.fail("the commit never reached the file")
+                assert probe.execute("SELECT sum(next_offset) FROM applied_offsets").fetchone() == (2,)
             finally:
                 probe.close()
             with projection.view() as v:
                 assert v.head(project) == staged_head
                 assert [t.seq for t in v.turns(staged_head.source_sha256, 1, 5)] == [1, 2, 3]
-        writer.join(timeout=30)
+        finally:
+            resume.set()
+            writer.join(timeout=30)
         with projection.view() as v:
             assert v.head(project) == staged_head
 
