@@ -58,9 +58,9 @@ def test_the_read_state_publishes_an_immutable_snapshot_at_each_stage_and_commit
 
 def test_an_entry_serves_views_of_its_version_and_later_ones_only() -> None:
     index = ReadIndex({0: 3})
-    assert index.capture() == (3, {0: 3}, ())
+    assert index.state()[1:4] == (3, {0: 3}, ())
     index.publish({0: 5}, {b"a": b"s1"}, {b"s1": _chain(2)})
-    version, applied, _ = index.capture()
+    _, version, applied, _, _ = index.state()
     assert (version, applied) == (5, {0: 5})
     assert index.head(b"a", 5) == b"s1" and index.chain(b"s1", 7) == _chain(2)
     assert index.head(b"a", 4) is MISSING  # a view of an older snapshot reads that snapshot
@@ -141,25 +141,25 @@ def test_every_answer_of_a_view_is_its_snapshots_while_commits_go_on(tmp_path: P
 
 
 def test_a_quiet_read_holds_only_while_no_write_begins_or_ends() -> None:
-    index = ReadIndex({0: 3})
-    quiet = index.quiet()
-    assert quiet is not None and quiet[1:] == (3, {0: 3}, ())
-    assert index.still(quiet[0])
-    index.writing()
-    assert index.quiet() is None and not index.still(quiet[0])  # a write under way: no quiet read
-    index.publish({0: 4}, {}, {})
-    again = index.quiet()
-    assert again is not None and again[1] == 4 and not index.still(quiet[0])
-    index.writing()
-    index.settle(4)  # a failed write that left the file at the index's version
-    after = index.quiet()
-    assert after is not None and after[0] != again[0] and after[1] == 4
-    index.writing()
-    index.settle(5)  # a failed write that may have committed: the index is no longer to be trusted quietly
-    assert index.quiet() is None
-    index.writing()
-    index.publish({0: 6}, {}, {})
-    assert index.quiet() is None
+    state = ReadState({0: 3})
+    quiet = state.snapshot
+    assert quiet.quiet and (quiet.version, dict(quiet.applied), quiet.layers) == (3, {0: 3}, ())
+    state.writing()
+    moved = state.snapshot
+    assert not moved.quiet and moved.generation != quiet.generation  # a write under way: no quiet read
+    state.commit({0: 4}, {}, {}, [])
+    again = state.snapshot
+    assert again.quiet and again.version == 4 and again.generation != quiet.generation
+    state.writing()
+    state.settle(4)  # a failed write that left the file at the index's version
+    after = state.snapshot
+    assert after.quiet and after.generation != again.generation and after.version == 4
+    state.writing()
+    state.settle(5)  # a failed write that may have committed: the index is no longer to be trusted quietly
+    assert not state.snapshot.quiet
+    state.writing()
+    state.commit({0: 6}, {}, {}, [])
+    assert not state.snapshot.quiet
 
 
 def _projected(tmp_path: Path) -> tuple[DuckProjection, list, bytes, bytes]:
