@@ -1,5 +1,7 @@
 """What every read needs, kept in memory: the applied offsets, projects' head sources, chains' heads,
-and the layers staged above the committed version (``throughline.core.layers``).
+and the layers staged above the committed version (``throughline.core.layers``). A projection's index is
+owned by its ``ReadState`` (``throughline.projector.read_state``), which changes it only under its one
+condition (the index locks that same condition) and publishes it in each ``ReadSnapshot``.
 
 A first page needs the partition's applied offset, the project's head source and that source's chain
 head (length, digest, log position, broken mark) before it reads the turns it serves. Read from DuckDB
@@ -23,15 +25,15 @@ later commit that changes it always overwrites it. Dropping an entry is always s
 
 Layers. ``stage`` adds a layer the projector folded and has not committed; ``publish`` drops, in the
 same critical section as it moves the version, every layer the commit covers (each partition it
-reaches is applied that far), so a read's capture (``quiet``, ``capture``, ``held``) holds exactly the
-layers above its version. ``held`` keeps the index locked while a snapshot view takes DuckDB's
-snapshot: nothing is staged, dropped or published meanwhile (``snapshots._snapshot``).
+reaches is applied that far), so a read's ``ReadSnapshot`` holds exactly the layers above its version.
+A snapshot view takes DuckDB's snapshot under the read state's condition: nothing is staged, dropped or
+published meanwhile (``snapshots._snapshot``).
 
 Quiet reads (``DuckProjection.quiet_view``). The writer announces each write just before its COMMIT
 (``writing``) and ends the announcement when it publishes (or, after a failure, once it has checked
 that the file is still at the index's version: ``settle``). Each announcement and each end moves a
-*generation* forward, odd while a commit is under way. A read that captures an even generation and
-finds it unchanged after a statement knows that no COMMIT ran during that statement, and that every
+*generation* forward, odd while a commit is under way. A read whose ``ReadSnapshot`` has an even
+generation (``quiet``) and finds the published generation unchanged after a statement knows that no COMMIT ran during that statement, and that every
 earlier COMMIT was published before it: the statement read exactly the index's version. Such a read
 needs no transaction and no version statement; when the generation moved, its caller reads again in a
 snapshot (``DuckProjection.view``). The announcement waits for the COMMIT because a transaction's
@@ -45,10 +47,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from throughline.core.layers import Layer
 
@@ -106,8 +108,15 @@ class _Entries(Generic[V]):
 class ReadIndex:
     """Applied offsets, head sources and chain heads at the projection's current version (thread-safe)."""
 
-    def __init__(self, applied: Mapping[int, int], *, capacity: int = DEFAULT_READ_ENTRIES) -> None:
-        self._lock = threading.Lock()
+    def __init__(
+        self,
+        applied: Mapping[int, int],
+        *,
+        capacity: int = DEFAULT_READ_ENTRIES,
+        lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        """``lock``: the lock of the read state that owns the index (``ReadState.cond``), else its own."""
+        self._lock: AbstractContextManager[Any] = lock if lock is not None else threading.Lock()
         self._applied = dict(applied)
         self._version = sum(self._applied.values())
         self._heads: _Entries[bytes | None] = _Entries(capacity)
@@ -116,17 +125,10 @@ class ReadIndex:
         self._doubt = False  # a failed write left the file at an unknown version: no quiet reads
         self._layers: tuple[Layer, ...] = ()  # folded above the version, not committed yet (oldest first)
 
-    def quiet(self) -> tuple[int, int, dict[int, int], tuple[Layer, ...]] | None:
-        """``(generation, version, applied offsets, layers above it)`` when no write is under way, else ``None``."""
+    def state(self) -> tuple[int, int, dict[int, int], tuple[Layer, ...], bool]:
+        """``(generation, version, applied offsets, layers, doubt)``: everything ``ReadState`` publishes."""
         with self._lock:
-            if self._generation % 2 or self._doubt:
-                return None
-            return self._generation, self._version, dict(self._applied), self._layers
-
-    def still(self, generation: int) -> bool:
-        """Whether no write began (nor ended) since ``quiet`` returned ``generation``."""
-        with self._lock:
-            return self._generation == generation
+            return self._generation, self._version, dict(self._applied), self._layers, self._doubt
 
     def writing(self) -> None:
         """A write is about to COMMIT: no quiet read holds from now until it is published."""
@@ -140,24 +142,6 @@ class ReadIndex:
             self._doubt = self._doubt or file_version != self._version
             if self._generation % 2:
                 self._generation += 1
-
-    def capture(self) -> tuple[int, dict[int, int], tuple[Layer, ...]]:
-        """The current version, the applied offsets at it and the layers above it."""
-        with self._lock:
-            return self._version, dict(self._applied), self._layers
-
-    @contextmanager
-    def held(self) -> Iterator[tuple[int, dict[int, int], tuple[Layer, ...]]]:
-        """``capture``, with the index held until the block ends: no commit is published and no layer
-        staged or dropped meanwhile (a snapshot taken inside it holds at most the captured layers'
-        commits beyond the version). Keep the block to one short statement."""
-        with self._lock:
-            yield self._version, dict(self._applied), self._layers
-
-    def layers(self) -> tuple[Layer, ...]:
-        """The layers folded above the current version (oldest first)."""
-        with self._lock:
-            return self._layers
 
     def stage(self, layer: Layer) -> None:
         """A fold not committed yet: reads see ``layer`` on top of the version (and of earlier layers)."""

@@ -210,9 +210,7 @@ def open_page_reader(
     try:
         yield LocalPageReader(settings, log, token_key, wait_timeout, body_limit)
     finally:
-        close = getattr(log, "close", None)
-        if close is not None:
-            close()
+        log.close()
 
 
 # ------------------------------------------------------------------------------------------- commands

@@ -16,8 +16,8 @@ The order of checks is part of the contract:
    cursor's). Not reached in time: ``projection_pending``. A cursor naming a log position at or past
    the partition's end offset cannot have come from this log (the topic was recreated):
    ``resync_required``.
-5. Inside ONE projection snapshot (every row of a page comes from one DuckDB snapshot; a projection's
-   ``quiet_view`` first when it has one, and the page read again in ``view`` when a commit overtook
+5. Inside ONE projection snapshot (every row of a page comes from one DuckDB snapshot; the projection's
+   ``quiet_view`` first, and the page read again in ``view`` when a commit overtook
    it: ``SnapshotMovedError``, docs/design.md "Quiet reads"): through and
    after are re-validated as prefixes of their chains (vanished source, rollback, re-extension after a
    rollback: ``resync_required``; a source with a quarantined record: ``SourceQuarantinedError``); the
@@ -47,7 +47,6 @@ from throughline.core.ports import (
     ProjectionView,
     SourceInfo,
     StoredTurn,
-    read_turn_ranges,
 )
 from throughline.core.turn import format_rfc3339
 from throughline.reader.exceptions import (
@@ -199,14 +198,12 @@ def read_page(
     # commit lands meanwhile it says so and the page is read again: quiet once more (a commit published
     # by then costs one statement again; one still under way makes it the snapshot view), then in a
     # snapshot (``view``).
-    quiet = getattr(projection, "quiet_view", None)
-    if callable(quiet):
-        for _ in range(QUIET_TRIES):
-            try:
-                with quiet() as view:
-                    return in_view(view)
-            except SnapshotMovedError:
-                pass
+    for _ in range(QUIET_TRIES):
+        try:
+            with projection.quiet_view() as view:
+                return in_view(view)
+        except SnapshotMovedError:
+            pass
     with projection.view() as view:
         return in_view(view)
 
@@ -267,7 +264,7 @@ def _read_in_view(
     first = max(1, plan.page_start) if plan is not None else 1
     if plan is not None and plan.page_end >= first:
         ranges.append((plan.source_sha256, first, plan.page_end))
-    fetched = dict(zip(ranges, read_turn_ranges(view, ranges), strict=True))
+    fetched = dict(zip(ranges, view.turns_many(ranges), strict=True))
 
     for name, cursor, info in cursors:
         verdict = _source_verdict(info, cursor, project_hash, name)

@@ -1,7 +1,9 @@
 """``DuckProjection``: the handle on one projection file (open, lock, close), its write path
 (``apply_prepared`` through an ``ApplyTransaction``), the layers it stages for readers before a commit
 (``stage``, ``staging.Stager``), its read snapshots (``view``, ``snapshots``) and the waits readers use
-for the projector in this process.
+for the projector in this process. What reads need in memory has one owner, ``ReadState``
+(``throughline.projector.read_state``): the projection hands it each stage and commit, and reads take
+its published ``ReadSnapshot``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -17,7 +19,6 @@ from typing import Any
 
 import duckdb
 
-from throughline.core.inflight import InFlight
 from throughline.core.layers import Layer, LayeredView
 from throughline.projector.exceptions import (
     InvalidBatchError,
@@ -27,7 +28,8 @@ from throughline.projector.exceptions import (
     ProjectionTopicMismatchError,
 )
 from throughline.projector.prepare import LogRecord, PreparedBatch, RecordLike, prepare_batch, record_projects
-from throughline.projector.read_index import DEFAULT_READ_ENTRIES, ReadIndex
+from throughline.projector.read_index import DEFAULT_READ_ENTRIES
+from throughline.projector.read_state import ReadState
 from throughline.projector.store.durability import DEFAULT_WAL_AUTOCHECKPOINT, CommitDurability
 from throughline.projector.store.files import (
     STORAGE_FAULTS,
@@ -42,7 +44,7 @@ from throughline.projector.store.report import read_quarantine, read_stats, tabl
 from throughline.projector.store.schema import ensure_schema, read_meta
 from throughline.projector.store.snapshots import quiet_view, snapshot_view
 from throughline.projector.store.staging import Stager, agrees
-from throughline.projector.store.state import PartitionCounters, SourceState
+from throughline.projector.store.state import PartitionCounters, SourceState, read_counters
 from throughline.projector.store.transaction import ApplyTransaction
 from throughline.projector.store.values import BatchSummary, ProjectionStats, QuarantineListing
 from throughline.projector.store.view import DuckView, snapshot_version
@@ -58,7 +60,6 @@ DEFAULT_SOURCE_CACHE = 100_000
 _MEMORY_CHECK_EVERY = 16  # commits between two looks at the ART indexes' size
 _OOM_RETRIES = 4
 log = logging.getLogger(__name__)
-
 
 
 class DuckProjection:
@@ -90,7 +91,6 @@ class DuckProjection:
         self._path = path
         self._read_only = read_only
         self._write_lock = threading.Lock()
-        self._changed = threading.Condition()
         self._closed = False
         self._cache: OrderedDict[bytes, SourceState] = OrderedDict()
         self._cache_size = max(1, source_cache)
@@ -100,14 +100,11 @@ class DuckProjection:
         self._topic: str | None = meta.get("topic")
         self._topic_id: str | None = meta.get("topic_id")
         self._partitions: int | None = int(meta["partitions"]) if "partitions" in meta else None
-        self._counters: dict[int, PartitionCounters] = {}
-        self._load_counters()
-        # What every read needs besides the turns it serves (see ``throughline.projector.read_index``).
-        self._index = ReadIndex({p: c.next_offset for p, c in self._counters.items()}, capacity=read_entries)
-        self._inflight = InFlight()  # what the projector in this process fetched but has not applied
-        self._changes: dict[bytes, int] = {}  # project -> commits that changed it (for long-polls)
-        self._staged: dict[int, int] = {}  # partition -> next offset with every staged layer folded in
-        self._staging = Stager(self._index, self._changed, self._inflight, self._changes, self._counters, self._staged)
+        self._counters: dict[int, PartitionCounters] = read_counters(con, self._topic)
+        # Everything reads need besides the turns they serve, with one owner (``throughline.projector.read_state``).
+        self._reads = ReadState({p: c.next_offset for p, c in self._counters.items()}, capacity=read_entries)
+        self._changed = self._reads.cond  # the one condition: every change of the read state notifies it
+        self._staging = Stager(self._reads)
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -196,7 +193,7 @@ class DuckProjection:
             if self._closed:
                 return
             self._closed = True
-            self._changed.notify_all()
+            self._reads.close()
         self._staging.close()
         self._cursors.close()
         with self._write_lock:
@@ -314,24 +311,14 @@ class DuckProjection:
 
     def applied_offsets(self) -> dict[int, int]:
         """The next offset to apply per partition, as committed (partitions never applied are absent)."""
-        with self._changed:
-            return {p: c.next_offset for p, c in self._counters.items()}
+        return dict(self._reads.snapshot.applied)
+
+    committed_offsets = applied_offsets  # the port's name: what the file holds (staged reads may be ahead)
 
     def readable_offsets(self) -> dict[int, int]:
         """How far reads may answer per partition: the applied offsets, or past them where the projector in
         this process has staged records for readers (``stage``; partitions never reached are absent)."""
-        with self._changed:
-            return {p: self._staging.readable(p) for p in {*self._counters, *self._staged}}
-
-    def _load_counters(self) -> None:
-        rows = self._con.execute(
-            "SELECT log_partition, next_offset, records, appended, rewinds, duplicates, quarantined "
-            "FROM applied_offsets WHERE topic = ?",
-            [self._topic or ""],
-        ).fetchall()
-        self._counters = {
-            int(r[0]): PartitionCounters(int(r[1]), BatchSummary(*(int(x) for x in r[2:]))) for r in rows
-        }
+        return dict(self._reads.snapshot.readable)
 
     # ------------------------------------------------------------------ read side
 
@@ -341,7 +328,7 @@ class DuckProjection:
         above it (``snapshots.snapshot_view``)."""
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
-        with snapshot_view(self._cursors, self._topic, self._index, read_only=self._read_only) as view:
+        with snapshot_view(self._cursors, self._topic, self._reads, read_only=self._read_only) as view:
             yield view
 
     @contextmanager
@@ -350,7 +337,7 @@ class DuckProjection:
         ``SnapshotMovedError`` when a commit lands meanwhile (the caller then reads again in ``view``)."""
         if self._closed:
             raise ProjectionMissingError(f"projection {self._path} is closed")
-        with quiet_view(self._cursors, self._topic, self._index, read_only=self._read_only) as view:
+        with quiet_view(self._cursors, self._topic, self._reads, read_only=self._read_only) as view:
             yield view
 
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
@@ -363,23 +350,18 @@ class DuckProjection:
             with self.view() as v:
                 return v.applied_offset(partition) >= offset
         def reached() -> bool:
-            return offset <= 0 or self._staging.readable(partition) >= offset
+            return offset <= 0 or self._reads.snapshot.readable.get(partition, 0) >= offset
 
-        return self._wait_until(reached, timeout)
+        return self._reads.wait_until(reached, timeout)
 
     def fetching_from(self, offsets: Mapping[int, int]) -> None:
         """The projector's feed (re)starts at ``offsets`` (the applied offsets); see ``fetched``."""
-        with self._changed:
-            self._inflight.start(offsets)
-            self._staging.gap = False  # what dropped layers held is fetched again
+        self._reads.fetching_from(offsets)
 
     def fetched(self, batches: Sequence[PreparedBatch]) -> None:
         """The projector's feed delivered ``batches`` (each partition contiguous since ``fetching_from``),
         about to be applied: until they are, ``wait_settled`` knows which projects they belong to."""
-        with self._changed:
-            for b in batches:
-                self._inflight.add(b.partition, record_projects(b), b.next_offset)
-            self._changed.notify_all()
+        self._reads.fetched([(b.partition, record_projects(b), b.next_offset) for b in batches])
 
     def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds until no record of the project on ``partition`` below ``offset``
@@ -388,26 +370,15 @@ class DuckProjection:
         the records it has not applied yet belong to the project."""
         if self._read_only:
             return self.wait_applied(partition, offset, timeout)
-        def settled() -> bool:
-            return self._inflight.settled(partition, project_sha256, offset, self._staging.readable(partition))
-
-        return self._wait_until(settled, timeout)
+        return self._reads.wait_until(lambda: self._reads.settled(partition, project_sha256, offset), timeout)
 
     def project_changes(self, project_sha256: bytes) -> int:
         """How many commits of this process changed the project's chains (appends, rewinds, broken marks)."""
-        with self._changed:
-            return self._changes.get(project_sha256, 0)
+        return self._reads.project_changes(project_sha256)
 
     def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds until ``project_changes`` exceeds ``seen``."""
-        return self._wait_until(lambda: self._changes.get(project_sha256, 0) > seen, timeout)
-
-    def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
-        """Wait at most ``timeout`` seconds, woken by each commit, until ``done()`` (checked under the lock);
-        a closed projection ends the wait at once."""
-        with self._changed:
-            self._changed.wait_for(lambda: done() or self._closed, max(0.0, timeout))
-            return done()
+        return self._reads.wait_until(lambda: self._reads.project_changes(project_sha256) > seen, timeout)
 
     def stats(self, *, latest_quarantine: int = 10) -> ProjectionStats:
         """Counts and per-partition counters, read in one snapshot (no raw record bytes)."""
@@ -457,16 +428,18 @@ class DuckProjection:
         """Fold and write prepared batches (of distinct partitions) in ONE transaction.
 
         Commit order, step by step (all inside one DuckDB transaction, so a crash at any instant leaves
-        either everything of the batch or nothing of it):
+        either everything of the batch or nothing of it). This is the one list of the steps; each is
+        marked ``# step N`` at the code that performs it (``transaction.ApplyTransaction`` for 1-11's
+        ``COMMIT``, this method for what follows it):
 
         1. Drop records below each partition's applied offset (a re-delivered batch is a no-op).
         2. ``BEGIN TRANSACTION``.
-        3. Probe ``turn_ids`` with the batch's (source, turn id) keys: one set-based
-           ``INSERT ... ON CONFLICT DO NOTHING`` (ART index probes). When it inserted every key (the
-           usual case) no id was applied before. Otherwise the transaction is rolled back (nothing else
-           was written yet), begun again and probed with ``RETURNING``: keys it did not insert were
-           applied before, and where each was last placed is looked up (``placements``: seq, content,
-           live), for the fold's rule on a re-sent turn id.
+        3. Probe ``turn_ids`` with the batch's (source, turn id) keys: one set-based plain ``INSERT``
+           (ART index probes). When it succeeds (the usual case) no id was applied before. When it fails
+           on a key that exists, the transaction is rolled back (nothing else was written yet), begun
+           again and probed with ``INSERT ... ON CONFLICT DO NOTHING RETURNING``: keys it did not insert
+           were applied before, and where each was last placed is looked up (``placements``: seq,
+           content, live), for the fold's rule on a re-sent turn id.
         4. Load the heads of sources missing from the in-memory cache (index probes, or one hash join
            when many miss): each one's row, then the last live turn past it (``heads_past_milestones``).
         5. Fold every record in log order in Python (``fold_turn``), collecting new turn rows,
@@ -483,7 +456,8 @@ class DuckProjection:
         10. Upsert ``applied_offsets`` (next offset and counters per partition).
         11. ``COMMIT``. Only now the source cache and the in-memory applied offsets take the new state,
             the layers staged for readers that this commit covers are dropped in the same step as the
-            read index publishes it (``stage``), and waiters (``wait_applied``) are notified. On any error: ``ROLLBACK``, the cache is
+            read state publishes it (``ReadState.commit``: one critical section, with the check that the
+            commit wrote what its layers showed), and waiters are notified. On any error: ``ROLLBACK``, the cache is
             cleared, and the error propagates (nothing of the batch was applied), except DuckDB running
             out of memory, which raises the memory limit and redoes the batch (at most 4 times).
 
@@ -523,6 +497,7 @@ class DuckProjection:
                         f"cannot write the projection {self._path}: {type(exc).__name__}: {exc}; nothing of the "
                         "batch was applied: free space or fix permissions, then start the projector again"
                     ) from exc
+            # step 11 (after the COMMIT): the stored keys, the caches, the read state and its waiters.
             self._commits += 1
             # Before the layers holding them are dropped (``publish``): a staged fold that no longer
             # sees a layer finds its keys in memory.
@@ -539,23 +514,18 @@ class DuckProjection:
                 self._head_cache.move_to_end(project)
             while len(self._head_cache) > self._cache_size:
                 self._head_cache.popitem(last=False)
-            with self._changed:
-                self._counters.update(work.counters)
-                for part, c in work.counters.items():
-                    self._inflight.applied(part, c.next_offset)
-                committed = self._index.publish(
+            self._counters.update(work.counters)
+            with self._changed:  # one critical section: no read sees the commit without its verdict
+                committed = self._reads.commit(
                     {p: c.next_offset for p, c in work.counters.items()},
                     work.heads,
                     {s: st.chain_head() for s, st in work.states.items()},
+                    {*work.heads, *(st.project_sha256 for st in work.states.values())},
                 )
-                staged = {p for layer in committed for p in layer.projects}  # their readers were woken then
-                for project in {*work.heads, *(st.project_sha256 for st in work.states.values())} - staged:
-                    self._changes[project] = self._changes.get(project, 0) + 1
                 if committed and not agrees(committed, work.states):
                     log.error("a commit disagrees with the fold staged for its readers: staging is off from now on")
                     self._staging.off = True
-                    self._staging.drop()
-                self._changed.notify_all()
+                    self._reads.drop()
             if self._durability is not None:
                 # After the readers heard of the commit: a checkpoint blocks the next write, not them.
                 self._durability.after_commit(cur)
@@ -568,9 +538,7 @@ class DuckProjection:
 
     def unstage(self) -> None:
         """Drop every staged layer (their commit failed): reads see the committed projection only."""
-        with self._changed:
-            self._staging.drop()
-            self._changed.notify_all()
+        self._reads.drop()
 
     def _transaction(
         self, cur: duckdb.DuckDBPyConnection, topic: str, batches: Sequence[PreparedBatch]
@@ -584,11 +552,11 @@ class DuckProjection:
         """Run one batch's transaction; on any error forget the cached heads (they may be ahead of the file)."""
         try:
             # Nothing of a write is visible before its COMMIT: quiet views pause from there to publication.
-            return work.execute(before_commit=self._index.writing)
+            return work.execute(before_commit=self._reads.writing)
         except BaseException:
             self._cache.clear()
             self._head_cache.clear()
-            self._index.settle(self._file_version(work.cur))
+            self._reads.settle(self._file_version(work.cur))
             raise
 
     def _file_version(self, cur: duckdb.DuckDBPyConnection) -> int:

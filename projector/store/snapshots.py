@@ -1,10 +1,11 @@
 """Read snapshots of a projection file: ``snapshot_view`` (in a transaction) and ``quiet_view`` (without one
 while no commit is under way), each with the layers staged above its version (``throughline.core.layers``).
 
-What a view's answers are made of: applied offsets, project heads and chain heads from memory
-(``ReadIndex``) when the snapshot's version is the index's, turns always from DuckDB, and on top of
-both the layers the projector has folded but not committed yet (``DuckProjection.stage``). A read-only
-file cannot change, so needs no transaction and has no layers.
+What a view's answers are made of: applied offsets, project heads and chain heads from memory (the
+``ReadSnapshot`` a view takes once from the projection's ``ReadState``, and its ``ReadIndex``) when the
+snapshot's version is the index's, turns always from DuckDB, and on top of both the layers the
+projector has folded but not committed yet (``DuckProjection.stage``). A read-only file cannot change,
+so needs no transaction and has no layers.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 import duckdb
 
 from throughline.core.layers import Layer, LayeredView
-from throughline.projector.read_index import ReadIndex
+from throughline.projector.read_state import ReadState
 from throughline.projector.store.files import CursorPool
 from throughline.projector.store.statements import parsed
 from throughline.projector.store.view import DuckView, snapshot_version
@@ -23,17 +24,17 @@ from throughline.projector.store.view import DuckView, snapshot_version
 
 @contextmanager
 def snapshot_view(
-    cursors: CursorPool, topic: str | None, index: ReadIndex, *, read_only: bool
+    cursors: CursorPool, topic: str | None, reads: ReadState, *, read_only: bool
 ) -> Iterator[DuckView | LayeredView]:
     """One consistent snapshot: every answer of the yielded view is of one version (and the layers above it)."""
     with cursors.borrowed() as cur:
         if read_only:
-            version, applied, _ = index.capture()
-            yield DuckView(cur, topic, index, version, applied)
+            snap = reads.snapshot
+            yield DuckView(cur, topic, reads.index, snap.version, snap.applied)
             return
         cur.execute(parsed("BEGIN TRANSACTION"))
         try:
-            view, layers = _snapshot(cur, topic, index)
+            view, layers = _snapshot(cur, topic, reads)
             yield LayeredView(view, layers) if layers else view
         finally:
             cur.execute(parsed("ROLLBACK"))  # read-only transaction: nothing to keep
@@ -41,37 +42,47 @@ def snapshot_view(
 
 @contextmanager
 def quiet_view(
-    cursors: CursorPool, topic: str | None, index: ReadIndex, *, read_only: bool
+    cursors: CursorPool, topic: str | None, reads: ReadState, *, read_only: bool
 ) -> Iterator[DuckView | LayeredView]:
     """``snapshot_view``, without a transaction while no commit is under way: its statements are each their
-    own snapshot, checked to have read the index's version, and it raises ``SnapshotMovedError`` when a
+    own snapshot, checked to have read the snapshot's version, and it raises ``SnapshotMovedError`` when a
     commit lands meanwhile. What the reader asks for: on an idle projection a page is one statement,
     not BEGIN, the version, the turns and ROLLBACK."""
-    quiet = None if read_only else index.quiet()
-    if quiet is None:
-        with snapshot_view(cursors, topic, index, read_only=read_only) as view:
+    snap = reads.snapshot  # taken once: the read answers from this value
+    if read_only or not snap.quiet:
+        with snapshot_view(cursors, topic, reads, read_only=read_only) as view:
             yield view
         return
-    generation, version, applied, layers = quiet
+    generation = snap.generation
     with cursors.borrowed() as cur:
-        view = DuckView(cur, topic, index, version, applied, check=lambda: index.still(generation))
-        yield LayeredView(view, layers) if layers else view
+        view = DuckView(
+            cur,
+            topic,
+            reads.index,
+            snap.version,
+            snap.applied,
+            check=lambda: reads.snapshot.generation == generation,
+        )
+        yield LayeredView(view, snap.layers) if snap.layers else view
 
 
-def _snapshot(cur: duckdb.DuckDBPyConnection, topic: str | None, index: ReadIndex) -> tuple[DuckView, tuple[Layer, ...]]:
+def _snapshot(
+    cur: duckdb.DuckDBPyConnection, topic: str | None, reads: ReadState
+) -> tuple[DuckView, tuple[Layer, ...]]:
     """A view of the transaction open on ``cur``: with the index when their versions agree, and with the
     layers staged above the index's version.
 
-    DuckDB takes the snapshot when the transaction first reads, not at BEGIN; that read runs with the
-    index held (``ReadIndex.held``), so no layer is staged or dropped and no commit published while it
-    runs. The file may still be a commit ahead of the index (committed, not yet published): every commit
-    it holds beyond the index's version is of layers captured here (a layer is dropped only when its
+    DuckDB takes the snapshot when the transaction first reads, not at BEGIN; that read runs under the
+    read state's condition, so no layer is staged or dropped and no commit published while it runs.
+    The file may still be a commit ahead of the index (committed, not yet published): every commit it
+    holds beyond the index's version is of layers captured here (a layer is dropped only when its
     commit is published), and layers compose over a file that already holds some of them to the same
     state (``throughline.core.layers``). So the view is the captured layers over the snapshot, read
     without the index (whose entries are of the older version) when the versions differ.
     """
-    with index.held() as (version, applied, layers):
+    with reads.cond:
+        snap = reads.snapshot
         file_version = snapshot_version(cur, topic)
-    if file_version == version:
-        return DuckView(cur, topic, index, version, applied), layers
-    return DuckView(cur, topic), layers
+    if file_version == snap.version:
+        return DuckView(cur, topic, reads.index, snap.version, snap.applied), snap.layers
+    return DuckView(cur, topic), snap.layers

@@ -24,11 +24,10 @@ staged (``stageable``); the pipeline commits it alone, with nothing staged above
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import duckdb
 
-from throughline.core.inflight import InFlight
 from throughline.core.layers import (
     BELOW,
     Layer,
@@ -39,7 +38,7 @@ from throughline.core.layers import (
 )
 from throughline.projector.exceptions import InvalidBatchError
 from throughline.projector.prepare import PreparedBatch, RepairItem, SoundRecord
-from throughline.projector.read_index import ReadIndex
+from throughline.projector.read_state import ReadState
 from throughline.projector.store.files import cursor
 from throughline.projector.store.placements import Placed, stored_placements
 from throughline.projector.store.state import PartitionCounters, SourceState
@@ -210,38 +209,18 @@ def agrees(committed: Sequence[Layer], states: Mapping[bytes, SourceState]) -> b
 
 
 class Stager:
-    """The staging side of one ``DuckProjection``: folds polls into layers (``stage``) and drops them (``drop``).
+    """The staging side of one ``DuckProjection``: folds polls into layers (``stage``) and hands them to the
+    projection's ``ReadState``, which owns them (and drops them) from then on."""
 
-    It shares the projection's read index, its condition (``changed``, which guards the committed
-    ``counters``, the in-flight records and the per-project change counts) and the ``staged`` offsets
-    (partition -> next offset with every layer folded in) by reference.
-    """
-
-    def __init__(
-        self,
-        index: ReadIndex,
-        changed: threading.Condition,
-        inflight: InFlight,
-        changes: MutableMapping[bytes, int],
-        counters: Mapping[int, PartitionCounters],
-        staged: MutableMapping[int, int],
-    ) -> None:
-        self._index = index
-        self._changed = changed
-        self._inflight = inflight
-        self._changes = changes
-        self._counters = counters
-        self._staged = staged
+    def __init__(self, reads: ReadState) -> None:
+        self._reads = reads
         self._lock = threading.Lock()
         self._cur: duckdb.DuckDBPyConnection | None = None  # the staged fold's own cursor
         #: The turn keys ``turn_ids`` may hold, in memory (filled once the first poll is staged).
         self.stored_keys = StoredTurnKeys()
         self._numbers = 0
-        self._epoch = 0  # moves at each ``drop``: a fold over dropped layers is not staged
-        #: A commit disagreed with its layers: commits only from then on.
+        #: A commit disagreed with its layers: commits only from then on (set under ``reads.cond``).
         self.off = False
-        #: Layers were dropped: nothing is staged until the feed starts again from the committed offsets.
-        self.gap = False
 
     def stage(
         self,
@@ -261,49 +240,33 @@ class Stager:
         """
         if not stageable(batches):
             raise InvalidBatchError("a poll holding a repair record is committed alone, not staged")
+        reads = self._reads
         with self._lock:
-            with self._changed:
-                if self.off or self.gap:
+            with reads.cond:
+                if self.off or reads.gap:
                     return None
-                layers, epoch = self._index.layers(), self._epoch
-                applied = {p: self.readable(p) for p in {*self._counters, *self._staged}}
+                snap, epoch = reads.snapshot, reads.epoch
             if self._cur is None:
                 self._cur = cursor(con)
                 self.stored_keys.start(con)
             fold = StagedFold(
-                self._cur, topic, batches, layers=layers, source_cache=cache, applied=applied, stored_keys=self.stored_keys
+                self._cur,
+                topic,
+                batches,
+                layers=snap.layers,
+                source_cache=cache,
+                applied=snap.readable,
+                stored_keys=self.stored_keys,
             )
             if not fold.changes_anything:
                 return None
             self._numbers += 1
             layer = fold.layer(self._numbers)
-            with self._changed:
-                if epoch != self._epoch or self.off or self.gap:
-                    return None  # its base was dropped meanwhile (a failed write)
-                self._index.stage(layer)
-                for part, offset in layer.next_offsets.items():
-                    self._staged[part] = max(self._staged.get(part, 0), offset)
-                    self._inflight.applied(part, offset)
-                for project in layer.projects:
-                    self._changes[project] = self._changes.get(project, 0) + 1
-                self._changed.notify_all()
+            with reads.cond:
+                # Its base was dropped meanwhile (a failed write), or staging was turned off.
+                if self.off or not reads.stage(layer, epoch):
+                    return None
             return layer
-
-    def readable(self, partition: int) -> int:
-        """How far a read may answer on ``partition``: committed, or staged above it (under ``changed``)."""
-        counters = self._counters.get(partition)
-        return max(counters.next_offset if counters is not None else 0, self._staged.get(partition, 0))
-
-    def drop(self) -> None:
-        """Under ``changed``: drop the layers, and what they proved to ``wait_settled``."""
-        self._epoch += 1
-        self._staged.clear()
-        if self._index.unstage():
-            # Their records are unapplied again and held nowhere: nothing past the committed offsets is
-            # proven, and a poll staged now would leave them out, until the feed starts again from the
-            # committed offsets (``fetching_from``).
-            self._inflight.start({p: c.next_offset for p, c in self._counters.items()})
-            self.gap = True
 
     def close(self) -> None:
         """Close the fold's cursor (after the last ``stage``)."""

@@ -66,3 +66,13 @@ class PartitionCounters:
     def add(self, s: BatchSummary) -> PartitionCounters:
         """These counters plus what a batch did (the next offset is the caller's to set)."""
         return PartitionCounters(self.next_offset, self.applied + s)
+
+
+def read_counters(con: Any, topic: str | None) -> dict[int, PartitionCounters]:
+    """Each partition's committed counters, as ``applied_offsets`` holds them for ``topic``."""
+    rows = con.execute(
+        "SELECT log_partition, next_offset, records, appended, rewinds, duplicates, quarantined "
+        "FROM applied_offsets WHERE topic = ?",
+        [topic or ""],
+    ).fetchall()
+    return {int(r[0]): PartitionCounters(int(r[1]), BatchSummary(*(int(x) for x in r[2:]))) for r in rows}

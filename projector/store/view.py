@@ -178,7 +178,7 @@ class DuckView:
         topic: str | None,
         index: ReadIndex | None = None,
         version: int = 0,
-        applied: dict[int, int] | None = None,
+        applied: Mapping[int, int] | None = None,
         check: Callable[[], bool] | None = None,
     ) -> None:
         self._cur = cur

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from support.projection import PassThroughView, PassThroughWaits
 
 from throughline.core.memory import BookProjection, FixedLog
-from throughline.core.ports import Projection, ProjectionView, StoredTurn, read_turn_ranges
+from throughline.core.ports import Projection, ProjectionView, StoredTurn
 from throughline.core.repair import build_repair
 from throughline.core.turn import build_turn
 from throughline.errors import ThroughlineError
@@ -190,7 +190,7 @@ class _DamagedView(PassThroughView):
 
     def turns_many(self, ranges: list[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
         # The production multi-range read (one statement on DuckDB), damaged range by range.
-        read = read_turn_ranges(self.inner, ranges)
+        read = self.inner.turns_many(ranges)
         return [self._damaged(source, rows) for (source, _, _), rows in zip(ranges, read, strict=True)]
 
     def _damaged(self, source_sha256: bytes, read: list[StoredTurn]) -> list[StoredTurn]:

@@ -2,17 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from throughline.core.ports import Projection, ProjectionView
+from throughline.core.ports import Projection, ProjectionView, QuarantineReport, StoredTurn, turns_each
 
 
 @dataclass
 class PassThroughWaits:
-    """The waits and change counts of ``inner``, passed through unchanged (a subclass adds ``view``)."""
+    """The waits, change counts and offsets of ``inner``, passed through unchanged (a subclass adds ``view``;
+    ``quiet_view`` is that ``view``, so every page reads through the subclass's doctored views)."""
 
     inner: Projection
+
+    def view(self) -> AbstractContextManager[ProjectionView]:
+        """What the subclass shows."""
+        raise NotImplementedError
+
+    def quiet_view(self) -> AbstractContextManager[ProjectionView]:
+        """The subclass's ``view`` (never overtaken: it reads in a snapshot)."""
+        return self.view()
+
+    def readable_offsets(self) -> Mapping[int, int]:
+        """As the inner projection."""
+        return self.inner.readable_offsets()
+
+    def committed_offsets(self) -> Mapping[int, int] | None:
+        """As the inner projection."""
+        return self.inner.committed_offsets()
+
+    def quarantine(self, project_sha256: bytes | None = None, *, times: bool = True) -> QuarantineReport | None:
+        """As the inner projection."""
+        return self.inner.quarantine(project_sha256, times=times)
 
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
         """As the inner projection."""
@@ -48,3 +71,11 @@ class PassThroughView:
     def source(self, source_sha256: bytes) -> Any:
         """As the inner view."""
         return self.inner.source(source_sha256)
+
+    def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
+        """What the subclass shows."""
+        raise NotImplementedError
+
+    def turns_many(self, ranges: Sequence[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
+        """The subclass's ``turns``, range by range."""
+        return turns_each(self, ranges)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from projector_histories import PROJECTS, Placed, book_of, by_partition, histories, place, to_log, turn
 
 from throughline.core.memory import BookProjection
-from throughline.core.ports import Projection, cursor_of, read_turn_ranges
+from throughline.core.ports import Projection, cursor_of
 from throughline.core.turn import TurnRecord
 from throughline.projector.store import DuckProjection, PreparedBatch
 
@@ -121,7 +121,7 @@ class ProjectionContract(abc.ABC):
             # Several ranges at once (overlapping, repeated, empty, past the end) read as each alone.
             ranges = [(s, a, b) for s, ts in book.live.items() for a, b in ((1, len(ts)), (len(ts), len(ts)), (2, 1))]
             ranges += [(turn(thread="nowhere").source_sha256, 1, 5), *ranges[:2]]
-            assert read_turn_ranges(v, ranges) == [v.turns(*r) for r in ranges]
+            assert v.turns_many(ranges) == [v.turns(*r) for r in ranges]
             live_ids = {(s, t.turn_id) for s, ts in book.live.items() for t in ts}
             for old in book.superseded:
                 if (old.record.source_sha256, old.turn_id) in live_ids:
@@ -187,6 +187,26 @@ class ProjectionContract(abc.ABC):
                         assert info is not None and info.broken_reason is None
                         served = v.turns(turn().source_sha256, 1, 10)
                         assert [(t.turn_id, t.body) for t in served] == [(t.turn_id, t.body) for t in [*final, nxt]]
+
+    def test_every_capability_of_the_port_answers(self) -> None:
+        """What a reader and the serve API use besides ``view``: ``quiet_view`` (on an idle projection it
+        answers as ``view``), the offsets in memory, and the quarantine listing (``None``, or one that
+        lists the quarantined record once it is committed)."""
+        records = [turn(turn_id="a"), turn(turn_id="b"), turn(turn_id="gap", seq=9)]
+        source = turn().source_sha256
+        with self.fed() as fed:
+            fed.feed(place(records))
+            with fed.projection.view() as v:
+                expected = (v.head(turn().project_sha256), v.source(source), v.turns_many([(source, 1, 5), (source, 2, 2)]))
+            with fed.projection.quiet_view() as q:
+                assert (q.head(turn().project_sha256), q.source(source), q.turns_many([(source, 1, 5), (source, 2, 2)])) == expected
+            assert dict(fed.projection.readable_offsets()) == {0: 3}
+            committed = fed.projection.committed_offsets()
+            assert committed is None or all(0 <= o <= 3 for o in committed.values())
+            listing = fed.projection.quarantine(times=False)
+            if listing is not None:  # of what is committed: a staged quarantine is listed once it is
+                assert committed is not None
+                assert len(listing.broken) == (1 if committed.get(0) == 3 else 0) and listing.repairs == ()
 
     def test_an_empty_projection(self) -> None:
         with self.fed() as fed, fed.projection.view() as v:

@@ -18,8 +18,10 @@ import pytest
 from projector_histories import place, to_log, turn
 
 from throughline.core.exceptions import SnapshotMovedError
+from throughline.core.layers import Layer
 from throughline.core.memory import FixedLog
 from throughline.projector.read_index import MISSING, ChainHead, ReadIndex
+from throughline.projector.read_state import ReadState
 from throughline.projector.store import DuckProjection, DuckView, LogRecord
 from throughline.reader import read_observer_turn_page
 
@@ -30,11 +32,35 @@ def _chain(length: int) -> ChainHead:
     return ChainHead(b"p" * 32, length, bytes(32), 0, length - 1, None)
 
 
+def test_the_read_state_publishes_an_immutable_snapshot_at_each_stage_and_commit() -> None:
+    """A read takes ``ReadState.snapshot`` once and answers from it: a later stage or commit publishes a new
+    value and leaves the one taken as it was (read-only mappings, tuples, a frozen dataclass)."""
+    state = ReadState({0: 3})
+    taken = state.snapshot
+    assert (taken.version, dict(taken.applied), taken.layers, dict(taken.readable), taken.quiet) == (3, {0: 3}, (), {0: 3}, True)
+    layer = Layer(1, {}, {b"p": b"s"}, {0: 5})  # moves project p's head
+    assert state.stage(layer, state.epoch)
+    staged = state.snapshot
+    assert staged is not taken and staged.layers == (layer,) and dict(staged.readable) == {0: 5}
+    assert staged.version == 3 and state.project_changes(b"p") == 1
+    state.writing()
+    assert not state.snapshot.quiet and staged.quiet  # a COMMIT under way: no quiet read from now
+    assert state.commit({0: 5}, {b"p": b"s"}, {b"s": _chain(2)}, [b"p"]) == (layer,)
+    committed = state.snapshot
+    assert (committed.version, dict(committed.applied), committed.layers, committed.quiet) == (5, {0: 5}, (), True)
+    assert state.project_changes(b"p") == 1  # the stage already counted (and woke) the project
+    assert (taken.version, dict(taken.applied), taken.layers) == (3, {0: 3}, ())  # what a read took is unchanged
+    with pytest.raises(TypeError):
+        committed.applied[0] = 9  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        committed.version = 9  # type: ignore[misc]
+
+
 def test_an_entry_serves_views_of_its_version_and_later_ones_only() -> None:
     index = ReadIndex({0: 3})
-    assert index.capture() == (3, {0: 3}, ())
+    assert index.state()[1:4] == (3, {0: 3}, ())
     index.publish({0: 5}, {b"a": b"s1"}, {b"s1": _chain(2)})
-    version, applied, _ = index.capture()
+    _, version, applied, _, _ = index.state()
     assert (version, applied) == (5, {0: 5})
     assert index.head(b"a", 5) == b"s1" and index.chain(b"s1", 7) == _chain(2)
     assert index.head(b"a", 4) is MISSING  # a view of an older snapshot reads that snapshot
@@ -115,25 +141,25 @@ def test_every_answer_of_a_view_is_its_snapshots_while_commits_go_on(tmp_path: P
 
 
 def test_a_quiet_read_holds_only_while_no_write_begins_or_ends() -> None:
-    index = ReadIndex({0: 3})
-    quiet = index.quiet()
-    assert quiet is not None and quiet[1:] == (3, {0: 3}, ())
-    assert index.still(quiet[0])
-    index.writing()
-    assert index.quiet() is None and not index.still(quiet[0])  # a write under way: no quiet read
-    index.publish({0: 4}, {}, {})
-    again = index.quiet()
-    assert again is not None and again[1] == 4 and not index.still(quiet[0])
-    index.writing()
-    index.settle(4)  # a failed write that left the file at the index's version
-    after = index.quiet()
-    assert after is not None and after[0] != again[0] and after[1] == 4
-    index.writing()
-    index.settle(5)  # a failed write that may have committed: the index is no longer to be trusted quietly
-    assert index.quiet() is None
-    index.writing()
-    index.publish({0: 6}, {}, {})
-    assert index.quiet() is None
+    state = ReadState({0: 3})
+    quiet = state.snapshot
+    assert quiet.quiet and (quiet.version, dict(quiet.applied), quiet.layers) == (3, {0: 3}, ())
+    state.writing()
+    moved = state.snapshot
+    assert not moved.quiet and moved.generation != quiet.generation  # a write under way: no quiet read
+    state.commit({0: 4}, {}, {}, [])
+    again = state.snapshot
+    assert again.quiet and again.version == 4 and again.generation != quiet.generation
+    state.writing()
+    state.settle(4)  # a failed write that left the file at the index's version
+    after = state.snapshot
+    assert after.quiet and after.generation != again.generation and after.version == 4
+    state.writing()
+    state.settle(5)  # a failed write that may have committed: the index is no longer to be trusted quietly
+    assert not state.snapshot.quiet
+    state.writing()
+    state.commit({0: 6}, {}, {}, [])
+    assert not state.snapshot.quiet
 
 
 def _projected(tmp_path: Path) -> tuple[DuckProjection, list, bytes, bytes]:
@@ -217,7 +243,7 @@ def test_a_quiet_view_holds_beside_an_open_write_and_not_across_its_commit(
 def test_a_quiet_view_is_a_snapshot_while_a_write_is_under_way(tmp_path: Path) -> None:
     projection, _log, project, _source = _projected(tmp_path)
     try:
-        projection._index.writing()  # as the writer does just before its COMMIT
+        projection._reads.writing()  # as the writer does just before its COMMIT
         with projection.quiet_view() as view:
             assert view._check is None  # the snapshot view (BEGIN ... ROLLBACK), never raises
             assert view.head(project) is not None

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reader_world import KEY, OTHER_PROJECT, PROJECT, World
+from support.projection import PassThroughWaits
 
 from throughline.core.cursor import Cursor
 from throughline.errors import InputError
@@ -421,7 +422,7 @@ def test_a_long_poll_is_not_woken_by_other_projects_commits(http_world: World) -
 def test_pages_of_a_pinned_series_never_wait(http_world: World) -> None:
     waits: list[tuple[int, int]] = []
 
-    class Counting:
+    class Counting(PassThroughWaits):
         def view(self) -> Any:
             return http_world.projection.view()
 
@@ -440,7 +441,7 @@ def test_pages_of_a_pinned_series_never_wait(http_world: World) -> None:
             waits.append((-1, seen))
             return http_world.projection.wait_project_changed(project, seen, timeout)
 
-    app = create_app(projection=Counting(), log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
+    app = create_app(projection=Counting(http_world.projection), log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
     with TestClient(app) as c:
         first = read(c, project=PROJECT).json()
         waits.clear()

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from projector_histories import PARTITIONS, TOPIC, Entry, by_partition, entries_log, logs, turn
 
+from throughline.core.key_filter import KeyFilter
 from throughline.core.layers import Layer, SourceLayer
 from throughline.core.partitioning import partition_for
 from throughline.core.ports import ProjectionView
@@ -130,24 +131,33 @@ def test_a_snapshot_taken_between_a_commit_and_its_publication_keeps_the_layers(
         with projection.view() as v:
             staged_head = v.head(project)
         assert staged_head is not None and staged_head.length == 3
-        # Hold the projection's condition: the commit of ``first`` reaches the file, not the index.
-        with projection._changed:  # the one place a commit pauses between the file and the index
-            writer = threading.Thread(target=projection.apply_prepared, args=(TOPIC, first))
-            writer.start()
+        # Pause the commit of ``first`` after its COMMIT, before the read state publishes it (the first
+        # thing it does after the COMMIT is to add its keys to the stored-key filter).
+        reached, resume = threading.Event(), threading.Event()
+        keys = projection._staging.stored_keys
+        add_keys = keys.committed
+
+        def paused(applied: object) -> None:
+            reached.set()
+            resume.wait(30)
+            add_keys(applied)  # type: ignore[arg-type]
+
+        keys.committed = paused  # type: ignore[method-assign]
+        writer = threading.Thread(target=projection.apply_prepared, args=(TOPIC, first))
+        writer.start()
+        try:
+            assert reached.wait(30), "the commit never reached the file"
             probe = cursor(projection._con)
             try:
-                for _ in range(500):  # bounded: up to ~5 s for the commit to reach the file
-                    if probe.execute("SELECT sum(next_offset) FROM applied_offsets").fetchone() == (2,):
-                        break
-                    time.sleep(0.01)
-                else:
-                    pytest.fail("the commit never reached the file")
+                assert probe.execute("SELECT sum(next_offset) FROM applied_offsets").fetchone() == (2,)
             finally:
                 probe.close()
             with projection.view() as v:
                 assert v.head(project) == staged_head
                 assert [t.seq for t in v.turns(staged_head.source_sha256, 1, 5)] == [1, 2, 3]
-        writer.join(timeout=30)
+        finally:
+            resume.set()
+            writer.join(timeout=30)
         with projection.view() as v:
             assert v.head(project) == staged_head
 
@@ -305,3 +315,58 @@ def test_staging_new_turns_does_not_wait_for_a_checkpoint(tmp_path: Path, monkey
             assert waited < 1.0 and still_checkpointing, waited
         else:
             assert waited > 1.0, waited
+
+
+def test_a_turn_re_sent_while_the_stored_keys_are_scanned_is_staged_as_its_commit_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stored-key filter answers only once its scan of ``turn_ids`` has finished (``StoredTurnKeys.ready``).
+    One that answered earlier would call every key the scan has not reached new: at the start of a large
+    projection a re-sent turn would be staged as appended, served, and then contradicted by its commit
+    (a duplicate). Here the scan is held after its first slice, so the poll is staged mid-scan."""
+    import throughline.projector.store.stored_keys as stored_keys
+
+    monkeypatch.setattr(stored_keys, "_SCAN_BATCH", 10)
+    monkeypatch.setattr(stored_keys, "_ADD_SLICE", 10)
+    first_slice, release = threading.Event(), threading.Event()
+    add_many = KeyFilter.add_many
+
+    def held_after_one_slice(self: KeyFilter, keys: Sequence[bytes]) -> None:
+        if threading.current_thread().name == "throughline-turn-keys":  # the scan's thread, not a commit
+            if first_slice.is_set():
+                release.wait(30)
+            first_slice.set()
+        add_many(self, keys)
+
+    monkeypatch.setattr(KeyFilter, "add_many", held_after_one_slice)
+    project, source = turn().project_sha256, turn().source_sha256
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC) as projection:
+        projection.apply_prepared(TOPIC, [projection.prepare(0, [_record_at(0, i, f"old{i}") for i in range(300)])])
+        again = [projection.prepare(0, [_record_at(0, 300 + i, f"old{i}") for i in range(300)])]  # every turn, re-sent
+        try:
+            assert projection.stage(TOPIC, again) is not None  # starts the scan: staged while it is held
+            with projection.view() as v:
+                served = answers(v, {project}, {source}, 1)
+                assert len(v.turns(source, 1, 1000)) == 300  # duplicates, not appended again
+        finally:
+            release.set()
+        projection.apply_prepared(TOPIC, again)
+        with projection.view() as v:
+            assert answers(v, {project}, {source}, 1) == served
+        assert not projection._staging.off
+
+
+def test_a_commit_that_disagrees_with_its_staged_fold_turns_staging_off(tmp_path: Path) -> None:
+    """Each commit is checked against the layers it covers (``agrees``). One that wrote other records than
+    the poll staged at those offsets (a writer that broke the staging order, or a staged fold that
+    diverged) drops the layers and stages nothing more: reads answer from the file alone from then on."""
+    project = turn().project_sha256
+    with DuckProjection.open(tmp_path / "p.duckdb", topic=TOPIC) as projection:
+        assert projection.stage(TOPIC, [projection.prepare(0, [_record_at(0, 0, "a"), _record_at(0, 1, "b")])])
+        projection.apply_prepared(TOPIC, [projection.prepare(0, [_record_at(0, 0, "x"), _record_at(0, 1, "y")])])
+        assert projection._staging.off
+        assert projection.stage(TOPIC, [projection.prepare(0, [_record_at(0, 2, "c")])]) is None
+        with projection.view() as v:
+            head = v.head(project)
+            assert head is not None and head.length == 2
+            assert [t.turn_id for t in v.turns(head.source_sha256, 1, 5)] == ["x", "y"]

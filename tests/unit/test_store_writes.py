@@ -141,3 +141,17 @@ def test_a_head_known_to_exist_without_its_row_is_an_error_not_a_lost_head(tmp_p
             write_heads(con, {b"p3": b"s3"}, stored=(b"p3",))
     finally:
         con.close()
+
+
+def test_every_commit_step_is_marked_at_the_code_that_performs_it() -> None:
+    """``DuckProjection.apply_prepared`` lists the commit order once; each step it lists is marked
+    ``# step N`` in the store's code, and no marker names a step the list lacks."""
+    import re
+
+    from throughline.projector.store import projection, transaction
+    from throughline.projector.store.projection import DuckProjection
+
+    listed = [int(n) for n in re.findall(r"^\s{8}(\d+)\. ", DuckProjection.apply_prepared.__doc__ or "", re.M)]
+    assert listed == list(range(1, len(listed) + 1)) and len(listed) >= 10
+    code = "".join(Path(m.__file__).read_text("utf-8") for m in (projection, transaction))  # type: ignore[arg-type]
+    assert {int(n) for n in re.findall(r"# step (\d+)\b", code)} == set(listed)

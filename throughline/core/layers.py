@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from throughline.core.cursor import Cursor
-from throughline.core.ports import ProjectionView, SourceInfo, StoredTurn, read_turn_ranges
+from throughline.core.ports import ProjectionView, SourceInfo, StoredTurn
 
 #: A live turn as a layer holds it, in ``StoredTurn``'s field order: (seq, turn_id, completed_at_us,
 #: body, body_bytes, content_digest, chain_digest, partition, offset).
@@ -179,7 +179,7 @@ class LayeredView:
             low = min(cuts) if cuts else None
             lows.append(low)
             below.append((source, first, last if low is None else min(last, low - 1)))
-        committed = read_turn_ranges(self._inner, below)
+        committed = self._inner.turns_many(below)
         out: list[list[StoredTurn]] = []
         for (source, first, last), low, rows in zip(ranges, lows, committed, strict=True):
             if low is None:

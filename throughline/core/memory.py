@@ -8,15 +8,23 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 from throughline.core.cursor import Cursor
 from throughline.core.fold import ChainBook
 from throughline.core.inflight import InFlight
 from throughline.core.partitioning import partition_for
-from throughline.core.ports import ProjectionView, SourceInfo, StoredTurn, cursor_of, stored_turn
+from throughline.core.ports import (
+    ProjectionView,
+    QuarantineReport,
+    SourceInfo,
+    StoredTurn,
+    cursor_of,
+    stored_turn,
+    turns_each,
+)
 from throughline.core.repair import RepairRecord
 from throughline.core.turn import TurnRecord
 
@@ -46,6 +54,9 @@ class _BookView:
     def turns(self, source_sha256: bytes, first_seq: int, last_seq: int) -> list[StoredTurn]:
         live = self.book.live.get(source_sha256, [])
         return [stored_turn(t) for t in live[max(0, first_seq - 1) : max(0, last_seq)]]
+
+    def turns_many(self, ranges: Sequence[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
+        return turns_each(self, ranges)
 
 
 @dataclass
@@ -115,6 +126,23 @@ class BookProjection:
             view = _BookView(snapshot, dict(self.applied), dict(self._projects))
         yield view
 
+    def quiet_view(self) -> AbstractContextManager[ProjectionView]:
+        """``view``: a copied snapshot is never overtaken."""
+        return self.view()
+
+    def readable_offsets(self) -> dict[int, int]:
+        """The applied offsets (nothing is staged ahead of ``apply``)."""
+        with self._changed:
+            return dict(self.applied)
+
+    def committed_offsets(self) -> None:
+        """``None``: every applied record is committed at once."""
+        return None
+
+    def quarantine(self, project_sha256: bytes | None = None, *, times: bool = True) -> QuarantineReport | None:
+        """``None``: the book keeps broken marks, not a listing of quarantined records."""
+        return None
+
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
         """Wait until the partition's applied offset reaches ``offset``."""
         with self._changed:
@@ -135,3 +163,8 @@ class FixedLog:
     def end_offset(self, partition: int) -> int:
         """The end offset the test set (0 by default)."""
         return self.ends.get(partition, 0)
+
+    def end_offsets(self, partitions: Sequence[int] | None = None) -> dict[int, int]:
+        """The end offsets the test set, of ``partitions`` (every partition by default)."""
+        wanted = range(self.partitions) if partitions is None else partitions
+        return {p: self.end_offset(p) for p in wanted}

@@ -4,11 +4,16 @@ The reader depends only on these protocols and their value types. Each has a rea
 (``throughline.projector.store`` for DuckDB, ``throughline.log`` for Kafka) and an in-memory adapter
 in ``throughline.core.memory`` (``BookProjection``, ``FixedLog``), and one contract test class runs
 against both.
+
+Every capability a reader or the serve API uses is declared here, with what it guarantees about threads
+and lifetimes, and every adapter implements all of them: a caller never asks an adapter whether it has a
+method. Where an adapter has nothing to add (an in-memory projection stages nothing ahead of its
+commits, so it has no committed offsets apart from the readable ones) the method says so in its answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,7 +49,11 @@ class SourceInfo:
 
 
 class ProjectionView(Protocol):
-    """One consistent snapshot of the projection: every method reads the same committed state."""
+    """One consistent snapshot of the projection: every method reads the same committed state.
+
+    A view lives only inside the ``with`` block of the ``Projection.view`` or ``Projection.quiet_view``
+    that yielded it, and is used by the one thread that entered that block.
+    """
 
     def applied_offset(self, partition: int) -> int:
         """The next offset the projector will apply on ``partition`` (0 when nothing was applied)."""
@@ -62,25 +71,78 @@ class ProjectionView(Protocol):
         """Live turns with ``first_seq <= seq <= last_seq``, ascending (rows missing are simply absent)."""
         ...
 
+    def turns_many(self, ranges: Sequence[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
+        """``turns`` of each (source, first seq, last seq), in the order asked, all of this one snapshot.
 
-def read_turn_ranges(view: ProjectionView, ranges: Sequence[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
-    """``view.turns`` of each (source, first seq, last seq), in one read when the view can.
+        The DuckDB view answers every range with one statement; an adapter without a multi-range read
+        answers range by range (``turns_each``).
+        """
+        ...
 
-    A view with a ``turns_many`` method (the DuckDB projection's: one statement for all the ranges)
-    answers them together; any other is asked range by range.
-    """
-    many = getattr(view, "turns_many", None)
-    if callable(many):
-        answered: list[list[StoredTurn]] = many(ranges)
-        return answered
+
+def turns_each(view: ProjectionView, ranges: Sequence[tuple[bytes, int, int]]) -> list[list[StoredTurn]]:
+    """``view.turns`` of each (source, first seq, last seq), range by range: ``turns_many`` of a view that
+    has no multi-range read of its own."""
     return [view.turns(source, first, last) for source, first, last in ranges]
 
 
+class QuarantineReport(Protocol):
+    """What a projection lists of its quarantine: records in log order, broken sources, applied repairs."""
+
+    @property
+    def records(self) -> Sequence[object]:
+        """Quarantined records (each with ``code`` and ``repaired_by``)."""
+        ...
+
+    @property
+    def broken(self) -> Sequence[object]:
+        """Sources with a broken mark (each with ``code``)."""
+        ...
+
+    @property
+    def repairs(self) -> Sequence[object]:
+        """Applied repairs (each with ``outcome``)."""
+        ...
+
+
 class Projection(Protocol):
-    """A projection the reader can take snapshots of and wait on."""
+    """A projection the reader can take snapshots of and wait on.
+
+    Every method is safe to call from any thread, concurrently with the projector writing in the same
+    process. After the projection is closed, waits return at once (their condition as it stands) and
+    ``view``/``quiet_view`` raise.
+    """
 
     def view(self) -> AbstractContextManager[ProjectionView]:
         """A context manager yielding one consistent snapshot."""
+        ...
+
+    def quiet_view(self) -> AbstractContextManager[ProjectionView]:
+        """A context manager yielding a view as ``view`` does, possibly cheaper, that may find itself
+        overtaken: then one of its reads raises ``SnapshotMovedError`` and the caller reads again (in
+        ``view``, which is never overtaken).
+
+        The DuckDB projection reads without a transaction while no commit is under way; an adapter whose
+        views cannot be overtaken returns ``view()``.
+        """
+        ...
+
+    def readable_offsets(self) -> Mapping[int, int]:
+        """How far reads answer per partition right now (partitions never reached are absent): the applied
+        offsets, or past them where records were staged for readers before their commit. A new mapping
+        the caller owns, read without a snapshot."""
+        ...
+
+    def committed_offsets(self) -> Mapping[int, int] | None:
+        """How far the projection's storage holds the records per partition, when that can differ from
+        ``readable_offsets`` (records staged before their commit); ``None`` for a projection that stages
+        nothing ahead of its commits."""
+        ...
+
+    def quarantine(self, project_sha256: bytes | None = None, *, times: bool = True) -> QuarantineReport | None:
+        """Every quarantined record, broken source and applied repair (of one project, or of all) as committed
+        (``committed_offsets``), read in one snapshot; ``times=False`` may skip decoding when each record
+        was produced. ``None``: this projection keeps no quarantine listing."""
         ...
 
     def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
@@ -112,14 +174,27 @@ class Projection(Protocol):
 
 
 class LogView(Protocol):
-    """What the reader needs to know about the log right now."""
+    """What the reader needs to know about the log right now.
+
+    Safe to call from any thread; each answer is asked of the log at the call (never cached), and a call
+    may raise a ``LogError`` when the log does not answer.
+    """
 
     def partition_of(self, project_sha256: bytes) -> int:
         """The partition that holds the project's records."""
         ...
 
+    @property
+    def partitions(self) -> int:
+        """The topic's partition count (fixed for the view's lifetime)."""
+        ...
+
     def end_offset(self, partition: int) -> int:
         """The partition's end offset (the offset the next record will get) at the time of the call."""
+        ...
+
+    def end_offsets(self, partitions: Sequence[int] | None = None) -> dict[int, int]:
+        """End offsets of ``partitions`` (every partition by default) at the time of the call, asked at once."""
         ...
 
 

@@ -214,33 +214,25 @@ class ReadApi:
             return None  # the read itself reports the project's fault, in the reader's order of checks
         return hashed
 
-    def _applied(self, partition: int) -> int:
-        """How far reads answer on ``partition``: committed, or staged for readers before the commit."""
-        readable = getattr(self.projection, "readable_offsets", None)
-        if callable(readable):  # DuckProjection keeps them in memory: no snapshot needed
-            return int(readable().get(partition, 0))
-        with self.projection.view() as view:
-            return view.applied_offset(partition)
-
     def _committed(self) -> dict[int, int] | None:
         """The offsets the projection file holds per partition (``None``: this projection cannot say apart)."""
-        committed = getattr(self.projection, "applied_offsets", None)
-        return dict(committed()) if callable(committed) else None
+        committed = self.projection.committed_offsets()
+        return None if committed is None else dict(committed)
 
     # -- health
 
     def partition_count(self) -> int:
         """The topic's partition count, as the log view knows it."""
-        count = getattr(self.log, "partitions", 1)
-        return int(count() if callable(count) else count)
+        return int(self.log.partitions)
 
     def offsets(self) -> tuple[dict[int, int], dict[int, int] | None, ThroughlineError | None]:
-        """Applied offsets, end offsets (``None`` when the log did not answer) and the log's error."""
+        """Applied offsets (how far reads answer: committed, or staged for readers before the commit), end
+        offsets (``None`` when the log did not answer) and the log's error."""
         n = self.partition_count()
-        applied = {p: self._applied(p) for p in range(n)}
+        readable = self.projection.readable_offsets()  # in memory: no snapshot needed
+        applied = {p: int(readable.get(p, 0)) for p in range(n)}
         try:
-            bulk = getattr(self.log, "end_offsets", None)
-            end = dict(bulk()) if callable(bulk) else {p: self.log.end_offset(p) for p in range(n)}
+            end = dict(self.log.end_offsets())
         except ThroughlineError as exc:
             return applied, None, exc
         return applied, end, None
@@ -327,9 +319,9 @@ class ReadApi:
         if log_error is not None:
             self.metrics.scrape_errors.inc()
         self.metrics.set_offsets(applied, end)
-        listing_of = getattr(self.projection, "quarantine", None)  # the DuckDB projection has it
-        if listing_of is not None:
-            try:
-                self.metrics.set_quarantine(listing_of(times=False))
-            except Exception:  # a closing or failing projection must not fail the scrape
-                self.metrics.scrape_errors.inc()
+        try:
+            listing = self.projection.quarantine(times=False)
+            if listing is not None:  # a projection that keeps no listing leaves the gauges as they are
+                self.metrics.set_quarantine(listing)
+        except Exception:  # a closing or failing projection must not fail the scrape
+            self.metrics.scrape_errors.inc()
