@@ -7,7 +7,9 @@ Its modules and subpackages, one concern each:
 - ``feed``: where the batches come from (a ``Fetcher``, on the caller's thread or in a worker process);
 - ``prepare``: decode and check the records of one partition, with no projection state (what is quarantined);
 - ``pipeline``: each poll folded for readers at once, and committed on a writer thread;
-- ``read_index``: what every read needs, kept in memory;
+- ``read_state``: everything reads need in memory, with one owner and one condition (``ReadState``), published
+  as immutable snapshots;
+- ``read_index``: the applied offsets, head sources and chain heads reads look up (``ReadState`` owns it);
 - ``store``: the DuckDB projection (the only package that imports duckdb);
 - ``periodic_check``: the check of the log every ``check_interval`` seconds, off the projector's thread;
 - ``tally``: a run's running totals, reported to the progress callback;
