@@ -63,7 +63,9 @@ def _rates(text: str) -> tuple[float | None, ...]:
 
 def parse_args(argv: Sequence[str]) -> Config:
     """Parse the command line into a ``Config``."""
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="small sizes, one repetition (a smoke run, < 2 minutes)")
     p.add_argument("--repeat", type=int, help="repetitions of every measurement (median reported; default 3)")
     p.add_argument("--turns", type=parse_count, help="records of the throughput topic (default 200k)")
@@ -85,7 +87,9 @@ def parse_args(argv: Sequence[str]) -> Config:
     p.add_argument(
         "--freshness-seconds", type=float, help="measured seconds per freshness cell (default 10, --quick 3)"
     )
-    p.add_argument("--memory-sizes", type=_counts, help="topic sizes for the projector's peak RSS (default 50k,150k,300k)")
+    p.add_argument(
+        "--memory-sizes", type=_counts, help="topic sizes for the projector's peak RSS (default 50k,150k,300k)"
+    )
     p.add_argument("--only", help=f"comma-separated subset of {','.join(MEASUREMENTS)}")
     p.add_argument(
         "--profile",
@@ -99,8 +103,18 @@ def parse_args(argv: Sequence[str]) -> Config:
     cfg = Config.quick_config() if a.quick else Config()
     changes: dict[str, object] = {}
     names = (
-        "repeat", "ratio_repeat", "turns", "body_bytes", "reader_sizes", "reader_reads", "freshness_rates",
-        "freshness_projects", "freshness_seconds", "memory_sizes", "report", "workdir",
+        "repeat",
+        "ratio_repeat",
+        "turns",
+        "body_bytes",
+        "reader_sizes",
+        "reader_reads",
+        "freshness_rates",
+        "freshness_projects",
+        "freshness_seconds",
+        "memory_sizes",
+        "report",
+        "workdir",
     )
     for name in names:
         value = getattr(a, name)
@@ -200,7 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _wanted(cfg, "streams"):  # item 8: the same topic, beside Kafka Streams
                 items = data
                 assert items is not None
-                _section("streams", lambda: streams_bench.measure(cfg, bootstrap, topic, items, work), sections, failures)
+                _section(
+                    "streams", lambda: streams_bench.measure(cfg, bootstrap, topic, items, work), sections, failures
+                )
             turns = None  # free the workload's memory before the reader builds its projections
             if _wanted(cfg, "reader"):
                 _section("reader", lambda: reader.measure(cfg, work), sections, failures)

@@ -77,9 +77,7 @@ def naive_loop(bootstrap: str, topic: str, db: Path, *, max_records: int, max_se
     ends = end_offsets(bootstrap, topic)
     start = time.perf_counter()
     deadline = start + max_seconds
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **CONSUMER_SETTINGS
-    )
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **CONSUMER_SETTINGS)
     done = 0
     insert = f"INSERT INTO turns VALUES ({', '.join('?' * len(_COLUMNS))})"  # noqa: S608 (fixed names)
     upsert = "INSERT OR REPLACE INTO offsets VALUES (?, ?)"

@@ -118,7 +118,12 @@ def _record_batches(keys: list[bytes], values: list[bytes], per_batch: int = 500
     out = bytearray()
     for first in range(0, len(values), per_batch):
         builder = DefaultRecordBatchBuilder(
-            magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+            magic=2,
+            compression_type=0,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
             batch_size=1 << 30,
         )
         for i in range(first, min(first + per_batch, len(values))):
@@ -138,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.breakdown", description=__doc__)
     p.add_argument("--records", type=int, default=20_000)
-    p.add_argument("--db-dir", type=Path, default=None, help="where the apply step's DuckDB file goes (default: a temp dir)")
+    p.add_argument(
+        "--db-dir", type=Path, default=None, help="where the apply step's DuckDB file goes (default: a temp dir)"
+    )
     a = p.parse_args(argv)
     n = a.records
     wl = Workload(n)
@@ -161,26 +168,76 @@ def _main(argv: list[str] | None) -> int:
     def construct() -> None:
         for d in datums:
             pr = d["producer"]
-            TurnRecord(d["project"], d["projectSha256"], d["host"], d["thread"], d["turnId"], d["seq"], d["completedAt"],
-                       d["body"], d["contentDigest"], ProducerStamp(pr["name"], pr["version"], pr["producedAt"], pr.get("attributes", {})))
+            TurnRecord(
+                d["project"],
+                d["projectSha256"],
+                d["host"],
+                d["thread"],
+                d["turnId"],
+                d["seq"],
+                d["completedAt"],
+                d["body"],
+                d["contentDigest"],
+                ProducerStamp(pr["name"], pr["version"], pr["producedAt"], pr.get("attributes", {})),
+            )
 
     fetched = _record_batches(data.keys, data.values)
     tp = TopicPartition("bench", 0)
 
     rows: list[tuple[str, float]] = []
     rows.append(
-        ("kafka-python's record parsing of fetched batches (the ceiling's)", best(lambda: Fetcher.PartitionRecords(0, tp, MemoryRecords(fetched)).take(None), n))
+        (
+            "kafka-python's record parsing of fetched batches (the ceiling's)",
+            best(lambda: Fetcher.PartitionRecords(0, tp, MemoryRecords(fetched)).take(None), n),
+        )
     )
-    rows.append(("throughline's record reader of the same batches (the projector's)", best(lambda: RecordReader(0, tp, MemoryRecords(fetched)).take(None), n)))
-    rows.append(("fastavro decode of one value (the ceiling's per-record work besides fetching)", best(fastavro_only, n)))
-    rows.append(("decode_turn (header check, current-schema reader, TurnRecord)", best(lambda: [decode_turn(r.value) for r in recs], n)))
-    rows.append(("  of which TurnRecord(...) construction (frozen dataclasses: 9 fields and the producer stamp)", best(construct, n)))
+    rows.append(
+        (
+            "throughline's record reader of the same batches (the projector's)",
+            best(lambda: RecordReader(0, tp, MemoryRecords(fetched)).take(None), n),
+        )
+    )
+    rows.append(
+        ("fastavro decode of one value (the ceiling's per-record work besides fetching)", best(fastavro_only, n))
+    )
+    rows.append(
+        (
+            "decode_turn (header check, current-schema reader, TurnRecord)",
+            best(lambda: [decode_turn(r.value) for r in recs], n),
+        )
+    )
+    rows.append(
+        (
+            "  of which TurnRecord(...) construction (frozen dataclasses: 9 fields and the producer stamp)",
+            best(construct, n),
+        )
+    )
     rows.append(("verify_turn", best(lambda: [turn_mod.verify_turn(t) for t in turns], n)))
-    rows.append(("partition_for (pure-Python murmur2; prepare caches it per project)", best(lambda: [partition_for(t.project_sha256, 3) for t in turns], n)))
-    rows.append(("source_sha256 (prepare caches it per source)", best(lambda: [source_sha256(t.project_sha256, t.host, t.thread) for t in turns], n)))
+    rows.append(
+        (
+            "partition_for (pure-Python murmur2; prepare caches it per project)",
+            best(lambda: [partition_for(t.project_sha256, 3) for t in turns], n),
+        )
+    )
+    rows.append(
+        (
+            "source_sha256 (prepare caches it per source)",
+            best(lambda: [source_sha256(t.project_sha256, t.host, t.thread) for t in turns], n),
+        )
+    )
     rows.append(("turn_key", best(lambda: [prepare.turn_key(t.project_sha256, t.turn_id) for t in turns], n)))
-    rows.append(("decode_turn_datum (header check, current-schema reader, no TurnRecord)", best(lambda: [decode_turn_datum(r.value) for r in recs], n)))
-    rows.append(("prepare_batch (decode, checks, partition check, SoundRecord)", best(lambda: prepare.prepare_batch(0, recs, partitions=1), n)))
+    rows.append(
+        (
+            "decode_turn_datum (header check, current-schema reader, no TurnRecord)",
+            best(lambda: [decode_turn_datum(r.value) for r in recs], n),
+        )
+    )
+    rows.append(
+        (
+            "prepare_batch (decode, checks, partition check, SoundRecord)",
+            best(lambda: prepare.prepare_batch(0, recs, partitions=1), n),
+        )
+    )
     batch = prepare.prepare_batch(0, recs, partitions=1)
     frame = frames.dumps(batch)
     rows.append(("pickling a prepared batch in the fetch worker", best(lambda: frames.dumps(batch), n)))

@@ -122,7 +122,11 @@ def _round(projection: DuckProjection, writes: list[LogRecord], seconds: float) 
         t0, c0 = time.perf_counter(), time.thread_time()
         page = read_observer_turn_page(
             project=projects[i % PROJECTS],
-            limit=10, projection=counted, log=log, token_key=TOKEN_KEY, wait_timeout=0.0,
+            limit=10,
+            projection=counted,
+            log=log,
+            token_key=TOKEN_KEY,
+            wait_timeout=0.0,
         )
         walls.append((time.perf_counter() - t0) * 1000)
         cpus.append((time.thread_time() - c0) * 1000)
@@ -171,20 +175,28 @@ def main(argv: list[str] | None = None) -> int:
             projection.close()
     keys = ("reads_per_s", "wall_p50", "wall_p90", "cpu_mean", "overtaken")
     median = {w: {k: statistics.median(x[k] for x in results[w]) for k in keys} for w in WAYS}
-    print(f"First pages beside a writer of {WRITE_RECORDS}-record transactions every ~{WRITE_GAP_S * 1000:g} ms "
-          f"(medians of {rounds} alternated rounds of {args.seconds:g} s each)")
+    print(
+        f"First pages beside a writer of {WRITE_RECORDS}-record transactions every ~{WRITE_GAP_S * 1000:g} ms "
+        f"(medians of {rounds} alternated rounds of {args.seconds:g} s each)"
+    )
     print()
-    print("| quiet views stop | reads /s | read wall p50 ms | read wall p90 ms | read CPU mean ms | quiet views overtaken |")
+    print(
+        "| quiet views stop | reads /s | read wall p50 ms | read wall p90 ms | read CPU mean ms | quiet views overtaken |"
+    )
     print("|---|---|---|---|---|---|")
     for w in WAYS:
         m = median[w]
-        print(f"| {w} | {m['reads_per_s']:,.0f} | {m['wall_p50']:.2f} | {m['wall_p90']:.2f} | {m['cpu_mean']:.2f} "
-              f"| {m['overtaken']:.0f}% |")
+        print(
+            f"| {w} | {m['reads_per_s']:,.0f} | {m['wall_p50']:.2f} | {m['wall_p90']:.2f} | {m['cpu_mean']:.2f} "
+            f"| {m['overtaken']:.0f}% |"
+        )
     before, now = median["at BEGIN"], median["at COMMIT"]
     print()
-    print(f"ratio (at COMMIT / at BEGIN): reads /s {now['reads_per_s'] / before['reads_per_s']:.2f}, "
-          f"wall p50 {now['wall_p50'] / before['wall_p50']:.2f}, wall p90 {now['wall_p90'] / before['wall_p90']:.2f}, "
-          f"CPU {now['cpu_mean'] / before['cpu_mean']:.2f}; every read ok")
+    print(
+        f"ratio (at COMMIT / at BEGIN): reads /s {now['reads_per_s'] / before['reads_per_s']:.2f}, "
+        f"wall p50 {now['wall_p50'] / before['wall_p50']:.2f}, wall p90 {now['wall_p90'] / before['wall_p90']:.2f}, "
+        f"CPU {now['cpu_mean'] / before['cpu_mean']:.2f}; every read ok"
+    )
     return 0
 
 

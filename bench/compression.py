@@ -390,9 +390,7 @@ def main(argv: Sequence[str]) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--turns", type=int, default=DEFAULT_TURNS, help=f"turns per codec run (default {DEFAULT_TURNS:,})"
-    )
+    p.add_argument("--turns", type=int, default=DEFAULT_TURNS, help=f"turns per codec run (default {DEFAULT_TURNS:,})")
     p.add_argument("--repeat", type=int, default=15, help="interleaved repetitions (default 15)")
     a = p.parse_args(argv)
     cfg = Config(repeat=max(1, a.repeat), ratio_repeat=max(1, a.repeat))

@@ -73,11 +73,15 @@ def main(argv: list[str] | None = None) -> int:
                     for way, call in ways.items():
                         got[way].append(_run(call, callers, a.calls))
                     log(f"{callers} callers, repetition {rep + 1}/{a.repeat}")
-                med = {w: tuple(sorted(r[i] for r in runs)[len(runs) // 2] for i in range(3)) for w, runs in got.items()}
+                med = {
+                    w: tuple(sorted(r[i] for r in runs)[len(runs) // 2] for i in range(3)) for w, runs in got.items()
+                }
                 shared = med["shared (NextAnswer)"]
                 for way, (p50, p99, wall) in med.items():
-                    print(f"| {callers} | {way} | {p50:.2f} | {p99:.2f} | {wall:.2f} | {p50 / shared[0]:.2f}x | "
-                          f"{p99 / shared[1]:.2f}x | {wall / shared[2]:.2f}x |")
+                    print(
+                        f"| {callers} | {way} | {p50:.2f} | {p99:.2f} | {wall:.2f} | {p50 / shared[0]:.2f}x | "
+                        f"{p99 / shared[1]:.2f}x | {wall / shared[2]:.2f}x |"
+                    )
         finally:
             view.close()
             delete_topics(bootstrap, [topic])

@@ -125,8 +125,18 @@ def targets(cells: list[dict[str, Any]]) -> list[Target]:
     half = [r for r in cells if r["half"]]
     out: list[Target] = []
     for name, group, key, threshold in (
-        (f"ack -> readable p50 <= {STEADY_P50_MS:g} ms at every rate up to {STEADY_MAX_RATE:,.0f}/s", steady, "fresh_p50", STEADY_P50_MS),
-        (f"ack -> readable p99 <= {STEADY_P99_MS:g} ms at every rate up to {STEADY_MAX_RATE:,.0f}/s", steady, "fresh_p99", STEADY_P99_MS),
+        (
+            f"ack -> readable p50 <= {STEADY_P50_MS:g} ms at every rate up to {STEADY_MAX_RATE:,.0f}/s",
+            steady,
+            "fresh_p50",
+            STEADY_P50_MS,
+        ),
+        (
+            f"ack -> readable p99 <= {STEADY_P99_MS:g} ms at every rate up to {STEADY_MAX_RATE:,.0f}/s",
+            steady,
+            "fresh_p99",
+            STEADY_P99_MS,
+        ),
         (f"ack -> readable p50 <= {HALF_P50_MS:g} ms at half the projector's capacity", half, "fresh_p50", HALF_P50_MS),
         (f"ack -> readable p99 <= {HALF_P99_MS:g} ms at half the projector's capacity", half, "fresh_p99", HALF_P99_MS),
     ):
@@ -135,13 +145,17 @@ def targets(cells: list[dict[str, Any]]) -> list[Target]:
             out.append(Target(name, value, threshold, higher_is_better=False, text=f"ms; {where}"))
     if cells:
         value, where = _worst(cells, "ok_share", higher_is_better=True)
-        out.append(Target(f"reads ok >= {OK_SHARE_MIN:g}% in every cell", value, OK_SHARE_MIN, text=f"% of reads; {where}"))
+        out.append(
+            Target(f"reads ok >= {OK_SHARE_MIN:g}% in every cell", value, OK_SHARE_MIN, text=f"% of reads; {where}")
+        )
         value, where = _worst(cells, "achieved_share", higher_is_better=True)
         out.append(
             Target(
                 f"the producers sent >= {ACHIEVED_MIN_SHARE:g}% of the rate asked in every cell (else the cell "
                 "did not measure its rate)",
-                value, ACHIEVED_MIN_SHARE, text=f"% of the rate asked; {where}",
+                value,
+                ACHIEVED_MIN_SHARE,
+                text=f"% of the rate asked; {where}",
             )
         )
     return out
@@ -149,24 +163,39 @@ def targets(cells: list[dict[str, Any]]) -> list[Target]:
 
 def _idle_http(sec: Section, sweep: Rig, plan: list[tuple[float, int, str, bool]], reads: int) -> list[Target]:
     """First pages over HTTP once the sweep is over and serve is idle (every project the sweep wrote)."""
-    projects = [Workload(1, projects=n, label=f"fresh{i}").project(k) for i, (_, n, _, _) in enumerate(plan) for k in range(n)]
+    projects = [
+        Workload(1, projects=n, label=f"fresh{i}").project(k) for i, (_, n, _, _) in enumerate(plan) for k in range(n)
+    ]
     ms, statuses = sweep.idle_reads(projects, reads)
     p50, p99 = percentile(ms, 50), percentile(ms, 99)
     log(f"freshness: idle first pages over HTTP p50 {p50:.2f} p99 {p99:.2f} ms {statuses}")
-    sec.figures += [Figure("first page over HTTP, idle serve, p50", [p50], "ms", "{:.2f}"),
-                    Figure("first page over HTTP, idle serve, p99", [p99], "ms", "{:.2f}")]
+    sec.figures += [
+        Figure("first page over HTTP, idle serve, p50", [p50], "ms", "{:.2f}"),
+        Figure("first page over HTTP, idle serve, p99", [p99], "ms", "{:.2f}"),
+    ]
     sec.notes.append(
         f"Idle reads: after the sweep, once the projector applied everything and nothing is produced, one "
         f"client times {len(ms)} first pages (limit {FIRST_PAGE_LIMIT}, after a warm-up) of the {len(projects)} "
         "projects the sweep wrote, in turn, over one keep-alive connection: "
-        + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + " (item 4's idle HTTP target)."
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items()))
+        + " (item 4's idle HTTP target)."
     )
     where = f"ms; {len(ms)} reads"
     return [
-        Target(f"first page over HTTP on an idle serve p50 <= {IDLE_HTTP_P50_MS:g} ms", p50, IDLE_HTTP_P50_MS,
-               higher_is_better=False, text=where),
-        Target(f"first page over HTTP on an idle serve p99 <= {IDLE_HTTP_P99_MS:g} ms", p99, IDLE_HTTP_P99_MS,
-               higher_is_better=False, text=where),
+        Target(
+            f"first page over HTTP on an idle serve p50 <= {IDLE_HTTP_P50_MS:g} ms",
+            p50,
+            IDLE_HTTP_P50_MS,
+            higher_is_better=False,
+            text=where,
+        ),
+        Target(
+            f"first page over HTTP on an idle serve p99 <= {IDLE_HTTP_P99_MS:g} ms",
+            p99,
+            IDLE_HTTP_P99_MS,
+            higher_is_better=False,
+            text=where,
+        ),
     ]
 
 
@@ -256,14 +285,16 @@ def measure(cfg: Config, bootstrap: str, capacity: float | None, workdir: Path) 
         if wants_profile(cfg, sec.targets) and (missed or cfg.profile == "all"):
             worst = missed[0] if missed else cells[-1]
             r = sweep.run_cell(
-                len(plan), worst["rate"], worst["projects"], label=worst["label"],
+                len(plan),
+                worst["rate"],
+                worst["projects"],
+                label=worst["label"],
                 profile_label=f"`throughline serve` at {worst['label']}, {worst['projects']} project(s) (profile run)",
             )
             prof = r["profile"]
             if prof is not None:
                 sec.profiles.append(
-                    prof.markdown()
-                    + f"\n\nThat run: ack -> readable p50 {_fmt(r['fresh_p50'], '{:.1f}')} ms, p99 "
+                    prof.markdown() + f"\n\nThat run: ack -> readable p50 {_fmt(r['fresh_p50'], '{:.1f}')} ms, p99 "
                     f"{_fmt(r['fresh_p99'], '{:.1f}')} ms; reads ok {r['ok']:,} of {r['reads']:,}."
                 )
                 for t in sec.targets:
@@ -276,22 +307,30 @@ def measure(cfg: Config, bootstrap: str, capacity: float | None, workdir: Path) 
     for r in cells:
         for k, v in r["statuses"].items():
             statuses[k] = statuses.get(k, 0) + v
-    sec.notes = method_notes(cfg) + sec.notes + [
-        "Read answers over all cells: " + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + "; "
-        "an acknowledgement's pickup (from the ack to its poller's first read) p50 / max per cell: "
-        + ", ".join(f"{_fmt(r['pickup_p50'], '{:.1f}')} / {_fmt(r['pickup_max'], '{:.1f}')} ms" for r in cells)
-        + "; an acknowledgement's stamp after the broker appended its batch (LogAppendTime, ms resolution) "
-        "p50 / p99 per cell: "
-        + ", ".join(
-            f"{_fmt(r['stamp_after_append_p50'], '{:.1f}')} / {_fmt(r['stamp_after_append_p99'], '{:.1f}')} ms"
-            for r in cells
-        )
-        + ".",
-    ]
+    sec.notes = (
+        method_notes(cfg)
+        + sec.notes
+        + [
+            "Read answers over all cells: " + ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())) + "; "
+            "an acknowledgement's pickup (from the ack to its poller's first read) p50 / max per cell: "
+            + ", ".join(f"{_fmt(r['pickup_p50'], '{:.1f}')} / {_fmt(r['pickup_max'], '{:.1f}')} ms" for r in cells)
+            + "; an acknowledgement's stamp after the broker appended its batch (LogAppendTime, ms resolution) "
+            "p50 / p99 per cell: "
+            + ", ".join(
+                f"{_fmt(r['stamp_after_append_p50'], '{:.1f}')} / {_fmt(r['stamp_after_append_p99'], '{:.1f}')} ms"
+                for r in cells
+            )
+            + ".",
+        ]
+    )
     sec.notes += [
         f"{r['label']} x {r['projects']}: the producer fell {r['behind_s']:.2f} s behind its schedule at worst"
         + (f"; {r['send_failed']} sends failed" if r["send_failed"] else "")
-        + (f"; the projector had not caught up with the previous cell within {DRAIN_BOUND_S:.0f} s" if math.isinf(r["drained_s"]) else "")
+        + (
+            f"; the projector had not caught up with the previous cell within {DRAIN_BOUND_S:.0f} s"
+            if math.isinf(r["drained_s"])
+            else ""
+        )
         for r in cells
         if r["behind_s"] > 0.5 or r["send_failed"] or math.isinf(r["drained_s"])
     ]

@@ -231,8 +231,13 @@ def _send_share(producer: Any, topic: str, acks: Any, built: tuple[Any, ...], *,
     last = time.monotonic()
     failures[0] += producer.flush(60)  # what is still queued after 60 s never arrived
     return {
-        "cell": cell, "sent": len(mine), "last": last, "behind_s": behind, "failed": failures[0],
-        "acks": {p: _by_offset(*pair) for p, pair in times.items()}, "followed": followed,
+        "cell": cell,
+        "sent": len(mine),
+        "last": last,
+        "behind_s": behind,
+        "failed": failures[0],
+        "acks": {p: _by_offset(*pair) for p, pair in times.items()},
+        "followed": followed,
         "after_append": after_append,
     }
 
@@ -486,7 +491,9 @@ class Rig:
             t0 = time.perf_counter()
             code, doc = http_.get(path, timeout=POLL_BOUND_S)
             now = time.monotonic()
-            stats.read(str(doc.get("status")) if code == 200 and doc else f"http_{code}", (time.perf_counter() - t0) * 1000)
+            stats.read(
+                str(doc.get("status")) if code == 200 and doc else f"http_{code}", (time.perf_counter() - t0) * 1000
+            )
             if code == 200 and doc and doc.get("status") == "ok" and doc.get("throughCursor"):
                 cur = decode_cursor(doc["throughCursor"])
                 if isinstance(cur, Cursor) and cur.partition == partition and cur.offset >= offset:
@@ -505,7 +512,11 @@ class Rig:
                 now = time.monotonic()
                 if doc and doc.get("lag") is not None and isinstance(doc.get("partitions"), list):
                     applied = {int(p["partition"]): int(p["appliedOffset"]) for p in doc["partitions"]}
-                    ends = {int(p["partition"]): int(p["endOffset"]) for p in doc["partitions"] if p.get("endOffset") is not None}
+                    ends = {
+                        int(p["partition"]): int(p["endOffset"])
+                        for p in doc["partitions"]
+                        if p.get("endOffset") is not None
+                    }
                     stats.lag.append((now, int(doc["lag"]), applied, ends))
         finally:
             http_.close()
@@ -595,7 +606,9 @@ class Rig:
 
     # -- a cell
 
-    def run_cell(self, cell: int, rate: float, projects: int, *, label: str, profile_label: str | None = None) -> dict[str, Any]:
+    def run_cell(
+        self, cell: int, rate: float, projects: int, *, label: str, profile_label: str | None = None
+    ) -> dict[str, Any]:
         """One cell: ``rate`` turns/s over ``projects`` projects for warm-up + measured seconds."""
         cfg = self.cfg
         drained = self.caught_up()
@@ -644,8 +657,19 @@ class Rig:
             if recorder is not None:
                 recorder.__exit__(None, None, None)
             self.current = None
-        return _figures(stats, summary, rate=rate, projects=projects, label=label, drained_s=drained,
-                        producers=n, profile=profile[0] if profile else None) | transactions
+        return (
+            _figures(
+                stats,
+                summary,
+                rate=rate,
+                projects=projects,
+                label=label,
+                drained_s=drained,
+                producers=n,
+                profile=profile[0] if profile else None,
+            )
+            | transactions
+        )
 
 
 def producers_for(rate: float, projects: int, pool: int) -> int:
@@ -747,8 +771,15 @@ def _pct(values: list[float], missed: int, q: float) -> float:
 
 
 def _figures(
-    stats: _CellStats, summary: dict[str, Any], *, rate: float, projects: int, label: str, drained_s: float,
-    producers: int, profile: Any,
+    stats: _CellStats,
+    summary: dict[str, Any],
+    *,
+    rate: float,
+    projects: int,
+    label: str,
+    drained_s: float,
+    producers: int,
+    profile: Any,
 ) -> dict[str, Any]:
     reads = sum(stats.statuses.values())
     lag_records = [float(x[1]) for x in stats.lag]
@@ -802,8 +833,20 @@ def start_serve(bootstrap: str, topic: str, db: Path, partitions: int) -> tuple[
     for p in (db, Path(str(db) + ".wal")):
         p.unlink(missing_ok=True)
     cmd = [
-        PYTHON, "-m", "throughline.cli", "serve", "--port", "0", "--bootstrap-servers", bootstrap,
-        "--topic", topic, "--db", str(db), "--partitions", str(partitions),
+        PYTHON,
+        "-m",
+        "throughline.cli",
+        "serve",
+        "--port",
+        "0",
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic",
+        topic,
+        "--db",
+        str(db),
+        "--partitions",
+        str(partitions),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: queue.Queue[str] = queue.Queue()

@@ -62,8 +62,22 @@ class Member:
         }
         env.pop("THROUGHLINE_AUTH_TOKEN", None)
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "throughline.cli", "serve", "--port", str(self.port), "--group", group, "--advertise", self.url],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            [
+                PYTHON,
+                "-m",
+                "throughline.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--group",
+                group,
+                "--advertise",
+                self.url,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -160,8 +174,16 @@ def _fill(bootstrap: str, topic: str, turns: int) -> dict[str, int]:
             for n in range(start, min(turns, start + 1000)):
                 project = PROJECTS[n % len(PROJECTS)]
                 heads[project] += 1
-                batch.append(producer.build(project=project, host="h", thread="t", turn_id=f"{project}-{heads[project]}",
-                                            completed_at=1_780_000_000_000_000 + n, body=f"turn {n} " + "x" * 200))
+                batch.append(
+                    producer.build(
+                        project=project,
+                        host="h",
+                        thread="t",
+                        turn_id=f"{project}-{heads[project]}",
+                        completed_at=1_780_000_000_000_000 + n,
+                        body=f"turn {n} " + "x" * 200,
+                    )
+                )
             producer.send_many(batch)
     return heads
 
@@ -177,7 +199,9 @@ def _serves_heads(urls: list[str], heads: dict[str, int]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the measurements and print them side by side."""
-    p = argparse.ArgumentParser(prog="python -m bench.group", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.group", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--turns", type=int, default=20_000)
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--session-timeout-ms", type=int, default=10_000)
@@ -212,12 +236,22 @@ def main(argv: list[str] | None = None) -> int:
             rebalanced = time.monotonic() - killed
             figures = [
                 ("read throughput, 1 member", f"{one[0]:.0f} reads/s", f"{one[2]} not ok"),
-                ("read throughput, 3 members (K=2)", f"{three[0]:.0f} reads/s", f"{three[2]} not ok; ratio {three[0] / one[0]:.2f}x"),
+                (
+                    "read throughput, 3 members (K=2)",
+                    f"{three[0]:.0f} reads/s",
+                    f"{three[2]} not ok; ratio {three[0] / one[0]:.2f}x",
+                ),
                 ("2 members join, caught up and live", f"{joined:.1f} s", f"{a.turns} turns in the log"),
-                ("SIGKILL -> every project served by the survivors", f"{served:.2f} s",
-                 f"{passes[0]} sequential pass(es) over {2 * len(PROJECTS)} reads; K=2: the other holder answers"),
-                ("SIGKILL -> group rebalanced without it", f"{rebalanced:.1f} s",
-                 f"session timeout {a.session_timeout_ms / 1000:g} s, then every partition 2 live holders"),
+                (
+                    "SIGKILL -> every project served by the survivors",
+                    f"{served:.2f} s",
+                    f"{passes[0]} sequential pass(es) over {2 * len(PROJECTS)} reads; K=2: the other holder answers",
+                ),
+                (
+                    "SIGKILL -> group rebalanced without it",
+                    f"{rebalanced:.1f} s",
+                    f"session timeout {a.session_timeout_ms / 1000:g} s, then every partition 2 live holders",
+                ),
             ]
         finally:
             for m in members:

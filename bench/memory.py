@@ -41,8 +41,17 @@ FLAT_FACTOR = 1.5
 def project_command(bootstrap: str, topic: str, db: Path) -> list[str]:
     """The projector's command line."""
     return [
-        PYTHON, "-m", "throughline.cli", "project", "--until-caught-up", "--bootstrap-servers", bootstrap,
-        "--topic", topic, "--db", str(db),
+        PYTHON,
+        "-m",
+        "throughline.cli",
+        "project",
+        "--until-caught-up",
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic",
+        topic,
+        "--db",
+        str(db),
     ]
 
 
@@ -142,14 +151,15 @@ def measure(cfg: Config, bootstrap: str, workdir: Path) -> Section:
                 p.unlink(missing_ok=True)
     delete_topics(bootstrap, [topic])
     sec = Section("memory", "6. Projector memory against topic size")
-    rows = ["| topic size | Avro MiB | projection file MiB | peak RSS MiB (VmHWM) | run s (with start-up) |", "|---|---|---|---|---|"]
+    rows = [
+        "| topic size | Avro MiB | projection file MiB | peak RSS MiB (VmHWM) | run s (with start-up) |",
+        "|---|---|---|---|---|",
+    ]
     for size in sizes:
         f_rss = Figure("", rss[size], "MiB", "{:,.0f}")
         f_s = Figure("", secs[size], "s", "{:.1f}")
         avro = sum(len(v) for v in data.values[:size]) / 2**20
-        rows.append(
-            f"| {size:,} | {avro:,.0f} | {db_mib[size]:,.0f} | {f_rss.text()} | {f_s.text()} |"
-        )
+        rows.append(f"| {size:,} | {avro:,.0f} | {db_mib[size]:,.0f} | {f_rss.text()} | {f_s.text()} |")
         sec.figures.append(Figure(f"peak RSS at {human_count(size)} turns", rss[size], "MiB", "{:,.0f}"))
     sec.tables.append("\n".join(rows))
     small = Figure("", rss[sizes[0]], "MiB").median

@@ -56,7 +56,10 @@ class Profile:
         if self.threads:
             lines.append("Threads: " + ", ".join(f"{t} {s:.0%}" for t, s in self.threads[:6]))
             lines.append("")
-        lines += ["| self (on-CPU in this frame) | share | inclusive (this frame and below) | share |", "|---|---|---|---|"]
+        lines += [
+            "| self (on-CPU in this frame) | share | inclusive (this frame and below) | share |",
+            "|---|---|---|---|",
+        ]
         for i in range(min(top, max(len(self.self_top), len(self.inclusive_top)))):
             a = self.self_top[i] if i < len(self.self_top) else ("", 0.0)
             b = self.inclusive_top[i] if i < len(self.inclusive_top) else ("", 0.0)
@@ -193,18 +196,33 @@ def recording(label: str, out: Path, pid: int | None = None) -> Iterator[list[Pr
     else:
         targets.append((pid, "serve", out.with_suffix(".0"), "", []))
         for i, (child, cmdline) in enumerate(_children(pid), 1):
-            lead = f"process {pid}:\"serve\";process {child}:\"{cmdline}\";"
+            lead = f'process {pid}:"serve";process {child}:"{cmdline}";'
             name = "the fetch worker" if "projector.feed" in cmdline else f"child {child}"
             targets.append((child, name, out.with_suffix(f".{i}"), lead, []))
     procs = []
     for target, _, raw, _, extra in targets:
         raw.unlink(missing_ok=True)
-        procs.append(subprocess.Popen(
-            [py_spy, "record", "--pid", str(target), "--rate", "200", "--format", "raw", "--threads",
-             *extra, "--nonblocking", "-o", str(raw)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        ))
+        procs.append(
+            subprocess.Popen(
+                [
+                    py_spy,
+                    "record",
+                    "--pid",
+                    str(target),
+                    "--rate",
+                    "200",
+                    "--format",
+                    "raw",
+                    "--threads",
+                    *extra,
+                    "--nonblocking",
+                    "-o",
+                    str(raw),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        )
     time.sleep(1.0)  # let py-spy attach before the work starts
     try:
         yield holder

@@ -145,15 +145,23 @@ def measure(cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Pat
     f_replay = Figure("replay into a new file (`throughline.projector.replay.replay`, in process)", replay, "records/s")
     # Paired ratios: each repetition's projector (replay) over the same repetition's ceiling.
     stream_ratio = Figure(
-        "projector / ceiling, per repetition", [a / b for a, b in zip(streaming, f_ceiling.samples, strict=True)], "ratio", "{:.2f}"
+        "projector / ceiling, per repetition",
+        [a / b for a, b in zip(streaming, f_ceiling.samples, strict=True)],
+        "ratio",
+        "{:.2f}",
     )
     replay_ratio = Figure(
-        "replay / ceiling, per repetition", [a / b for a, b in zip(replay, f_ceiling.samples, strict=True)], "ratio", "{:.2f}"
+        "replay / ceiling, per repetition",
+        [a / b for a, b in zip(replay, f_ceiling.samples, strict=True)],
+        "ratio",
+        "{:.2f}",
     )
     one = Section("throughput", "1. Projector and replay against the ceiling")
     one.figures = [f_default, f_settings, f_reader_ceiling, f_stream, f_replay, stream_ratio, replay_ratio]
     one.targets = [
-        Target("projector >= 0.8 of the ceiling", stream_ratio.median, 0.8, text=against_noise(stream_ratio.samples, 0.8)),
+        Target(
+            "projector >= 0.8 of the ceiling", stream_ratio.median, 0.8, text=against_noise(stream_ratio.samples, 0.8)
+        ),
         Target("replay >= 0.8 of the ceiling", replay_ratio.median, 0.8, text=against_noise(replay_ratio.samples, 0.8)),
     ]
     for t in one.targets:

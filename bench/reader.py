@@ -189,9 +189,7 @@ def build_projection(path: Path, layout: Layout, scratch: Path, *, workers: int 
             con.execute("INSERT INTO project_heads VALUES (?, ?)", [project_hash, source])
         for part, end in layout.ends().items():
             if end:
-                con.execute(
-                    "INSERT INTO applied_offsets VALUES (?, ?, ?, ?, ?, 0, 0, 0)", [TOPIC, part, end, end, end]
-                )
+                con.execute("INSERT INTO applied_offsets VALUES (?, ?, ?, ?, ?, 0, 0, 0)", [TOPIC, part, end, end, end])
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
     finally:
@@ -345,7 +343,11 @@ def measure(cfg: Config, workdir: Path, progress: Callable[[str], None] = log) -
         if last is not None:
             _drop(last[0])
         last = (path, layout)
-    header = "| read | limit | " + " | ".join(f"{human_count(s)} p50 / p99 (ms)" for s in sizes) + " | p99 largest / smallest |"
+    header = (
+        "| read | limit | "
+        + " | ".join(f"{human_count(s)} p50 / p99 (ms)" for s in sizes)
+        + " | p99 largest / smallest |"
+    )
     lines = [header, "|" + "---|" * (len(sizes) + 3)]
     for (kind, limit), per_size in by_key.items():
         cells = []
@@ -361,7 +363,9 @@ def measure(cfg: Config, workdir: Path, progress: Callable[[str], None] = log) -
             p50s[s], p99s[s] = p50, p99
             cells.append(f"{p50:.2f} / {p99:.2f}")
         ratio = p99s[sizes[-1]] / p99s[sizes[0]] if sizes[0] in p99s and sizes[-1] in p99s else None
-        lines.append(f"| {kind} | {limit} | " + " | ".join(cells) + f" | {'n/a' if ratio is None else f'{ratio:.2f}'} |")
+        lines.append(
+            f"| {kind} | {limit} | " + " | ".join(cells) + f" | {'n/a' if ratio is None else f'{ratio:.2f}'} |"
+        )
         section.targets.append(
             Target(
                 f"{kind} limit {limit}: p99 at {human_count(sizes[-1])} within 2x of p99 at {human_count(sizes[0])}",
@@ -374,15 +378,27 @@ def measure(cfg: Config, workdir: Path, progress: Callable[[str], None] = log) -
         if limit == FIRST_PAGE_LIMIT:  # item 3's target: a first page of the default limit, in process
             largest = human_count(sizes[-1])
             section.targets += [
-                Target(f"{kind} first page (limit {limit}) in process p50 <= {FIRST_PAGE_P50_MS:g} ms at {largest}",
-                       p50s.get(sizes[-1]), FIRST_PAGE_P50_MS, higher_is_better=False, text="ms"),
-                Target(f"{kind} first page (limit {limit}) in process p99 <= {FIRST_PAGE_P99_MS:g} ms at {largest}",
-                       p99s.get(sizes[-1]), FIRST_PAGE_P99_MS, higher_is_better=False, text="ms"),
+                Target(
+                    f"{kind} first page (limit {limit}) in process p50 <= {FIRST_PAGE_P50_MS:g} ms at {largest}",
+                    p50s.get(sizes[-1]),
+                    FIRST_PAGE_P50_MS,
+                    higher_is_better=False,
+                    text="ms",
+                ),
+                Target(
+                    f"{kind} first page (limit {limit}) in process p99 <= {FIRST_PAGE_P99_MS:g} ms at {largest}",
+                    p99s.get(sizes[-1]),
+                    FIRST_PAGE_P99_MS,
+                    higher_is_better=False,
+                    text="ms",
+                ),
             ]
     section.tables.append("\n".join(lines))
     if last is not None:
         if wants_profile(cfg, section.targets):
-            with recording(f"reads at {human_count(last[1].total)} turns (profile run)", workdir / "reader.pyspy") as got:
+            with recording(
+                f"reads at {human_count(last[1].total)} turns (profile run)", workdir / "reader.pyspy"
+            ) as got:
                 time_reads(last[0], last[1], cfg.reader_reads, seed=99)
             section.profiles.append(got[0].markdown())
             for t in section.targets:

@@ -120,10 +120,19 @@ def main(argv: list[str] | None = None) -> int:
     """Print the side-by-side table; exit 1 if the two projections differ."""
     p = argparse.ArgumentParser(prog="python -m bench.small_writes", description=__doc__)
     p.add_argument("--rounds", type=int, default=60, help="transactions of each size per projection (default 60)")
-    p.add_argument("--contended", type=int, default=0, metavar="N",
-                   help="busy Python threads beside the writer; wall time instead of CPU (default 0)")
-    p.add_argument("--compare", choices=sorted(_COMPARISONS), default="scans",
-                   help="which change to compare (default scans: registered tables against replacement scans)")
+    p.add_argument(
+        "--contended",
+        type=int,
+        default=0,
+        metavar="N",
+        help="busy Python threads beside the writer; wall time instead of CPU (default 0)",
+    )
+    p.add_argument(
+        "--compare",
+        choices=sorted(_COMPARISONS),
+        default="scans",
+        help="which change to compare (default scans: registered tables against replacement scans)",
+    )
     p.add_argument("--projects", type=int, default=64, help="projects the batches' turns go to (default 64)")
     a = p.parse_args(argv)
     stop = threading.Event()
@@ -145,8 +154,10 @@ def _compare(rounds: int, clock: Callable[[], float], unit: str, comparison: str
     data = encode_workload(Workload(need, projects=projects), 1)
     recs = [prepare.LogRecord(0, i, k, v) for i, (k, v) in enumerate(zip(data.keys, data.values, strict=True))]
     (before_name, before), (now_name, now) = _COMPARISONS[comparison]
-    print(f"| records a transaction (VALUES up to {writes.VALUES_PARAMS} parameters) | {before_name} {unit} | "
-          f"{now_name} {unit} | ratio |")
+    print(
+        f"| records a transaction (VALUES up to {writes.VALUES_PARAMS} parameters) | {before_name} {unit} | "
+        f"{now_name} {unit} | ratio |"
+    )
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         old = DuckProjection.open(Path(tmp) / "before.duckdb", topic="bench")
@@ -178,7 +189,11 @@ def _compare(rounds: int, clock: Callable[[], float], unit: str, comparison: str
             new.close()
             same = _same(Path(tmp) / "before.duckdb", Path(tmp) / "now.duckdb", comparison)
     if comparison == "milestones":
-        print("both projections' other tables equal and every source's head read equal" if same else "the two projections DIFFER")
+        print(
+            "both projections' other tables equal and every source's head read equal"
+            if same
+            else "the two projections DIFFER"
+        )
     else:
         print("both projections' table_digests equal" if same else "the two projections DIFFER")
     return 0 if same else 1

@@ -40,9 +40,7 @@ THROUGHPUT_TARGET = 1.0  # projector / Kafka Streams EOS records/s
 FRESH_TARGET = 0.5  # projector p50 / Kafka Streams EOS p50 at every rate
 
 
-def _throughput(
-    cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Path
-) -> dict[str, list[float]]:
+def _throughput(cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Path) -> dict[str, list[float]]:
     n = data.count
     rates: dict[str, list[float]] = {
         "projector": [],
@@ -79,16 +77,12 @@ def _memory(bootstrap: str, topic: str, data: Encoded, workdir: Path) -> dict[st
     _fresh(db)
     for guarantee in (EOS, ALOS):
         state = workdir / "ks-mem-state"
-        out[guarantee], _ = peak_rss(
-            streams_peer.command(bootstrap, topic, state, guarantee, expect=data.count)
-        )
+        out[guarantee], _ = peak_rss(streams_peer.command(bootstrap, topic, state, guarantee, expect=data.count))
     log("peak RSS MiB: " + ", ".join(f"{k} {v:,.0f}" for k, v in out.items()))
     return out
 
 
-def _cells(
-    cfg: Config, rig: Rig, capacity: float, tag: str, also: float | None = None
-) -> list[dict[str, Any]]:
+def _cells(cfg: Config, rig: Rig, capacity: float, tag: str, also: float | None = None) -> list[dict[str, Any]]:
     """The cells of one contender: the fixed rates, half its own capacity, and (``also``) one more rate."""
     rates = QUICK_FRESH_RATES if cfg.quick else FRESH_RATES
     plan = [(r, p, f"{r:,.0f}/s", False) for r in rates for p in cfg.freshness_projects]
@@ -96,8 +90,7 @@ def _cells(
         plan += [(max(1.0, capacity / 2), p, "half capacity", True) for p in cfg.freshness_projects]
         if also is not None:
             plan += [
-                (also, p, f"{also:,.0f}/s (half Kafka Streams EOS capacity)", False)
-                for p in cfg.freshness_projects
+                (also, p, f"{also:,.0f}/s (half Kafka Streams EOS capacity)", False) for p in cfg.freshness_projects
             ]
     out = []
     for i, (rate, projects, label, half) in enumerate(plan):
@@ -119,9 +112,7 @@ def _freshness(
     rig: Rig = Rig(cfg, bootstrap, workdir)
     try:
         # Also at the rate of Kafka Streams EOS's half-capacity cells: the same load side by side.
-        out["projector"] = _cells(
-            cfg, rig, capacity["projector"], "projector", also=max(1.0, capacity[EOS] / 2)
-        )
+        out["projector"] = _cells(cfg, rig, capacity["projector"], "projector", also=max(1.0, capacity[EOS] / 2))
     finally:
         rig.close()
     for guarantee in (EOS, ALOS):

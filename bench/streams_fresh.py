@@ -42,13 +42,9 @@ _START_BOUND_S = 120.0
 def start_peer(bootstrap: str, topic: str, state: Path, guarantee: str) -> tuple[subprocess.Popen[str], str]:
     """Start the peer serving ``topic`` (a fresh application id and state dir); return it and its URL."""
     cmd = streams_peer.command(bootstrap, topic, state, guarantee, port=0)
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(
-        target=lambda: lines.put(proc.stdout.readline() if proc.stdout else ""), daemon=True
-    ).start()
+    threading.Thread(target=lambda: lines.put(proc.stdout.readline() if proc.stdout else ""), daemon=True).start()
     try:
         line = lines.get(timeout=_START_BOUND_S)
     except queue.Empty:

@@ -72,15 +72,7 @@ def build_dir() -> Path:
 def _in_local_repo() -> bool:
     jar = f"kafka-streams-{KAFKA_STREAMS_VERSION}.jar"
     return (
-        Path.home()
-        / ".m2"
-        / "repository"
-        / "org"
-        / "apache"
-        / "kafka"
-        / "kafka-streams"
-        / KAFKA_STREAMS_VERSION
-        / jar
+        Path.home() / ".m2" / "repository" / "org" / "apache" / "kafka" / "kafka-streams" / KAFKA_STREAMS_VERSION / jar
     ).is_file()
 
 
@@ -188,17 +180,11 @@ def run_fold(
     shutil.rmtree(state, ignore_errors=True)
     dump.unlink(missing_ok=True)
     cmd = command(bootstrap, topic, state, guarantee, expect=expected, dump=dump)
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL)
     shutil.rmtree(state, ignore_errors=True)
-    done = [
-        json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{") and '"done"' in line
-    ]
+    done = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{") and '"done"' in line]
     if proc.returncode != 0 or not done:
-        raise RuntimeError(
-            f"Kafka Streams peer exited {proc.returncode}: {(proc.stdout + proc.stderr)[-2000:]}"
-        )
+        raise RuntimeError(f"Kafka Streams peer exited {proc.returncode}: {(proc.stdout + proc.stderr)[-2000:]}")
     doc = done[-1]
     chains = parse_dump(dump.read_text(encoding="utf-8"))
     dump.unlink(missing_ok=True)

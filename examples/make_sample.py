@@ -66,7 +66,7 @@ NON_ASCII = [
 ]
 CODE_SNIPPETS = [
     "Here is the fix:\n\n```python\ndef record_entry(ledger, entry):\n    ledger.append(entry)\n    return entry.id\n```\n",
-    "Plan output:\n\n```\n~ aws_subnet.private_a\n    tags.Owner: \"infra\" => \"platform\"\n~ aws_subnet.private_b\n    tags.Owner: \"infra\" => \"platform\"\n```",
+    'Plan output:\n\n```\n~ aws_subnet.private_a\n    tags.Owner: "infra" => "platform"\n~ aws_subnet.private_b\n    tags.Owner: "infra" => "platform"\n```',
     "Steps:\n1. add the index\n2. backfill statistics\n3. re-run the export\n\nEach step is idempotent.",
     "```sql\nCREATE INDEX CONCURRENTLY invoices_issued_at_idx ON invoices (issued_at);\n```\nRun it outside a transaction.",
 ]
@@ -171,7 +171,7 @@ def generate(seed: int = SEED, turns: int = 320) -> list[dict[str, object]]:
         }
         if seq is not None:
             turn["seq"] = seq
-        thread.length = (seq if seq is not None else thread.length + 1)
+        thread.length = seq if seq is not None else thread.length + 1
         out.append(turn)
     assert rolled_back and host_switched and big_done, "the sample lost one of its features; change the seed"
     return out

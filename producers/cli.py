@@ -144,7 +144,9 @@ def register(subparsers: Any) -> None:
         "no broker is contacted and --state is only read",
     )
     p.add_argument("--send-timeout", type=seconds_argument, default=30.0, help="seconds to wait for an acknowledgement")
-    p.add_argument("--connect-timeout", type=seconds_argument, default=15.0, help="seconds to wait for the broker at start")
+    p.add_argument(
+        "--connect-timeout", type=seconds_argument, default=15.0, help="seconds to wait for the broker at start"
+    )
     # For tests and scripts: stop following after this much time without new input.
     p.add_argument("--max-idle", type=seconds_argument, default=None, help=argparse.SUPPRESS)
     p.add_argument("--poll-interval", type=seconds_argument, default=None, help=argparse.SUPPRESS)
@@ -277,7 +279,13 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
     poll = SESSION_POLL_INTERVAL if args.poll_interval is None else args.poll_interval
     settle = DEFAULT_SETTLE_SECONDS if args.settle is None else args.settle
     files = session_source(
-        args.format, roots, follow=args.follow, states=saved, poll_interval=max(0.01, poll), notice=_notice, settle=settle
+        args.format,
+        roots,
+        follow=args.follow,
+        states=saved,
+        poll_interval=max(0.01, poll),
+        notice=_notice,
+        settle=settle,
     )
     decoder = SessionDecoder(files, warn=_notice, producer_name=INGEST_PRODUCER_NAME, producer_version=PRODUCER_VERSION)
     stop = threading.Event()
@@ -306,7 +314,9 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
         f"{'would ingest' if args.dry_run else 'ingested'} {stats.turns_sent} turns from {len(files.tracked)} {args.format} session files under {label}, "
         f"{decoder.skipped} lines skipped"
     )
-    return _exit_code(args, bool(signals.signals), stats, f"{stats.rejected} turns refused by the broker (see the lines above)")
+    return _exit_code(
+        args, bool(signals.signals), stats, f"{stats.rejected} turns refused by the broker (see the lines above)"
+    )
 
 
 def _notice(message: str) -> None:

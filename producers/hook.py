@@ -115,7 +115,11 @@ def transcript_of(format: str, payload: dict[str, Any]) -> str:
     if format == "codex" and isinstance(thread, str) and thread and "/" not in thread:
         matches: list[str] = []
         for root in default_roots("codex"):
-            matches.extend(glob.glob(os.path.join(glob.escape(root), "**", f"rollout-*{glob.escape(thread)}.jsonl"), recursive=True))
+            matches.extend(
+                glob.glob(
+                    os.path.join(glob.escape(root), "**", f"rollout-*{glob.escape(thread)}.jsonl"), recursive=True
+                )
+            )
         if matches:
             return os.path.abspath(max(matches, key=lambda p: (os.path.getmtime(p), p)))
         raise HookError(f"no rollout of thread {thread} under {', '.join(default_roots('codex'))}")
@@ -234,8 +238,22 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("host", choices=hook_hosts(), help="the host calling the hook")
     p.add_argument("payload", nargs="?", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--timeout", type=seconds_argument, default=DEFAULT_TIMEOUT, help=f"seconds before the hook gives up (default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--wait", type=seconds_argument, default=DEFAULT_WAIT, help=f"seconds to wait for the last turn's final line (default {DEFAULT_WAIT:g})")
-    p.add_argument("--state-dir", default=None, help="where the per-transcript states are kept (default $XDG_STATE_HOME/throughline/hooks)")
+    p.add_argument(
+        "--timeout",
+        type=seconds_argument,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds before the hook gives up (default {DEFAULT_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--wait",
+        type=seconds_argument,
+        default=DEFAULT_WAIT,
+        help=f"seconds to wait for the last turn's final line (default {DEFAULT_WAIT:g})",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help="where the per-transcript states are kept (default $XDG_STATE_HOME/throughline/hooks)",
+    )
     add_connection_options(p)
     p.set_defaults(func=run_hook)

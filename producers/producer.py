@@ -194,9 +194,7 @@ class PendingSend:
             return _position(future.value)
         return None
 
-    def when_done(
-        self, on_acknowledged: Callable[[LogPosition], None], on_failed: Callable[[Exception], None]
-    ) -> None:
+    def when_done(self, on_acknowledged: Callable[[LogPosition], None], on_failed: Callable[[Exception], None]) -> None:
         """Call ``on_acknowledged(position)`` once the broker acknowledged the turn, or ``on_failed(error)``
         (the error ``result`` would raise) once the send failed; at once, on this thread, if it is done.
 
@@ -387,16 +385,19 @@ class TurnProducer(TopicClient):
     ) -> LogPosition:
         """Build a turn from its fields (``build_turn``) and append it; ``completed_at`` is an aware
         datetime, an RFC 3339 string or integer microseconds since the epoch."""
-        return self.send_async(validated=True, turn=self.build(
-            project=project,
-            host=host,
-            thread=thread,
-            turn_id=turn_id,
-            completed_at=completed_at,
-            body=body,
-            seq=seq,
-            attributes=attributes,
-        )).result()
+        return self.send_async(
+            validated=True,
+            turn=self.build(
+                project=project,
+                host=host,
+                thread=thread,
+                turn_id=turn_id,
+                completed_at=completed_at,
+                body=body,
+                seq=seq,
+                attributes=attributes,
+            ),
+        ).result()
 
     def build(
         self,
@@ -516,7 +517,9 @@ class TurnProducer(TopicClient):
     def send_error(self, exc: LogError) -> Exception:
         """The producer's error for a (translated) Kafka error raised while sending."""
         if isinstance(exc, BrokerUnavailableError):
-            return BrokerUnavailableError(self._servers, f"no acknowledgement within {self.send_timeout:g}s ({exc.detail})")
+            return BrokerUnavailableError(
+                self._servers, f"no acknowledgement within {self.send_timeout:g}s ({exc.detail})"
+            )
         if isinstance(exc, KafkaSecurityError):
             return exc  # a setting to fix, with its own code
         if isinstance(exc, MessageTooLargeError):

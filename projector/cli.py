@@ -100,7 +100,10 @@ def register(subparsers: Any) -> None:
     repair.add_argument("--host", default=None, metavar="H", help="the source's host (with --thread; hashed)")
     repair.add_argument("--thread", default=None, metavar="T", help="the source's thread (with --host; hashed)")
     repair.add_argument(
-        "--source", default=None, metavar="SOURCE_SHA256", help="the source's hash, as `throughline quarantine` prints it"
+        "--source",
+        default=None,
+        metavar="SOURCE_SHA256",
+        help="the source's hash, as `throughline quarantine` prints it",
     )
     repair.add_argument("--reason", required=True, metavar="TEXT", help="why the chain as applied is accepted")
     repair.add_argument("--dry-run", action="store_true", help="print what the repair would change; append nothing")
@@ -124,7 +127,11 @@ def _add_tuning(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("tuning")
     group.add_argument("--max-poll-records", type=int, default=None, metavar="N", help="records per poll/transaction")
     group.add_argument(
-        "--check-interval", type=float, default=None, metavar="SECONDS", help="how often the log's identity is re-checked"
+        "--check-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how often the log's identity is re-checked",
     )
     group.add_argument(
         "--memory-mb",
@@ -172,7 +179,9 @@ def _memory_headroom(args: argparse.Namespace) -> int | None:
 
 
 def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # kafka-python logs routine reconnects and slow event-loop ticks as warnings.
     logging.getLogger("kafka").setLevel(logging.INFO if verbose else logging.ERROR)
 
@@ -360,7 +369,11 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         position = producer.send_repair(repair)
     print(
         json.dumps(
-            {"topic": settings.topic, "repair": repair_json(repair), "appended": {"partition": position.partition, "offset": position.offset}},
+            {
+                "topic": settings.topic,
+                "repair": repair_json(repair),
+                "appended": {"partition": position.partition, "offset": position.offset},
+            },
             indent=2,
         )
     )

@@ -95,7 +95,9 @@ class GroupProjector(Projector):
                 **o.fetching(),
                 **extra,
             )
-            log.info("member %s of group %s on topic %s (%d partitions)", spec.url, spec.group, self._topic, info.partitions)
+            log.info(
+                "member %s of group %s on topic %s (%d partitions)", spec.url, spec.group, self._topic, info.partitions
+            )
             partitions = info.partitions
             checked = log_view
             with PeriodicCheck(lambda: self._check_running(checked), o.check_interval) as check:

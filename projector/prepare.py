@@ -197,7 +197,9 @@ def check_content(batch: PreparedBatch) -> PreparedBatch:
     return PreparedBatch(batch.partition, items, batch.next_offset)
 
 
-def _refuse_decoded(offset: int, key: bytes | None, value: bytes, datum: dict[str, Any], reason: str, code: str) -> RefusedRecord:
+def _refuse_decoded(
+    offset: int, key: bytes | None, value: bytes, datum: dict[str, Any], reason: str, code: str
+) -> RefusedRecord:
     project_hash = datum.get("projectSha256")
     if not (isinstance(project_hash, bytes) and len(project_hash) == 32):
         return RefusedRecord(offset, key, value, code, reason)
@@ -308,17 +310,13 @@ def prepare_batch(
     last = -1
     for rec in records:
         if rec.partition != partition:
-            raise InvalidBatchError(
-                f"record of partition {rec.partition} in a batch of partition {partition}"
-            )
+            raise InvalidBatchError(f"record of partition {rec.partition} in a batch of partition {partition}")
         if rec.offset <= last:
             raise InvalidBatchError(f"offsets must ascend within a batch ({rec.offset} after {last})")
         last = rec.offset
         key, value = rec.key, rec.value
         if value is None:
-            items.append(
-                RefusedRecord(rec.offset, key, None, Q_UNDECODABLE, "record has no value (a tombstone)")
-            )
+            items.append(RefusedRecord(rec.offset, key, None, Q_UNDECODABLE, "record has no value (a tombstone)"))
             continue
         try:
             datum = decode_log_datum(value)

@@ -36,7 +36,9 @@ def _when(micros: int | None) -> str | None:
     return None if micros is None else format_rfc3339(micros)
 
 
-def quarantine_document(db: str, topic: str | None, project_sha256: bytes | None, listing: QuarantineListing) -> dict[str, Any]:
+def quarantine_document(
+    db: str, topic: str | None, project_sha256: bytes | None, listing: QuarantineListing
+) -> dict[str, Any]:
     """The listing as one JSON-ready document (``throughline.quarantine.v1``)."""
     unrepaired = Counter(
         q.source_sha256 for q in listing.records if q.repaired_by is None and q.source_sha256 is not None

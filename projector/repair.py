@@ -47,8 +47,10 @@ def dry_run_document(db: str, topic: str, repair: RepairRecord) -> dict[str, Any
     # The records a repair appended now would mark: the source's unmarked ones on the project's
     # partition (all of them are below the offset the repair will get).
     marks = [
-        q for q in listing.records
-        if q.source_sha256 == repair.source_sha256 and q.repaired_by is None
+        q
+        for q in listing.records
+        if q.source_sha256 == repair.source_sha256
+        and q.repaired_by is None
         and (partition is None or q.partition == partition)
     ]
     outcome = decide_repair(

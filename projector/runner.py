@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 
 _WORKER_RESTARTS = 3  # consecutive fetch worker failures without a batch before the run fails
 
+
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """What a run did."""
@@ -131,7 +132,9 @@ class Projector:
     # -------------------------------------------------------------------------- checks
 
     def _describe(self) -> TopicInfo:
-        return describe_topic(self._servers, self._topic, timeout=self._options.timeout, kafka_config=self._kafka_config)
+        return describe_topic(
+            self._servers, self._topic, timeout=self._options.timeout, kafka_config=self._kafka_config
+        )
 
     def _check_identity(self, info: TopicInfo) -> None:
         recorded = self._projection.topic_id
@@ -195,7 +198,9 @@ class Projector:
     def _log_view(self) -> KafkaLog:
         """The run's own view of the log: end and first offsets for the checks (the feed fetches)."""
         o = self._options
-        return KafkaLog(self._servers, self._topic, timeout=o.timeout, client_id=o.client_id, kafka_config=self._kafka_config)
+        return KafkaLog(
+            self._servers, self._topic, timeout=o.timeout, client_id=o.client_id, kafka_config=self._kafka_config
+        )
 
     def _open_checked(self, info: TopicInfo | None = None) -> tuple[TopicInfo, KafkaLog, dict[int, int]]:
         """Check that the topic (``info``: as described already) is the projection's log (identity,
@@ -206,9 +211,7 @@ class Projector:
         if info.lossy_reasons:
             log.warning("topic %r may lose records: %s", self._topic, "; ".join(info.lossy_reasons))
         if info.replication_reasons:  # the projector reads whatever the topic holds; the producers refuse
-            log.warning(
-                "topic %r could lose acknowledged turns: %s", self._topic, "; ".join(info.replication_reasons)
-            )
+            log.warning("topic %r could lose acknowledged turns: %s", self._topic, "; ".join(info.replication_reasons))
         log_view = self._log_view()
         try:
             ends = self._check_offsets(log_view)

@@ -125,7 +125,9 @@ def status_document(db: str, stats: ProjectionStats, log: LogEnds) -> dict[str, 
                 "projectSha256": q.project_sha256.hex() if q.project_sha256 else None,
                 "sourceSha256": q.source_sha256.hex() if q.source_sha256 else None,
                 "valueBytes": q.value_bytes,
-                "repairedBy": None if q.repaired_by is None else {"partition": q.repaired_by[0], "offset": q.repaired_by[1]},
+                "repairedBy": None
+                if q.repaired_by is None
+                else {"partition": q.repaired_by[0], "offset": q.repaired_by[1]},
             }
             for q in stats.latest_quarantine
         ],
@@ -198,5 +200,7 @@ def render_status(doc: dict[str, Any]) -> str:
         lines.append("latest quarantined records:")
         for q in doc["quarantine"]:
             source = f" source {q['sourceSha256'][:16]}" if q["sourceSha256"] else ""
-            lines.append(f"  {log_position(q)} {q['code']}: {q['reason']}{source} ({q['valueBytes']} bytes){repaired_mark(q)}")
+            lines.append(
+                f"  {log_position(q)} {q['code']}: {q['reason']}{source} ({q['valueBytes']} bytes){repaired_mark(q)}"
+            )
     return "\n".join(lines)

@@ -51,12 +51,8 @@ def register(subparsers: Any) -> None:
     )
     read.add_argument("--project", required=True, help="the project (canonicalised and hashed)")
     read.add_argument("--after", default=None, metavar="CURSOR", help="after cursor (omit on first contact)")
-    read.add_argument(
-        "--through", default=None, metavar="CURSOR", help="through cursor of the series (later pages)"
-    )
-    read.add_argument(
-        "--page-token", default=None, metavar="TOKEN", help="page.nextToken of the previous page"
-    )
+    read.add_argument("--through", default=None, metavar="CURSOR", help="through cursor of the series (later pages)")
+    read.add_argument("--page-token", default=None, metavar="TOKEN", help="page.nextToken of the previous page")
     read.add_argument(
         "--limit",
         default=None,
@@ -83,9 +79,7 @@ def register(subparsers: Any) -> None:
         metavar="CMD",
         help="audit command run through the shell per turn, turn JSON on stdin; non-zero exit fails the audit",
     )
-    observe.add_argument(
-        "--limit", default=None, metavar="N", help=f"turns per page, {MIN_LIMIT}..{MAX_LIMIT}"
-    )
+    observe.add_argument("--limit", default=None, metavar="N", help=f"turns per page, {MIN_LIMIT}..{MAX_LIMIT}")
     observe.add_argument(
         "--on-resync",
         choices=("snapshot", "fail"),
@@ -93,9 +87,7 @@ def register(subparsers: Any) -> None:
         help="on resync_required: read a fresh snapshot (default) or fail with exit 1",
     )
     observe.add_argument("--follow", action="store_true", help="keep running series until SIGINT/SIGTERM")
-    observe.add_argument(
-        "--interval", default="1.0", metavar="SECONDS", help="pause between series with --follow"
-    )
+    observe.add_argument("--interval", default="1.0", metavar="SECONDS", help="pause between series with --follow")
     observe.add_argument(
         "--max-pending-wait",
         default="60",
@@ -286,6 +278,7 @@ def _cmd_observe(args: argparse.Namespace) -> int:
         if not args.follow:
             notify(observer.run_series().describe())
             return 0
+
         def on_signal(*_: object) -> None:
             stop.set()
             observer.interrupt_read()  # a long-poll in progress ends now, not when the server answers

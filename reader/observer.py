@@ -131,9 +131,7 @@ def load_observer_state(path: str | os.PathLike[str]) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ObserverStateError(
-            f"cannot read the observer state file {path}: {exc.strerror or exc}"
-        ) from None
+        raise ObserverStateError(f"cannot read the observer state file {path}: {exc.strerror or exc}") from None
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -239,9 +237,7 @@ class Observer:
                 )
             # resync_required
             if self.on_resync == "fail":
-                raise ResyncRequiredError(
-                    f"the reader answered resync_required ({outcome.reason}); cursor unchanged"
-                )
+                raise ResyncRequiredError(f"the reader answered resync_required ({outcome.reason}); cursor unchanged")
             if outcome.pinned_through:
                 self.notify(
                     f"resync_required mid-series ({outcome.reason}); restarting the series from the same after cursor"

@@ -155,9 +155,7 @@ def read_page(
             raise PageTokenUnboundError(
                 "a page token is bound to its series: send it with the same afterCursor and throughCursor"
             )
-        offset = open_page_token(
-            token_key, page_token, SeriesBinding.of(project_hash, after_cursor, through_cursor)
-        )
+        offset = open_page_token(token_key, page_token, SeriesBinding.of(project_hash, after_cursor, through_cursor))
 
     def answer(verdict: _Verdict, pinned: str | None = through_cursor) -> ObserverRead:
         # ``through`` is read when called: after pinning it is the pinned head.
@@ -170,24 +168,20 @@ def read_page(
         if cursor is not None and cursor.project_sha256 != project_hash:
             return answer(_Verdict(STATUS_RESYNC, f"the {name} cursor belongs to another project"))
         if cursor is not None and cursor.partition != partition:
-            return answer(
-                _Verdict(STATUS_RESYNC, f"the {name} cursor names another partition than the project's")
-            )
+            return answer(_Verdict(STATUS_RESYNC, f"the {name} cursor names another partition than the project's"))
     assert not isinstance(after, ForeignCursor) and not isinstance(through, ForeignCursor)
 
     end = log.end_offset(partition)
     for name, cursor in (("after", after), ("through", through)):
         if cursor is not None and cursor.offset >= end:
-            return answer(
-                _Verdict(STATUS_RESYNC, f"the {name} cursor names a log position this log does not hold")
-            )
-    need = end if through is None else max(through.offset, after.offset if after else -1) + 1  # mutant-anchor: after-wait-skipped
+            return answer(_Verdict(STATUS_RESYNC, f"the {name} cursor names a log position this log does not hold"))
+    need = (
+        end if through is None else max(through.offset, after.offset if after else -1) + 1
+    )  # mutant-anchor: after-wait-skipped
     # Every record of the project below ``need`` must be applied; records of other projects need not be
     # when the projection can prove that none of those it has not applied are the project's.
     if not projection.wait_settled(partition, project_hash, need, wait_timeout):
-        return answer(
-            _Verdict(STATUS_PENDING, f"the projector has not applied partition {partition} up to {need}")
-        )
+        return answer(_Verdict(STATUS_PENDING, f"the projector has not applied partition {partition} up to {need}"))
 
     def in_view(view: ProjectionView) -> ObserverRead:
         return _read_in_view(
@@ -229,11 +223,7 @@ def _read_in_view(
         head = view.head(project_hash)
         if head is None:
             if after is not None:
-                return answer(
-                    _Verdict(
-                        STATUS_RESYNC, "the project has no turns: the after cursor's source vanished"
-                    )
-                )
+                return answer(_Verdict(STATUS_RESYNC, "the project has no turns: the after cursor's source vanished"))
             return ObserverRead(
                 status=STATUS_OK,
                 thread=None,
@@ -276,9 +266,7 @@ def _read_in_view(
             return answer(verdict, pinned)
 
     if plan is None:
-        return answer(
-            _Verdict(STATUS_RESYNC, "the through cursor is shorter than the after cursor"), pinned
-        )
+        return answer(_Verdict(STATUS_RESYNC, "the through cursor is shorter than the after cursor"), pinned)
     rows = fetched.get((plan.source_sha256, first, plan.page_end), [])
     served = _verify_page(rows, plan.page_start, plan.page_end, through)
     if isinstance(served, _Verdict):
@@ -286,9 +274,7 @@ def _read_in_view(
 
     next_token = None
     if plan.next_offset is not None:
-        next_token = issue_page_token(
-            token_key, SeriesBinding.of(project_hash, after_cursor, pinned), plan.next_offset
-        )
+        next_token = issue_page_token(token_key, SeriesBinding.of(project_hash, after_cursor, pinned), plan.next_offset)
     return ObserverRead(
         status=STATUS_OK,
         thread=ThreadIdentity(sourceSha256=through.source_sha256.hex()),

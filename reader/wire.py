@@ -78,9 +78,7 @@ class ObserverRead(BaseModel):
 
     model_config = ConfigDict(**_CONFIG, title="throughline.observer_read.v1")
 
-    schema_: Literal["throughline.observer_read.v1"] = Field(
-        default="throughline.observer_read.v1", alias="schema"
-    )
+    schema_: Literal["throughline.observer_read.v1"] = Field(default="throughline.observer_read.v1", alias="schema")
     status: ReadStatus
     thread: ThreadIdentity | None
     afterCursor: str | None

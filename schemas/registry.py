@@ -118,9 +118,7 @@ class RegistryClient:
                 self._sleep(_BACKOFF_S[min(attempt - 1, len(_BACKOFF_S) - 1)])
             request = urllib.request.Request(self._base + path, data=data, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(
-                    request, timeout=self.settings.timeout_s, context=self._context
-                ) as resp:
+                with urllib.request.urlopen(request, timeout=self.settings.timeout_s, context=self._context) as resp:
                     return resp.status, _json(resp.read())
             except urllib.error.HTTPError as exc:
                 payload = _json(exc.read(), strict=False)
@@ -156,9 +154,7 @@ class RegistryClient:
         message = payload.get("message") if isinstance(payload, dict) else None
         detail = f"HTTP {status}" + (f": {self._scrub(str(message))[:300]}" if message else "")
         if status in (401, 403):
-            return RegistryError(
-                f"schema registry {self._where()} refused the credentials for {what} ({detail})"
-            )
+            return RegistryError(f"schema registry {self._where()} refused the credentials for {what} ({detail})")
         return RegistryError(f"schema registry {self._where()} refused {what} ({detail})")
 
     def schema_text(self, schema_id: int) -> str | None:
@@ -208,11 +204,7 @@ class RegistryClient:
         )
         if status == 404:
             return True, ""
-        if (
-            status != 200
-            or not isinstance(payload, dict)
-            or not isinstance(payload.get("is_compatible"), bool)
-        ):
+        if status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("is_compatible"), bool):
             raise self._refused(f"the compatibility check of {subject!r}", status, payload)
         reasons = payload.get("messages") or []
         return payload["is_compatible"], "; ".join(str(m) for m in reasons)[:500]
@@ -385,6 +377,4 @@ def register_writer_schemas(settings: RegistrySettings, topic: str) -> WriterHea
     repair_id = _register_one(ids.client, repair_subject(topic), repair)
     ids.remember(turn_id, turn)
     ids.remember(repair_id, repair)
-    return WriterHeaders(
-        codec.confluent_header(turn_id), codec.confluent_header(repair_id), turn_id, repair_id
-    )
+    return WriterHeaders(codec.confluent_header(turn_id), codec.confluent_header(repair_id), turn_id, repair_id)

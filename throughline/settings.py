@@ -72,7 +72,9 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         help=f"schema registry (Confluent's REST API): producers write registry-framed records; readers resolve "
         f"schema ids through it (env {ENV_SCHEMA_REGISTRY}; see docs/kafka.md)",
     )
-    group.add_argument("--topic", default=None, help=f"topic of completed turns (env {ENV_TOPIC}, default {DEFAULT_TOPIC})")
+    group.add_argument(
+        "--topic", default=None, help=f"topic of completed turns (env {ENV_TOPIC}, default {DEFAULT_TOPIC})"
+    )
     group.add_argument("--db", default=None, help=f"DuckDB projection file (env {ENV_DB}, default {DEFAULT_DB})")
 
 

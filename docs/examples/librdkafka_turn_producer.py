@@ -77,9 +77,7 @@ def main(bootstrap, topic):
                 slot[:] = [err, msg.partition(), msg.offset()]
 
             # No partition given: the configured partitioner picks murmur2(key) % partitions.
-            producer.produce(
-                topic, key=bytes.fromhex(words[0]), value=bytes.fromhex(words[1]), on_delivery=delivered
-            )
+            producer.produce(topic, key=bytes.fromhex(words[0]), value=bytes.fromhex(words[1]), on_delivery=delivered)
             producer.poll(0)
     if producer is not None:
         close(producer, sent)

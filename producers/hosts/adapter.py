@@ -127,9 +127,7 @@ class HostAdapter(ABC):
         for folder, subfolders, names in os.walk(root):
             subfolders[:] = sorted(d for d in subfolders if not self.skip_folder(d))
             found.extend(
-                os.path.join(folder, n)
-                for n in sorted(names)
-                if self.is_session_file(os.path.join(folder, n))
+                os.path.join(folder, n) for n in sorted(names) if self.is_session_file(os.path.join(folder, n))
             )
         return found
 
@@ -153,9 +151,7 @@ class HostAdapter(ABC):
                     matches.extend(p for p in self.session_files(hit) if self.is_session_file(p))
             if matches:
                 return os.path.abspath(max(matches, key=lambda p: (os.path.getmtime(p), p)))
-            raise HookPayloadError(
-                f"no {self.name} session {session} under {', '.join(self.default_roots(environ))}"
-            )
+            raise HookPayloadError(f"no {self.name} session {session} under {', '.join(self.default_roots(environ))}")
         raise HookPayloadError("the hook payload names no transcript_path and no session id")
 
     def is_document(self, path: str) -> bool:

@@ -175,9 +175,7 @@ def _user_text(entry: dict[str, Any]) -> str | None:
     """The text of a ``user`` line that a person could have written, or ``None`` (tool results, meta lines)."""
     if entry.get("type") != "user":
         return None
-    if any(
-        entry.get(flag) for flag in ("isMeta", "isCompactSummary", "isSidechain", "isVisibleInTranscriptOnly")
-    ):
+    if any(entry.get(flag) for flag in ("isMeta", "isCompactSummary", "isSidechain", "isVisibleInTranscriptOnly")):
         return None
     if "toolUseResult" in entry:
         return None
@@ -185,9 +183,7 @@ def _user_text(entry: dict[str, Any]) -> str | None:
     if not isinstance(message, dict) or message.get("role", "user") != "user":
         return None
     content = message.get("content")
-    if isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-    ):
+    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
         return None
     return text_of(content)
 
@@ -371,9 +367,7 @@ class ClaudeCodeSession(SessionParser):
             if micros is not None:
                 open_.last_micros = micros
             # each block line carries its message's final stop_reason: the last line read decides
-            open_.ended = (
-                message_id if message.get("stop_reason") == "end_turn" and not open_.waiting else None
-            )
+            open_.ended = message_id if message.get("stop_reason") == "end_turn" and not open_.waiting else None
         elif kind == "user":
             if _is_interrupt(entry):
                 return out + self._complete(number, INTERRUPTED, micros)

@@ -173,9 +173,7 @@ class CodexSession(SessionParser):
         micros = timestamp_micros(entry.get("timestamp"))
         out: list[HostTurn] = []
         if event in _STARTED:
-            out = self._close(
-                number, ABORTED, micros
-            )  # the host began another: the open one gets nothing more
+            out = self._close(number, ABORTED, micros)  # the host began another: the open one gets nothing more
             self._started += 1
             self._open = _Turn(turn_id=nonempty_str(payload.get("turn_id")), cwd=self._cwd)
         elif event == "user_message":
@@ -184,9 +182,7 @@ class CodexSession(SessionParser):
             if prompt is not None and (open_ is None or (open_.legacy and open_.prompt())):
                 # a rollout without task_started: each prompt begins a turn, and ends the one before it
                 if open_ is not None:
-                    out = self._close(
-                        number, ANSWERED if open_.answered() else INTERRUPTED, open_.last_micros
-                    )
+                    out = self._close(number, ANSWERED if open_.answered() else INTERRUPTED, open_.last_micros)
                 self._started += 1
                 self._open = open_ = _Turn(turn_id=None, cwd=self._cwd, legacy=True, last_micros=micros)
             if prompt is not None and open_ is not None:
@@ -260,9 +256,7 @@ class CodexSession(SessionParser):
         if agent_line and micros is not None:
             turn.last_micros = micros
 
-    def _close(
-        self, number: int, outcome: str, micros: int | None, turn_id: str | None = None
-    ) -> list[HostTurn]:
+    def _close(self, number: int, outcome: str, micros: int | None, turn_id: str | None = None) -> list[HostTurn]:
         """End the open turn with ``outcome`` (nothing when none is open)."""
         turn = self._open
         self._open = None
@@ -280,9 +274,7 @@ class CodexSession(SessionParser):
         turn_id = turn_id or turn.turn_id or f"{thread}:turn-{self._started}"
         project = turn.cwd or self._meta_cwd
         if project is None or micros is None:
-            self.problems.append(
-                f"turn {turn_id} has no {'cwd' if project is None else 'timestamp'}; left out"
-            )
+            self.problems.append(f"turn {turn_id} has no {'cwd' if project is None else 'timestamp'}; left out")
             self._user_turns.append(None)
             return []
         # a chain is one (project, host, thread): seq counts the thread's live turns in this project

@@ -159,11 +159,7 @@ class CopilotCliSession(OpenTurnSession):
             )
             return []
         self._chain(open_.project).add(open_.seq, open_.turn_id)
-        return [
-            host_turn(
-                HOST, self.thread or self.default_thread, open_, open_.project, completed, number, outcome
-            )
-        ]
+        return [host_turn(HOST, self.thread or self.default_thread, open_, open_.project, completed, number, outcome)]
 
 
 def workspace_cwd(folder: str) -> str | None:

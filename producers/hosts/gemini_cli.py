@@ -175,11 +175,7 @@ class GeminiCliSession(OpenTurnSession):
             return []
         outcome = outcome or open_.outcome()
         self.chain.add(open_.seq, open_.turn_id)
-        return [
-            host_turn(
-                HOST, self.thread or self.default_thread, open_, open_.project, completed, number, outcome
-            )
-        ]
+        return [host_turn(HOST, self.thread or self.default_thread, open_, open_.project, completed, number, outcome)]
 
     def _rewind(self, message_id: str) -> None:
         owner = self._turn_of.get(message_id)

@@ -158,11 +158,7 @@ class OpenCodeSession(OpenTurnSession):
             )
             return []
         self.chain.add(open_.seq, open_.turn_id)
-        return [
-            host_turn(
-                HOST, self._thread or self.default_thread, open_, open_.project, completed, number, outcome
-            )
-        ]
+        return [host_turn(HOST, self._thread or self.default_thread, open_, open_.project, completed, number, outcome)]
 
     def _remove(self, removed: set[str]) -> None:
         if self._open is not None and self._open.turn_id in removed:
@@ -215,6 +211,4 @@ class OpenCodeHost(HostAdapter):
         """An ``OpenCodeSource`` over the stores under ``roots``."""
         from throughline.producers.hosts.opencode_db import OpenCodeSource
 
-        return OpenCodeSource(
-            self, roots, follow=follow, states=states, poll_interval=poll_interval, notice=notice
-        )
+        return OpenCodeSource(self, roots, follow=follow, states=states, poll_interval=poll_interval, notice=notice)

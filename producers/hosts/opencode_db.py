@@ -61,9 +61,7 @@ class _Store:
     conn: sqlite3.Connection
     file: FileId
     watermark: int | None = None  # the latest time_updated seen (None: nothing read yet)
-    seen: dict[str, tuple[int, int]] = field(
-        default_factory=dict
-    )  # session -> (newest time_updated, read at)
+    seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # session -> (newest time_updated, read at)
 
 
 class OpenCodeSource(RecordSource):
@@ -116,17 +114,13 @@ class OpenCodeSource(RecordSource):
 
     def _records(self, store: _Store, session_id: str, s: _Cursor) -> list[dict[str, Any]]:
         """The session's records not presented yet (its final messages after the last one, and removals)."""
-        row = store.conn.execute(
-            "SELECT id, directory, parent_id FROM session WHERE id = ?", (session_id,)
-        ).fetchone()
+        row = store.conn.execute("SELECT id, directory, parent_id FROM session WHERE id = ?", (session_id,)).fetchone()
         if row is None:
             return []
         session = {"id": row[0], "directory": row[1], "parent_id": row[2]}
         out: list[dict[str, Any]] = []
         if s.presented:
-            present = {
-                r[0] for r in store.conn.execute("SELECT id FROM message WHERE session_id = ?", (session_id,))
-            }
+            present = {r[0] for r in store.conn.execute("SELECT id FROM message WHERE session_id = ?", (session_id,))}
             removed = [m for m in s.presented if m not in present]
             if removed:
                 out.append({"session": session, "removed": removed})

@@ -155,12 +155,7 @@ class DocumentSource(RecordSource):
 
     def _documents(self) -> list[str]:
         return sorted(
-            {
-                p
-                for root in self.roots
-                for p in self.adapter.session_files(root)
-                if self.adapter.is_document(p)
-            }
+            {p for root in self.roots for p in self.adapter.session_files(root) if self.adapter.is_document(p)}
         )
 
     def _read(self, path: str) -> list[bytes] | None:

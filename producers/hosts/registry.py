@@ -68,9 +68,7 @@ def _load() -> dict[str, HostAdapter]:
         if ep.name in found or ep.name in _errors:
             continue
         if ep.name in BUILTIN and _distribution(ep) not in (None, _OWN_DISTRIBUTION):
-            _errors[ep.name] = (
-                f"{ep.value} (from {_distribution(ep)}) cannot replace the built-in {ep.name!r}"
-            )
+            _errors[ep.name] = f"{ep.value} (from {_distribution(ep)}) cannot replace the built-in {ep.name!r}"
             continue
         try:
             found[ep.name] = _instance(ep.load(), ep.name)

@@ -54,9 +54,7 @@ class PrintSender:
         try:
             size = len(encode_turn(turn))
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
-            raise InvalidTurnError(
-                f"the turn does not encode as a record: {type(exc).__name__}: {exc}"
-            ) from None
+            raise InvalidTurnError(f"the turn does not encode as a record: {type(exc).__name__}: {exc}") from None
         limit = TOPIC_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES
         if size > limit:
             raise RecordTooLargeError(f"the encoded turn is {size} bytes; the limit is {limit} bytes")

@@ -282,9 +282,7 @@ class Ingest:
         try:
             self.state.write(covered)
         except OSError as exc:
-            raise StateWriteFailedError(
-                f"cannot write ingest state {self.state_path}: {exc.strerror or exc}"
-            ) from exc
+            raise StateWriteFailedError(f"cannot write ingest state {self.state_path}: {exc.strerror or exc}") from exc
         self._saved, self._last_save = covered, now
 
     # -- the loop

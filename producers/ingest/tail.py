@@ -218,9 +218,7 @@ class LineReader:
         end = self._pos + len(self._partial) + self._too_long + (1 if newline else 0)
         if self._too_long:
             # _pos tracked the line start; the dropped bytes are accounted for in ``end``.
-            line = Line(
-                self._line, b"", end, self.file, self._too_long, self._pos, self.path, self.generation
-            )
+            line = Line(self._line, b"", end, self.file, self._too_long, self._pos, self.path, self.generation)
         else:
             line = Line(self._line, bytes(self._partial), end, self.file, 0, self._pos, self.path, self.generation)
         self._pos = end

@@ -107,9 +107,7 @@ def prepare_poll(
         skipped = at if at is not None and at > end else None
         if records or skipped is not None:
             batches.append(
-                prepare_batch(
-                    p, records, partitions=topic_partitions, next_offset=skipped, defer_content=defer_content
-                )
+                prepare_batch(p, records, partitions=topic_partitions, next_offset=skipped, defer_content=defer_content)
             )
     return batches
 

@@ -46,7 +46,9 @@ def refuse_second_writer(path: Path) -> None:
     """``ProjectionBusyError`` when this process already has ``path`` open for writing."""
     with _OPEN_LOCK:
         if path.resolve() in _OPEN_WRITABLE:
-            raise ProjectionBusyError(f"projection {path} is already open for writing in this process: share that handle")
+            raise ProjectionBusyError(
+                f"projection {path} is already open for writing in this process: share that handle"
+            )
 
 
 def claim_writer(path: Path) -> None:
@@ -142,7 +144,9 @@ def _attach(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
 def connect(path: Path, *, read_only: bool) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection to the projection file, or the typed error of why not."""
     if read_only and not path.exists():
-        raise ProjectionMissingError(f"no projection at {path}: run `throughline project` or `throughline replay` first")
+        raise ProjectionMissingError(
+            f"no projection at {path}: run `throughline project` or `throughline replay` first"
+        )
     try:
         return _attach(path, read_only)
     except duckdb.Error as exc:

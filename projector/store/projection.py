@@ -349,6 +349,7 @@ class DuckProjection:
         if self._read_only:
             with self.view() as v:
                 return v.applied_offset(partition) >= offset
+
         def reached() -> bool:
             return offset <= 0 or self._reads.snapshot.readable.get(partition, 0) >= offset
 

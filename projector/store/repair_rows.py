@@ -25,13 +25,18 @@ _UNMARKED = (
 )
 
 
-def count_unmarked(cur: duckdb.DuckDBPyConnection, partition: int, project_sha256: bytes, source: bytes, below: int) -> int:
+def count_unmarked(
+    cur: duckdb.DuckDBPyConnection, partition: int, project_sha256: bytes, source: bytes, below: int
+) -> int:
     """The source's stored quarantined records on ``partition`` below ``below`` that no repair marked."""
-    rows = cur.execute("SELECT count(*) FROM quarantine" + _UNMARKED, [partition, project_sha256, source, below]).fetchall()  # noqa: S608 (constants)
+    sql = "SELECT count(*) FROM quarantine" + _UNMARKED  # noqa: S608 (constants)
+    rows = cur.execute(sql, [partition, project_sha256, source, below]).fetchall()
     return int(rows[0][0]) if rows else 0
 
 
-def mark_quarantined(cur: duckdb.DuckDBPyConnection, partition: int, project_sha256: bytes, source: bytes, below: int) -> int:
+def mark_quarantined(
+    cur: duckdb.DuckDBPyConnection, partition: int, project_sha256: bytes, source: bytes, below: int
+) -> int:
     """Mark those records repaired by the repair at (``partition``, ``below``); returns how many."""
     row = cur.execute(
         "UPDATE quarantine SET repaired_partition = $1, repaired_offset = $4" + _UNMARKED,  # noqa: S608 (constants)

@@ -159,6 +159,7 @@ def table_digests(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
         cur.close()
     return out
 
+
 # ------------------------------------------------------------------ write side
 
 

@@ -150,9 +150,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: Path, *, read_only: bool
         return
     if read_only:
         raise ProjectionMissingError(f"{path} holds no throughline projection yet")
-    if con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()"
-    ).fetchone() != (0,):
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()").fetchone() != (0,):
         raise ProjectionIncompatibleError(f"{path} is a DuckDB file but not a throughline projection")
     con.execute("BEGIN TRANSACTION")
     try:

@@ -66,7 +66,9 @@ class _LayeredSources(Mapping[bytes, SourceState]):
         return SourceState(*held.state())
 
     def __contains__(self, source: object) -> bool:
-        return (isinstance(source, bytes) and newest_source(self._layers, source) is not None) or source in self._committed
+        return (
+            isinstance(source, bytes) and newest_source(self._layers, source) is not None
+        ) or source in self._committed
 
     def __iter__(self) -> Iterator[bytes]:
         seen = {s for layer in self._layers for s in layer.sources}
@@ -104,9 +106,7 @@ class StagedFold(ApplyTransaction):
             counters={p: PartitionCounters(o) for p, o in applied.items()},
         )
 
-    def _probe_turn_ids(
-        self, sound: list[SoundRecord]
-    ) -> tuple[set[bytes], dict[bytes, Placed], dict[bytes, bytes]]:
+    def _probe_turn_ids(self, sound: list[SoundRecord]) -> tuple[set[bytes], dict[bytes, Placed], dict[bytes, bytes]]:
         first: dict[bytes, bytes] = {}
         for it in sound:
             first.setdefault(it.turn_key, it.content_digest)
@@ -124,7 +124,9 @@ class StagedFold(ApplyTransaction):
         if hits:
             found = stored_placements(self.cur, wanted_of(sound, hits))
             if len(found) != len(hits):
-                raise InvalidBatchError("turn_ids holds a turn key whose turn the projection has nowhere (corrupt projection?)")
+                raise InvalidBatchError(
+                    "turn_ids holds a turn key whose turn the projection has nowhere (corrupt projection?)"
+                )
             existing.update(found)
         return {k for k in first if k not in existing}, existing, first
 

@@ -48,7 +48,12 @@ class SourceState:
     def chain_head(self) -> ChainHead:
         """What a read needs of this state."""
         return ChainHead(
-            self.project_sha256, self.length, self.chain_digest, self.head_partition, self.head_offset, self.broken_reason
+            self.project_sha256,
+            self.length,
+            self.chain_digest,
+            self.head_partition,
+            self.head_offset,
+            self.broken_reason,
         )
 
     def row(self, source: bytes) -> tuple[Any, ...]:

@@ -44,7 +44,14 @@ _ROW_DIGEST = operator.itemgetter(6)  # a Row's chain_digest
 _ROW_CONTENT = operator.itemgetter(5)  # a Row's content_digest
 #: A Row's columns as ``turns`` names them (``turn_rows``).
 _ROW_COLUMNS = (
-    "seq", "turn_id", "completed_at_us", "body", "body_bytes", "content_digest", "chain_digest", "log_partition",
+    "seq",
+    "turn_id",
+    "completed_at_us",
+    "body",
+    "body_bytes",
+    "content_digest",
+    "chain_digest",
+    "log_partition",
     "log_offset",
 )
 
@@ -165,9 +172,7 @@ class ApplyTransaction:
 
     # -------------------------------------------------------------- lookups inside the transaction
 
-    def _probe_turn_ids(
-        self, sound: list[SoundRecord]
-    ) -> tuple[set[bytes], dict[bytes, Placed], dict[bytes, bytes]]:
+    def _probe_turn_ids(self, sound: list[SoundRecord]) -> tuple[set[bytes], dict[bytes, Placed], dict[bytes, bytes]]:
         """Insert the batch's turn keys into ``turn_ids`` (the keys it inserted: never applied before) and
         find where the others were last placed (``existing``); ``first``: each key's first content."""
         first: dict[bytes, bytes] = {}
@@ -207,7 +212,9 @@ class ApplyTransaction:
             missing = [k for k in keys if k not in inserted]
         existing = stored_placements(cur, wanted_of(sound, missing)) if missing else {}
         if len(existing) != len(missing):
-            raise InvalidBatchError("turn_ids holds a turn key whose turn the projection has nowhere (corrupt projection?)")
+            raise InvalidBatchError(
+                "turn_ids holds a turn key whose turn the projection has nowhere (corrupt projection?)"
+            )
         return inserted, existing, first
 
     def _load_sources(self, sources: list[bytes]) -> dict[bytes, SourceState]:
@@ -228,9 +235,7 @@ class ApplyTransaction:
             ).fetchall()
         out: dict[bytes, SourceState] = {}
         for r in rows:
-            out[bytes(r[0])] = SourceState(
-                bytes(r[1]), int(r[2]), bytes(r[3]), r[4], r[5], r[6], r[7], r[8]
-            )
+            out[bytes(r[0])] = SourceState(bytes(r[1]), int(r[2]), bytes(r[3]), r[4], r[5], r[6], r[7], r[8])
         # A row is the chain as of its last milestone: the head is the last live turn past it, if any.
         past = heads_past_milestones(self.cur, {s: st.length for s, st in out.items()})
         for source, (length, digest, partition, offset) in past.items():
@@ -252,8 +257,12 @@ class ApplyTransaction:
         """Stored live turns ``first..last`` of ``source`` as rows (the turns an amend keeps)."""
         rows = turn_rows(self.cur, _ROW_COLUMNS, source, first, last)
         if len(rows) != last - first + 1:
-            raise InvalidBatchError(f"projection is missing live turns {first}..{last} of a source (corrupt projection?)")
-        return [(int(r[0]), r[1], int(r[2]), r[3], int(r[4]), bytes(r[5]), bytes(r[6]), int(r[7]), int(r[8])) for r in rows]
+            raise InvalidBatchError(
+                f"projection is missing live turns {first}..{last} of a source (corrupt projection?)"
+            )
+        return [
+            (int(r[0]), r[1], int(r[2]), r[3], int(r[4]), bytes(r[5]), bytes(r[6]), int(r[7]), int(r[8])) for r in rows
+        ]
 
     def _stored_completed_at(self, source: bytes, seq: int) -> int:
         return int(self._stored_head(source, seq)[1])
@@ -335,7 +344,9 @@ class ApplyTransaction:
                 records += 1
                 if isinstance(it, RefusedRecord):
                     quarantined += 1
-                    quarantine.append((part, it.offset, it.code, it.reason, it.project_sha256, it.source, it.key, it.value))
+                    quarantine.append(
+                        (part, it.offset, it.code, it.reason, it.project_sha256, it.source, it.key, it.value)
+                    )
                     continue
                 if isinstance(it, RepairItem):
                     repair_rows.append(self._repair(part, it, works, loaded, quarantine, marks))
@@ -355,8 +366,11 @@ class ApplyTransaction:
                     placed = existing.get(tk)
                 # The source state is the chain's head (read before the fold changes it below).
                 outcome = fold_turn(
-                    st, it, applied=None if placed is None else self._placement(w, placed, it.turn_id),
-                    digest_at=w.digest_at, completed_at=partial(self._completed_at, w),
+                    st,
+                    it,
+                    applied=None if placed is None else self._placement(w, placed, it.turn_id),
+                    digest_at=w.digest_at,
+                    completed_at=partial(self._completed_at, w),
                 )
                 if isinstance(outcome, Append):
                     seq = outcome.seq
@@ -470,12 +484,18 @@ class ApplyTransaction:
         # A source hash is of one project: under another project's repair it is not that project's source.
         known = state is not None and state.project_sha256 == project_sha256
         batch_rows = [
-            (q[0], q[1]) for q in quarantine
-            if q[0] == part and q[4] == project_sha256 and q[5] == source and q[1] < it.offset and (q[0], q[1]) not in marks
+            (q[0], q[1])
+            for q in quarantine
+            if q[0] == part
+            and q[4] == project_sha256
+            and q[5] == source
+            and q[1] < it.offset
+            and (q[0], q[1]) not in marks
         ]
         stored = count_unmarked(self.cur, part, project_sha256, source, it.offset)
         outcome = decide_repair(
-            known=known, broken=known and state is not None and state.broken_reason is not None,
+            known=known,
+            broken=known and state is not None and state.broken_reason is not None,
             unrepaired=stored + len(batch_rows),
         )
         if stored:
@@ -490,8 +510,17 @@ class ApplyTransaction:
             w.milestone = w.state.row(source)
         length, digest = (state.length, state.chain_digest) if known and state is not None else (0, CHAIN_ORIGIN)
         return (
-            part, it.offset, project_sha256, source, it.reason, it.produced_at_micros,
-            outcome.status, outcome.cleared, outcome.marked, length, digest,
+            part,
+            it.offset,
+            project_sha256,
+            source,
+            it.reason,
+            it.produced_at_micros,
+            outcome.status,
+            outcome.cleared,
+            outcome.marked,
+            length,
+            digest,
         )
 
     # -------------------------------------------------------------- the writes
@@ -512,7 +541,9 @@ class ApplyTransaction:
                 writes.supersede_stored(cur, source, first, last, by_p, by_o)
         # step 8: this batch's superseded rows, then the new live turns
         writes.insert_superseded(cur, superseded)
-        writes.insert_turns(cur, [(source, w.state.project_sha256, w.pending) for source, w in works.items() if w.pending])
+        writes.insert_turns(
+            cur, [(source, w.state.project_sha256, w.pending) for source, w in works.items() if w.pending]
+        )
         # step 9: sources at a milestone, moved project heads, quarantine and repairs rows.
         # A source's row is written at its milestones only (``view.is_milestone``): most appends leave
         # it as it is, and readers take the head past it from the turns. A source has a row when the
@@ -527,7 +558,9 @@ class ApplyTransaction:
         writes.write_sources(cur, stored, new)
         # A project's head is written when it moves to another source (most appends keep it).
         known = self._known_heads
-        writes.write_heads(cur, {project: source for project, source in heads.items() if known.get(project) != source}, known.keys())
+        writes.write_heads(
+            cur, {project: source for project, source in heads.items() if known.get(project) != source}, known.keys()
+        )
         writes.insert_quarantine(cur, quarantine)
         insert_repairs(cur, repair_rows)
         writes.write_offsets(cur, self.topic, self.counters, self._counters.keys())  # step 10: applied offsets

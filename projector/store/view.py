@@ -220,7 +220,9 @@ class DuckView:
             if not isinstance(known, Missing):
                 return known
         row = self._one(
-            self._cur.execute(parsed("SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?"), [project_sha256])
+            self._cur.execute(
+                parsed("SELECT source_sha256 FROM project_heads WHERE project_sha256 = ?"), [project_sha256]
+            )
         )
         source = bytes(row[0]) if row else None
         if self._index is not None:

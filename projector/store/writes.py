@@ -90,6 +90,7 @@ def fits_values(width: int, rows: int) -> bool:
     an Arrow table, ``execute_over``)."""
     return width * rows <= VALUES_PARAMS
 
+
 _TURNS_INSERT = (
     "INSERT INTO turns (page_key, source_sha256, seq, project_sha256, turn_id, completed_at_us, body, body_bytes, "
     "content_digest, chain_digest, log_partition, log_offset)"
@@ -229,9 +230,15 @@ def insert_superseded(cur: duckdb.DuckDBPyConnection, superseded: list[tuple[byt
 def insert_turns(cur: duckdb.DuckDBPyConnection, pending: Sequence[tuple[bytes, bytes, list[Row]]]) -> None:
     """Insert the new live turns: (source, project, its rows in seq order) of each source with any."""
     if fits_values(len(_ARROW_TURNS), sum(len(rows) for _, _, rows in pending)):
-        rows_in = [(page_key(source, row[0]), source, row[0], project, *row[1:]) for source, project, rows in pending for row in rows]
+        rows_in = [
+            (page_key(source, row[0]), source, row[0], project, *row[1:])
+            for source, project, rows in pending
+            for row in rows
+        ]
         if rows_in:
-            cur.execute(parsed(values_sql(_TURNS_INSERT, len(_ARROW_TURNS), len(rows_in))), [v for r in rows_in for v in r])
+            cur.execute(
+                parsed(values_sql(_TURNS_INSERT, len(_ARROW_TURNS), len(rows_in))), [v for r in rows_in for v in r]
+            )
     elif pending:
         keys: list[int] = []
         srcs: list[bytes] = []
@@ -273,7 +280,9 @@ def write_sources(
             cur.execute(parsed(values_sql(_SOURCES_INSERT, len(_ARROW_SOURCES), len(new))), [v for r in new for v in r])
         else:
             execute_over(
-                cur, f"INSERT INTO sources BY NAME SELECT {SOURCE_COLUMNS} FROM tl_rows", _rows_table(_ARROW_SOURCES, new)  # noqa: S608
+                cur,
+                f"INSERT INTO sources BY NAME SELECT {SOURCE_COLUMNS} FROM tl_rows",  # noqa: S608
+                _rows_table(_ARROW_SOURCES, new),
             )
 
 
@@ -293,7 +302,9 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes], st
             changed = cur.execute(parsed(_HEAD_UPDATE), [source, project]).fetchone()
         elif fits_values(len(_ARROW_HEADS), len(known)):
             rows = _values_rows(2, len(known), "project_sha256, source_sha256")
-            changed = cur.execute(parsed(_KNOWN_HEADS_UPDATE.format(rows=rows)), [v for pair in known for v in pair]).fetchone()
+            changed = cur.execute(
+                parsed(_KNOWN_HEADS_UPDATE.format(rows=rows)), [v for pair in known for v in pair]
+            ).fetchone()
         else:
             table = _arrow_table(_ARROW_HEADS, [[p for p, _ in known], [s for _, s in known]])
             changed = execute_over(cur, _KNOWN_HEADS_UPDATE.format(rows="tl_rows v"), table).fetchone()
@@ -307,7 +318,9 @@ def write_heads(cur: duckdb.DuckDBPyConnection, moved: Mapping[bytes, bytes], st
         return
     if fits_values(len(_ARROW_HEADS), len(unknown)):
         rows = _values_rows(2, len(unknown), "project_sha256, source_sha256")
-        updated = cur.execute(parsed(_HEADS_UPDATE.format(rows=rows)), [v for pair in unknown.items() for v in pair]).fetchall()
+        updated = cur.execute(
+            parsed(_HEADS_UPDATE.format(rows=rows)), [v for pair in unknown.items() for v in pair]
+        ).fetchall()
     else:
         table = _arrow_table(_ARROW_HEADS, [list(unknown), list(unknown.values())])
         updated = execute_over(cur, _HEADS_UPDATE.format(rows="tl_rows v"), table).fetchall()
@@ -363,7 +376,10 @@ def write_offsets(
             sql = _OFFSET_UPDATE
             params += _offset_values(counters[update[0]])
         else:
-            sets = ", ".join(f"{column} = CASE log_partition {' '.join('WHEN ? THEN ?' for _ in range(n))} END" for column in _OFFSET_COLUMNS)
+            sets = ", ".join(
+                f"{column} = CASE log_partition {' '.join('WHEN ? THEN ?' for _ in range(n))} END"
+                for column in _OFFSET_COLUMNS
+            )
             values = [_offset_values(counters[p]) for p in update]
             for i in range(len(_OFFSET_COLUMNS)):
                 for part, row in zip(update, values, strict=True):

@@ -86,8 +86,19 @@ class Stack:
         self.compose_file = compose_file
 
     def run(self, *args: str, timeout: float = 300.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [*self.command, "-p", self.project, "--project-directory", str(REPO), "-f", str(self.compose_file), *args]
-        done = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
+        argv = [
+            *self.command,
+            "-p",
+            self.project,
+            "--project-directory",
+            str(REPO),
+            "-f",
+            str(self.compose_file),
+            *args,
+        ]
+        done = subprocess.run(
+            argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"`{' '.join(argv)}` exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}")
         return done
@@ -100,8 +111,18 @@ class Stack:
         if not cid:
             return "missing"
         done = subprocess.run(
-            ["docker", "inspect", "--format", "{{.State.Status}}/{{if .State.Health}}{{.State.Health.Status}}{{end}}", cid],
-            capture_output=True, text=True, timeout=60, check=False, env=self.env,
+            [
+                "docker",
+                "inspect",
+                "--format",
+                "{{.State.Status}}/{{if .State.Health}}{{.State.Health.Status}}{{end}}",
+                cid,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=self.env,
         )
         return done.stdout.strip() or done.stderr.strip()
 
@@ -158,16 +179,29 @@ def test_compose_builds_runs_and_the_demo_observer_audits_through_it(
     # The images compose ran: the chosen Kafka image, and the project's Dockerfile on the chosen Python.
     kafka_cid, serve_cid = s.container("kafka"), s.container("throughline")
     inspect = json.loads(
-        subprocess.run(["docker", "inspect", kafka_cid, serve_cid], capture_output=True, text=True, timeout=60,
-                       check=True, env=env).stdout
+        subprocess.run(
+            ["docker", "inspect", kafka_cid, serve_cid], capture_output=True, text=True, timeout=60, check=True, env=env
+        ).stdout
     )
     assert inspect[0]["Config"]["Image"] == kafka_image
     assert inspect[1]["Config"]["Image"] == "throughline-compose:test"
     assert all(c["HostConfig"]["NetworkMode"] == "host" for c in inspect)
-    base_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", python_image],
-                             capture_output=True, text=True, timeout=60, check=True, env=env).stdout.strip()
-    layers = subprocess.run(["docker", "history", "-q", "--no-trunc", "throughline-compose:test"],
-                            capture_output=True, text=True, timeout=60, check=True, env=env).stdout.split()
+    base_id = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", python_image],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    ).stdout.strip()
+    layers = subprocess.run(
+        ["docker", "history", "-q", "--no-trunc", "throughline-compose:test"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    ).stdout.split()
     assert base_id in layers, f"throughline-compose:test is not built on {python_image}"
 
     # Turns from this machine into the compose broker, then the demo's Observer against compose's serve.
@@ -177,8 +211,14 @@ def test_compose_builds_runs_and_the_demo_observer_audits_through_it(
     tool_env = {k: v for k, v in env.items() if not k.startswith("THROUGHLINE_") or k == "THROUGHLINE_AUTH_TOKEN"}
     tool_env.update({"THROUGHLINE_BOOTSTRAP_SERVERS": bootstrap, "THROUGHLINE_TOPIC": "throughline.turns"})
     sample = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines() if line.strip()]
-    ingest = subprocess.run([demo.THROUGHLINE, "ingest", str(SAMPLE)], env=tool_env, capture_output=True,
-                            text=True, timeout=300, check=False)
+    ingest = subprocess.run(
+        [demo.THROUGHLINE, "ingest", str(SAMPLE)],
+        env=tool_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert ingest.returncode == 0, ingest.stderr[-3000:]
     report = demo.wait_projected(url, len(sample))
     assert report["lag"] == 0

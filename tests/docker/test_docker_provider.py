@@ -109,7 +109,9 @@ def test_auto_falls_back_to_the_jvm_broker_with_one_clear_line(
 
 def test_forced_docker_fails_with_the_reason(monkeypatch: pytest.MonkeyPatch, fresh_fallback_memory: None) -> None:
     monkeypatch.setenv("THROUGHLINE_KAFKA_IMAGE", MISSING_IMAGE)
-    with pytest.raises(DockerUnavailableError, match=r"no-such-kafka:0 is not on the Docker engine and could not be pulled"):
+    with pytest.raises(
+        DockerUnavailableError, match=r"no-such-kafka:0 is not on the Docker engine and could not be pulled"
+    ):
         provision_kafka(provider="docker", report=lambda _: None)
     with pytest.raises(DockerUnavailableError, match="could not be pulled"):
         provision_private_kafka(provider="docker", report=lambda _: None)  # forced: asks again, fails again

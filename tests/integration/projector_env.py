@@ -53,7 +53,9 @@ class Producer:
     def send(self, record: TurnRecord) -> None:
         """Append one turn (asynchronously; ``flush`` waits)."""
         key = record.project_sha256
-        self._producer.send(self.topic, key=key, value=encode_turn(record), partition=partition_for(key, self.partitions))
+        self._producer.send(
+            self.topic, key=key, value=encode_turn(record), partition=partition_for(key, self.partitions)
+        )
 
     def send_raw(self, partition: int, key: bytes | None, value: bytes | None) -> None:
         """Append raw bytes to a partition (poison records)."""
@@ -120,11 +122,30 @@ def assert_projection_equals_log(db: Path, content: LogContent) -> None:
         applied = projection.applied_offsets()
         assert {p: applied.get(p, 0) for p in content.ends} == content.ends
         live = table_columns(
-            projection, "turns", "source_sha256", "seq", "turn_id", "completed_at_us", "body", "content_digest",
-            "chain_digest", "log_partition", "log_offset",
+            projection,
+            "turns",
+            "source_sha256",
+            "seq",
+            "turn_id",
+            "completed_at_us",
+            "body",
+            "content_digest",
+            "chain_digest",
+            "log_partition",
+            "log_offset",
         )  # ordered by source, seq
         expected = sorted(
-            (s, t.seq, t.turn_id, t.record.completed_at_micros, t.record.body, t.content_digest, t.chain_digest, t.partition, t.offset)
+            (
+                s,
+                t.seq,
+                t.turn_id,
+                t.record.completed_at_micros,
+                t.record.body,
+                t.content_digest,
+                t.chain_digest,
+                t.partition,
+                t.offset,
+            )
             for s, turns in book.live.items()
             for t in turns
         )
@@ -142,7 +163,9 @@ def assert_projection_equals_log(db: Path, content: LogContent) -> None:
             assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
             assert chain_digests([r[1] for r in rows]) == [r[2] for r in rows]
         superseded = table_columns(projection, "superseded_turns", "source_sha256", "seq", "turn_id", "log_offset")
-        assert sorted(superseded) == sorted((t.record.source_sha256, t.seq, t.turn_id, t.offset) for t in book.superseded)
+        assert sorted(superseded) == sorted(
+            (t.record.source_sha256, t.seq, t.turn_id, t.offset) for t in book.superseded
+        )
         heads = dict(table_columns(projection, "project_heads", "project_sha256", "source_sha256"))
         assert heads == book.heads
         quarantine = table_columns(
@@ -153,7 +176,9 @@ def assert_projection_equals_log(db: Path, content: LogContent) -> None:
         )
         # Repairs: each applied once, marks and broken marks as the reference fold decides them.
         assert {(p, o): (rp, ro) for p, o, rp, ro in quarantine if ro is not None} == book.repaired
-        repairs = table_columns(projection, "repairs", "log_partition", "log_offset", "source_sha256", "outcome", "marked", "length")
+        repairs = table_columns(
+            projection, "repairs", "log_partition", "log_offset", "source_sha256", "outcome", "marked", "length"
+        )
         assert repairs == sorted(
             (r.partition, r.offset, r.source_sha256, r.outcome.status, r.outcome.marked, r.length) for r in book.repairs
         )
@@ -172,7 +197,9 @@ def cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def cli_process(*argv: str, timeout: float = 120.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli_process(
+    *argv: str, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``throughline ARGV`` as a real process (with ``env`` as its environment when given)."""
     return subprocess.run(
         [sys.executable, "-m", "throughline.cli", *argv],

@@ -71,9 +71,7 @@ class Env:
             check=False,
         )
 
-    def turn(
-        self, *, host: str = "host-secret-1", thread: str = "thread-secret-A", seq: int | None = None
-    ) -> dict:
+    def turn(self, *, host: str = "host-secret-1", thread: str = "thread-secret-A", seq: int | None = None) -> dict:
         """A new turn line (unique id and body)."""
         self.counter += 1
         line: dict[str, Any] = {
@@ -91,9 +89,7 @@ class Env:
     def ingest(self, lines: list[dict]) -> None:
         """``throughline ingest FILE``."""
         path = self.tmp / f"turns-{self.counter}.jsonl"
-        path.write_text(
-            "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8"
-        )
+        path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
         code, out, err = self.cli("ingest", str(path), "--partitions", "3", *self.connection)
         assert code == 0, err
 

@@ -19,8 +19,18 @@ def _quick_bench(kafka_bootstrap: str, tmp_path: Path, only: str, timeout: float
     env = dict(os.environ, THROUGHLINE_TEST_BOOTSTRAP_SERVERS=kafka_bootstrap)
     proc = subprocess.run(
         [
-            sys.executable, "-m", "bench", "--quick", "--only", only, "--profile", "none",
-            "--report", str(report), "--workdir", str(tmp_path / "work"),
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            only,
+            "--profile",
+            "none",
+            "--report",
+            str(report),
+            "--workdir",
+            str(tmp_path / "work"),
         ],
         cwd=REPO,
         env=env,
@@ -72,7 +82,10 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
     section = text.split("## 4. Freshness at every rate", 1)[1].split("\n## ", 1)[0]
     cells = [m.groupdict() for m in _CELL.finditer(section)]
     assert [(c["rate"], c["projects"]) for c in cells] == [
-        ("100/s", "1"), ("100/s", "64"), ("1,000/s", "1"), ("1,000/s", "64")
+        ("100/s", "1"),
+        ("100/s", "64"),
+        ("1,000/s", "1"),
+        ("1,000/s", "64"),
     ], section
     for c in cells:
         where = f"{c['rate']} x {c['projects']} projects"
@@ -83,7 +96,9 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
         assert ok >= 0.999 * reads, f"{where}: {reads - ok} of {reads} first-page reads were not ok\n{section}"
         # The long-poll follower (item 4) was delivered every turn of its project: a finite p99.
         late = c["follow_p99"].strip()
-        assert _n(c["followed"]) > 0 and not late.startswith((">", "n/a")), f"{where}: the long-poll missed turns\n{section}"
+        assert _n(c["followed"]) > 0 and not late.startswith((">", "n/a")), (
+            f"{where}: the long-poll missed turns\n{section}"
+        )
         # serve's transaction histograms (/metrics) measured the projector while the producers sent.
         assert _n(c["txn_per_s"]) > 0 and float(c["txn_records"].replace(",", "")) >= 1, section
         assert 0 < int(c["busy"]) <= 100, section
@@ -98,7 +113,9 @@ def test_quick_freshness_sweep_reads_fresh_turns_ok(kafka_bootstrap: str, tmp_pa
     assert not (tmp_path / "work").exists()
     # After the sweep, first pages of an idle serve over HTTP: all ok, with a verdict on both targets.
     assert re.search(r"^- Idle reads: .+: ok [\d,]+ \(item 4's idle HTTP target", section, flags=re.M), section
-    idle = re.findall(r"^\| 4 \| first page over HTTP on an idle serve p[59][09] .+ \*\*(PASS|MISS)\*\* \|$", text, flags=re.M)
+    idle = re.findall(
+        r"^\| 4 \| first page over HTTP on an idle serve p[59][09] .+ \*\*(PASS|MISS)\*\* \|$", text, flags=re.M
+    )
     assert len(idle) == 2, text
 
 
@@ -118,7 +135,10 @@ def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "bench.small_writes", "--rounds", "2", *extra],
-            cwd=REPO, capture_output=True, text=True, timeout=180,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=180,
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "| 1 |" in proc.stdout and verdict in proc.stdout
@@ -130,9 +150,14 @@ def test_busy_reads_bench_reads_ok_beside_a_writer_both_ways() -> None:
     (as before) and at COMMIT (as now), alternated; every read answers ok (exit 1 otherwise)."""
     proc = subprocess.run(
         [sys.executable, "-m", "bench.busy_reads", "--rounds", "1", "--seconds", "0.5"],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = re.findall(r"^\| at (BEGIN|COMMIT) \| ([\d,]+) \|", proc.stdout, flags=re.M)
-    assert [way for way, _ in rows] == ["BEGIN", "COMMIT"] and all(int(n.replace(",", "")) > 0 for _, n in rows), proc.stdout
+    assert [way for way, _ in rows] == ["BEGIN", "COMMIT"] and all(int(n.replace(",", "")) > 0 for _, n in rows), (
+        proc.stdout
+    )
     assert "ratio (at COMMIT / at BEGIN)" in proc.stdout and "every read ok" in proc.stdout

@@ -30,7 +30,9 @@ def filled_topic(kafka_bootstrap: str) -> str:
     return topic
 
 
-def test_the_projector_consumer_refreshes_metadata_with_its_own_backoff(kafka_bootstrap: str, filled_topic: str) -> None:
+def test_the_projector_consumer_refreshes_metadata_with_its_own_backoff(
+    kafka_bootstrap: str, filled_topic: str
+) -> None:
     consumer = open_consumer(FeedSpec((kafka_bootstrap,), filled_topic, PARTITIONS, (), ProjectorOptions()))
     try:
         # The pinned kafka-python has the shape the seam was written against: both waits are ours.

@@ -19,9 +19,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 RUN_TIMEOUT_S = 120.0
 
 
-def run(
-    bootstrap: str, topic: str, *args: str, stdin: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
+def run(bootstrap: str, topic: str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "THROUGHLINE_BOOTSTRAP_SERVERS": bootstrap, "THROUGHLINE_TOPIC": topic}
     env.pop("THROUGHLINE_DB", None)
     return subprocess.run(
@@ -56,9 +54,7 @@ def test_dry_run_output_fed_back_appends_the_same_records(
 ) -> None:
     root = tmp_path / "projects"
     shutil.copytree(FIXTURES / "claude-code" / "projects", root)
-    dry = run(
-        f"127.0.0.1:{closed_port()}", kafka_topic_name, "--format", "claude-code", str(root), "--dry-run"
-    )
+    dry = run(f"127.0.0.1:{closed_port()}", kafka_topic_name, "--format", "claude-code", str(root), "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert len(dry.stdout.splitlines()) == 13
 

@@ -29,7 +29,15 @@ class Member:
     """A ``GroupConsumer`` polled on its own thread, recording what it fetched and saw."""
 
     def __init__(
-        self, bootstrap: str, topic: str, group: str, name: str, *, start_at: int = 0, poll_timeout: float = 0.2, **options: Any
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        name: str,
+        *,
+        start_at: int = 0,
+        poll_timeout: float = 0.2,
+        **options: Any,
     ) -> None:
         self.name = name
         self._poll_timeout = poll_timeout
@@ -105,8 +113,13 @@ def _views(members: list[Member]) -> str:
     for m in members:
         v = m.view()
         rows.append(
-            f"\n  {m.name}: " + ("no view" if v is None else f"generation {v.generation}, assigned {sorted(v.assigned)}, "
-            f"map of {len(v.owner_map.members) if v.owner_map else None} members, error {v.error}")
+            f"\n  {m.name}: "
+            + (
+                "no view"
+                if v is None
+                else f"generation {v.generation}, assigned {sorted(v.assigned)}, "
+                f"map of {len(v.owner_map.members) if v.owner_map else None} members, error {v.error}"
+            )
             + f", thread alive {m.thread.is_alive()}, error {m.error!r}"
         )
     return "".join(rows)
@@ -126,8 +139,11 @@ def _settled(members: list[Member], count: int) -> bool:
     # member's next join (kafka-python sees the metadata change) replaces it, so that is not settled yet.
     owner_map = next(iter(maps))
     return (
-        len(generations) == 1 and len(maps) == 1 and owner_map is not None
-        and len(owner_map.members) == count and owner_map.partitions == PARTITIONS
+        len(generations) == 1
+        and len(maps) == 1
+        and owner_map is not None
+        and len(owner_map.members) == count
+        and owner_map.partitions == PARTITIONS
     )
 
 
@@ -193,7 +209,7 @@ def test_three_members_two_copies_overlap_and_know_every_url(
     for member, view in zip(members, views, strict=True):
         assert view is not None
         for p in set(range(PARTITIONS)) - view.assigned:
-            assert member.offsets(p)[marks[member.name][p]:] == [], (member.name, p)
+            assert member.offsets(p)[marks[member.name][p] :] == [], (member.name, p)
     # Kafka 4.1 keeps the group on the classic protocol, under throughline's assignor.
     listed = {g["group_id"]: g for g in kafka_admin.list_groups()}
     assert listed[kafka_group_id]["protocol_type"] == "consumer"
@@ -339,7 +355,9 @@ def test_a_sigkilled_member_drops_out_after_the_session_timeout(
         killed_at = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=30)
-        _wait("the others without the killed member", lambda: _settled(members, 2), timeout=SESSION_TIMEOUT_MS / 1000 + 60)
+        _wait(
+            "the others without the killed member", lambda: _settled(members, 2), timeout=SESSION_TIMEOUT_MS / 1000 + 60
+        )
         took = time.monotonic() - killed_at
     finally:
         if victim.poll() is None:
@@ -382,7 +400,9 @@ def test_a_rebalance_waits_for_a_member_that_does_not_poll(
     _wait("three members once the busy one polls again", lambda: _settled(members, 3))
     took = time.monotonic() - stalled_at
     assert took >= stall
-    _wait("the held-up records", lambda: sum(len(members[0].offsets(p)) for p in range(PARTITIONS)) > sum(marks.values()))
+    _wait(
+        "the held-up records", lambda: sum(len(members[0].offsets(p)) for p in range(PARTITIONS)) > sum(marks.values())
+    )
     print(f"\na member busy for {stall:.0f} s held the rebalance up for {took:.2f} s")
 
 
@@ -393,9 +413,12 @@ def test_a_group_name_taken_by_another_kind_of_consumer_is_refused(
 
     from throughline.log import GroupRefusedError
 
-    other = KafkaConsumer(group_topic, bootstrap_servers=kafka_bootstrap, group_id=kafka_group_id, enable_auto_commit=False)
+    other = KafkaConsumer(
+        group_topic, bootstrap_servers=kafka_bootstrap, group_id=kafka_group_id, enable_auto_commit=False
+    )
     member = None
     try:
+
         def range_group_stable() -> bool:
             other.poll(timeout_ms=200)
             described = kafka_admin.describe_groups([kafka_group_id])[kafka_group_id]
@@ -403,8 +426,13 @@ def test_a_group_name_taken_by_another_kind_of_consumer_is_refused(
 
         _wait("the other consumer's group", range_group_stable)
         member = GroupConsumer(
-            [kafka_bootstrap], group_topic, group=kafka_group_id, url="http://127.0.0.1:18050",
-            client_id="test-refused", timeout=30.0, kafka_config=None,
+            [kafka_bootstrap],
+            group_topic,
+            group=kafka_group_id,
+            url="http://127.0.0.1:18050",
+            client_id="test-refused",
+            timeout=30.0,
+            kafka_config=None,
         )
         deadline = time.monotonic() + DEADLINE_S
         with pytest.raises(GroupRefusedError) as caught:

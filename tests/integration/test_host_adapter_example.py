@@ -24,9 +24,7 @@ RUN_TIMEOUT_S = 120.0
 def run(
     argv: list[str], env: dict[str, str], stdin: str | None = None, timeout: float = RUN_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, input=stdin, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return subprocess.run(argv, input=stdin, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def test_an_adapter_installed_from_its_own_distribution_ingests_and_hooks_through_a_broker(
@@ -42,9 +40,7 @@ def test_an_adapter_installed_from_its_own_distribution_ingests_and_hooks_throug
     cli = str(env_dir / "bin" / "throughline")
     before = run([cli, "ingest", "--help"], env)
     assert "toychat" not in before.stdout  # throughline alone does not know the host
-    plugin = run(
-        [python, "-m", "pip", "install", "-q", "-e", f"{EXAMPLE}[test]"], env, timeout=INSTALL_TIMEOUT_S
-    )
+    plugin = run([python, "-m", "pip", "install", "-q", "-e", f"{EXAMPLE}[test]"], env, timeout=INSTALL_TIMEOUT_S)
     assert plugin.returncode == 0, plugin.stderr
     assert "toychat" in run([cli, "ingest", "--help"], env).stdout
     # the adapter's own suite runs throughline's conformance kit in that environment
@@ -73,9 +69,7 @@ def test_an_adapter_installed_from_its_own_distribution_ingests_and_hooks_throug
 
     # the host's stop hook: the open turn (p-4, after a rewind to p-2) is final now
     payload = json.dumps({"transcript_path": str(home / "sessions" / "s1.jsonl"), "session_id": "s1"})
-    hooked = run(
-        ["sh", "-c", f"{cli} hook toychat --wait 0.2 --state-dir {tmp_path / 'hooks'}"], env, stdin=payload
-    )
+    hooked = run(["sh", "-c", f"{cli} hook toychat --wait 0.2 --state-dir {tmp_path / 'hooks'}"], env, stdin=payload)
     assert (hooked.returncode, hooked.stdout) == (0, ""), hooked.stderr
     records = read_topic(kafka_bootstrap, kafka_topic_name)
     seqs = {r.turn.turn_id: r.turn.seq for r in records}

@@ -187,9 +187,7 @@ def test_follow_polls_an_opencode_store_while_it_is_written_and_takes_a_revert_a
         writer.execute(
             "DELETE FROM part WHERE message_id IN ('msg_06', 'msg_07', 'msg_08', 'msg_09', 'msg_10', 'msg_11')"
         )
-        writer.execute(
-            "DELETE FROM message WHERE id IN ('msg_06', 'msg_07', 'msg_08', 'msg_09', 'msg_10', 'msg_11')"
-        )
+        writer.execute("DELETE FROM message WHERE id IN ('msg_06', 'msg_07', 'msg_08', 'msg_09', 'msg_10', 'msg_11')")
         add_message(
             writer,
             {
@@ -212,14 +210,10 @@ def test_follow_polls_an_opencode_store_while_it_is_written_and_takes_a_revert_a
                     "finish": "stop",
                     "time": {"created": base + 51_000, "completed": base + 52_000},
                 },
-                "parts": [
-                    {"id": "prt_23", "data": {"type": "text", "text": "Parsing and printing are apart."}}
-                ],
+                "parts": [{"id": "prt_23", "data": {"type": "text", "text": "Parsing and printing are apart."}}],
             },
         )
-        wait_for(
-            lambda: len(records_now(kafka_bootstrap, kafka_topic_name)) == 5, "the turn after the revert"
-        )
+        wait_for(lambda: len(records_now(kafka_bootstrap, kafka_topic_name)) == 5, "the turn after the revert")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     finally:
@@ -345,6 +339,4 @@ def test_gemini_sessions_of_earlier_versions_are_read_whole_and_followed_as_they
         "/work/gemini-old",
     ) in got
     assert ("0ld0", "old-u2", 2, "/work/gemini-old") in got
-    assert got <= {
-        (t, u, s, "/work/gemini-old") for t in ("0ld0", "c0nv") for u, s in (("old-u1", 1), ("old-u2", 2))
-    }
+    assert got <= {(t, u, s, "/work/gemini-old") for t in ("0ld0", "c0nv") for u, s in (("old-u1", 1), ("old-u2", 2))}

@@ -37,10 +37,17 @@ def env_for(bootstrap: str, topic: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def cli(bootstrap: str, topic: str, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    bootstrap: str, topic: str, *args: str, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [CLI, *args], input=stdin, env=env_for(bootstrap, topic, **env), capture_output=True, text=True,
-        timeout=RUN_TIMEOUT_S, check=False,
+        [CLI, *args],
+        input=stdin,
+        env=env_for(bootstrap, topic, **env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
     )
 
 
@@ -49,8 +56,11 @@ def chains(records: list[Stored]) -> dict[tuple[str, str, str], list[str]]:
     for r in records:
         book.apply(r.turn, r.partition, r.offset, r.key)
     assert book.quarantined == []
-    return {(ts[0].record.host, ts[0].record.thread, ts[0].record.project): [t.turn_id for t in ts]
-            for ts in book.live.values() if ts}
+    return {
+        (ts[0].record.host, ts[0].record.thread, ts[0].record.project): [t.turn_id for t in ts]
+        for ts in book.live.values()
+        if ts
+    }
 
 
 def expected_chains(host: str) -> dict[tuple[str, str, str], list[str]]:
@@ -66,8 +76,10 @@ def expected_records(host: str) -> list[tuple[str, str, int, str, str]]:
 
 
 def as_records(records: list[Stored]) -> list[tuple[str, str, int | None, str, str]]:
-    return sorted((r.turn.turn_id, r.turn.project, r.turn.seq, format_rfc3339(r.turn.completed_at_micros), r.turn.host)
-                  for r in records)
+    return sorted(
+        (r.turn.turn_id, r.turn.project, r.turn.seq, format_rfc3339(r.turn.completed_at_micros), r.turn.host)
+        for r in records
+    )
 
 
 def records_now(bootstrap: str, topic: str) -> list[Stored]:
@@ -112,12 +124,16 @@ def test_codex_default_root_with_a_state_sends_each_turn_once(
     home = tmp_path / "codex-home"
     shutil.copytree(FIXTURES / "codex", home)
     state = tmp_path / "codex.state"
-    first = cli(kafka_bootstrap, kafka_topic_name, "ingest", "--format", "codex", "--state", str(state), CODEX_HOME=str(home))
+    first = cli(
+        kafka_bootstrap, kafka_topic_name, "ingest", "--format", "codex", "--state", str(state), CODEX_HOME=str(home)
+    )
     assert first.returncode == 0, first.stderr
     records = read_topic(kafka_bootstrap, kafka_topic_name)
     assert as_records(records) == expected_records("codex")
     assert chains(records) == expected_chains("codex")
-    second = cli(kafka_bootstrap, kafka_topic_name, "ingest", "--format", "codex", "--state", str(state), CODEX_HOME=str(home))
+    second = cli(
+        kafka_bootstrap, kafka_topic_name, "ingest", "--format", "codex", "--state", str(state), CODEX_HOME=str(home)
+    )
     assert second.returncode == 0, second.stderr
     assert "ingested 0 turns" in second.stderr
     assert len(read_topic(kafka_bootstrap, kafka_topic_name)) == len(records)
@@ -143,11 +159,25 @@ def test_the_projected_chain_reads_back_as_the_conversation(
 
 
 def claude_line(kind: str, uuid: str, parent: str | None, text: str, session: str = "live-1") -> str:
-    base = {"uuid": uuid, "parentUuid": parent, "sessionId": session, "cwd": "/work/live", "timestamp": "2026-05-01T00:00:00Z"}
+    base = {
+        "uuid": uuid,
+        "parentUuid": parent,
+        "sessionId": session,
+        "cwd": "/work/live",
+        "timestamp": "2026-05-01T00:00:00Z",
+    }
     if kind == "user":
         return json.dumps({**base, "type": "user", "message": {"role": "user", "content": text}}) + "\n"
-    return json.dumps({**base, "type": "assistant",
-                       "message": {"id": f"m-{uuid}", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}}) + "\n"
+    return (
+        json.dumps(
+            {
+                **base,
+                "type": "assistant",
+                "message": {"id": f"m-{uuid}", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn"},
+            }
+        )
+        + "\n"
+    )
 
 
 def test_follow_picks_up_growing_and_new_sessions_and_resumes(
@@ -158,8 +188,18 @@ def test_follow_picks_up_growing_and_new_sessions_and_resumes(
     state = tmp_path / "follow.state"
     session = root / "live-1.jsonl"
     session.write_text(claude_line("user", "u1", None, "first?"))
-    argv = [CLI, "ingest", "--format", "claude-code", str(tmp_path / "projects"), "--follow", "--state", str(state),
-            "--poll-interval", "0.05"]
+    argv = [
+        CLI,
+        "ingest",
+        "--format",
+        "claude-code",
+        str(tmp_path / "projects"),
+        "--follow",
+        "--state",
+        str(state),
+        "--poll-interval",
+        "0.05",
+    ]
     proc = subprocess.Popen(argv, env=env_for(kafka_bootstrap, kafka_topic_name), stderr=subprocess.PIPE, text=True)
     try:
         reply = claude_line("assistant", "a1", "u1", "first.")
@@ -169,7 +209,9 @@ def test_follow_picks_up_growing_and_new_sessions_and_resumes(
             time.sleep(0.5)
             f.write(reply[20:])
         (root / "live-2.jsonl").write_text(
-            claude_line("user", "v1", None, "other?", "live-2") + claude_line("assistant", "b1", "v1", "other.", "live-2"))
+            claude_line("user", "v1", None, "other?", "live-2")
+            + claude_line("assistant", "b1", "v1", "other.", "live-2")
+        )
         wait_for(lambda: len(records_now(kafka_bootstrap, kafka_topic_name)) == 2, "both turns")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
@@ -180,12 +222,27 @@ def test_follow_picks_up_growing_and_new_sessions_and_resumes(
     assert proc.returncode == 0, err
     with open(session, "a") as f:
         f.write(claude_line("user", "u2", "a1", "second?") + claude_line("assistant", "a2", "u2", "second."))
-    resumed = cli(kafka_bootstrap, kafka_topic_name, "ingest", "--format", "claude-code", str(tmp_path / "projects"),
-                  "--follow", "--state", str(state), "--max-idle", "3", "--poll-interval", "0.05")  # > ENDED_TURN_QUIET
+    resumed = cli(
+        kafka_bootstrap,
+        kafka_topic_name,
+        "ingest",
+        "--format",
+        "claude-code",
+        str(tmp_path / "projects"),
+        "--follow",
+        "--state",
+        str(state),
+        "--max-idle",
+        "3",
+        "--poll-interval",
+        "0.05",
+    )  # > ENDED_TURN_QUIET
     assert resumed.returncode == 0, resumed.stderr
     records = read_topic(kafka_bootstrap, kafka_topic_name)
     assert sorted((r.turn.thread, r.turn.turn_id, r.turn.seq) for r in records) == [
-        ("live-1", "u1", 1), ("live-1", "u2", 2), ("live-2", "v1", 1)
+        ("live-1", "u1", 1),
+        ("live-1", "u2", 2),
+        ("live-2", "v1", 1),
     ]
 
 
@@ -197,8 +254,15 @@ def test_claude_code_hook_appends_new_turns_once_and_survives_a_broker_outage(
 ) -> None:
     transcript = tmp_path / "s.jsonl"
     transcript.write_text(claude_line("user", "u1", None, "q1") + claude_line("assistant", "a1", "u1", "r1"))
-    payload = json.dumps({"session_id": "live-1", "transcript_path": str(transcript), "cwd": "/work/live",
-                          "hook_event_name": "Stop", "stop_hook_active": False})
+    payload = json.dumps(
+        {
+            "session_id": "live-1",
+            "transcript_path": str(transcript),
+            "cwd": "/work/live",
+            "hook_event_name": "Stop",
+            "stop_hook_active": False,
+        }
+    )
     hook = ["hook", "claude-code", "--state-dir", str(tmp_path / "hooks")]
     first = cli(kafka_bootstrap, kafka_topic_name, *hook, stdin=payload)
     assert (first.returncode, first.stdout) == (0, ""), first.stderr
@@ -234,16 +298,31 @@ def test_codex_hook_from_the_stop_payload_and_from_notify(
     home = tmp_path / "codex-home"
     shutil.copytree(FIXTURES / "codex", home)
     rollout = next((home / "sessions").rglob("rollout-*0001.jsonl"))
-    stop = json.dumps({"session_id": "019a0000-0000-7000-8000-000000000001", "transcript_path": str(rollout),
-                       "cwd": "/work/svc", "hook_event_name": "Stop", "turn_id": "t-4", "stop_hook_active": False})
+    stop = json.dumps(
+        {
+            "session_id": "019a0000-0000-7000-8000-000000000001",
+            "transcript_path": str(rollout),
+            "cwd": "/work/svc",
+            "hook_event_name": "Stop",
+            "turn_id": "t-4",
+            "stop_hook_active": False,
+        }
+    )
     hook = ["hook", "codex", "--state-dir", str(tmp_path / "hooks")]
     result = cli(kafka_bootstrap, kafka_topic_name, *hook, stdin=stop, CODEX_HOME=str(home))
     assert (result.returncode, result.stdout) == (0, ""), result.stderr
     # t-3 was interrupted (turn_aborted): a turn too, with turn.outcome interrupted
     assert [r.turn.turn_id for r in read_topic(kafka_bootstrap, kafka_topic_name)] == ["t-1", "t-2", "t-3", "t-4"]
-    notify = json.dumps({"type": "agent-turn-complete", "thread-id": "019a0000-0000-7000-8000-000000000002",
-                         "turn-id": "b-5", "cwd": "/work/svc", "input-messages": ["Three, in lib."],
-                         "last-assistant-message": "3 in lib"})
+    notify = json.dumps(
+        {
+            "type": "agent-turn-complete",
+            "thread-id": "019a0000-0000-7000-8000-000000000002",
+            "turn-id": "b-5",
+            "cwd": "/work/svc",
+            "input-messages": ["Three, in lib."],
+            "last-assistant-message": "3 in lib",
+        }
+    )
     # notify = ["throughline", "hook", "codex"]: Codex appends its JSON as the last argument
     result = cli(kafka_bootstrap, kafka_topic_name, *hook, notify, CODEX_HOME=str(home))
     assert result.returncode == 0, result.stderr

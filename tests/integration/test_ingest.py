@@ -205,7 +205,9 @@ def test_follow_stopped_by_sigterm_then_restarted_neither_loses_nor_duplicates(
     covered = state_line(state)
     assert 50 <= covered <= 100
     append(path, [turn_line(n) for n in range(101, 151)])
-    result = ingest(kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--max-idle", "1", "--poll-interval", "0.05")
+    result = ingest(
+        kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--max-idle", "1", "--poll-interval", "0.05"
+    )
     assert result.returncode == 0, result.stderr
     assert state_line(state) == 150
     counts = Counter(turn_ids(read_topic(kafka_bootstrap, kafka_topic_name)))
@@ -228,8 +230,16 @@ def test_follow_killed_then_restarted_resends_nothing_it_recorded(
     recorded = state_line(state)  # the last state written before the kill
     assert recorded > 0
     result = ingest(
-        kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--state", str(state), "--max-idle", "1",
-        "--poll-interval", "0.05",
+        kafka_bootstrap,
+        kafka_topic_name,
+        str(path),
+        "--follow",
+        "--state",
+        str(state),
+        "--max-idle",
+        "1",
+        "--poll-interval",
+        "0.05",
     )
     assert result.returncode == 0, result.stderr
     assert f"ingested {total - recorded} turns" in result.stderr  # the restart starts right after the state
@@ -252,7 +262,9 @@ def test_follow_killed_while_idle_then_restarted_is_exactly_once(
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     append(path, [turn_line(n) for n in range(21, 31)])
-    result = ingest(kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--max-idle", "1", "--poll-interval", "0.05")
+    result = ingest(
+        kafka_bootstrap, kafka_topic_name, str(path), "--follow", "--max-idle", "1", "--poll-interval", "0.05"
+    )
     assert result.returncode == 0, result.stderr
     assert "ingested 10 turns" in result.stderr
     assert Counter(turn_ids(read_topic(kafka_bootstrap, kafka_topic_name))) == Counter(
@@ -271,8 +283,10 @@ def test_follow_survives_rotation_and_truncation(kafka_bootstrap: str, kafka_top
         append(path, [turn_line(6)])  # written just before the writer rotates: maybe not read yet
         path.rename(tmp_path / "rotating.jsonl.1")
         append(path, [turn_line(n) for n in range(7, 10)])
-        wait_for(lambda: state_line(state) == 3 and json.loads(state.read_text())["inode"] == path.stat().st_ino,
-                 "the new file")
+        wait_for(
+            lambda: state_line(state) == 3 and json.loads(state.read_text())["inode"] == path.stat().st_ino,
+            "the new file",
+        )
         # Truncated in place and rewritten shorter than before, so the truncation shows in the size.
         path.write_text("")
         append(path, [turn_line(n) for n in range(10, 12)])

@@ -167,10 +167,21 @@ def test_the_product_runs_end_to_end_over_sasl_ssl_from_one_properties_file(
     db = tmp_path / "projection.duckdb"
     flags = ["--bootstrap-servers", broker.sasl_ssl_bootstrap, "--topic", kafka_topic_name]
 
-    ingested = cli(transcript, "ingest", "-", *flags, "--kafka-config", str(scram), "--partitions", "2", input=turns_jsonl(40))
+    ingested = cli(
+        transcript, "ingest", "-", *flags, "--kafka-config", str(scram), "--partitions", "2", input=turns_jsonl(40)
+    )
     assert ingested.returncode == 0, ingested.stderr
     # The variable instead of the flag; -v logs kafka-python at INFO (what the scan must also survive).
-    projected = cli(transcript, "project", "--until-caught-up", "-v", *flags, "--db", str(db), env=_env(THROUGHLINE_KAFKA_CONFIG=str(scram)))
+    projected = cli(
+        transcript,
+        "project",
+        "--until-caught-up",
+        "-v",
+        *flags,
+        "--db",
+        str(db),
+        env=_env(THROUGHLINE_KAFKA_CONFIG=str(scram)),
+    )
     assert projected.returncode == 0, projected.stderr
     summary = json.loads(projected.stdout)
     assert summary["records"] == 40 and summary["turns"] == 40 and summary["caughtUp"]
@@ -200,9 +211,25 @@ def test_the_product_runs_end_to_end_over_sasl_ssl_from_one_properties_file(
     serve_log = tmp_path / "serve.log"
     with open(serve_log, "w", encoding="utf-8") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "throughline.cli", "serve", "--port", "0", "--log-level", "info", *flags,
-             "--db", str(served_db), "--kafka-config", str(plain)],
-            stdout=subprocess.PIPE, stderr=err, text=True, env=_env(),
+            [
+                sys.executable,
+                "-m",
+                "throughline.cli",
+                "serve",
+                "--port",
+                "0",
+                "--log-level",
+                "info",
+                *flags,
+                "--db",
+                str(served_db),
+                "--kafka-config",
+                str(plain),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=_env(),
         )
     try:
         lines: list[str] = []
@@ -221,8 +248,16 @@ def test_the_product_runs_end_to_end_over_sasl_ssl_from_one_properties_file(
         more = cli(transcript, "ingest", "-", *flags, "--kafka-config", str(scram), input=turns_jsonl(6, first=40))
         assert more.returncode == 0, more.stderr
         observed = cli(
-            transcript, "observe", "--project", PROJECTS[1], "--state", str(tmp_path / "observer.json"), "--url", url,
-            "--limit", "100",
+            transcript,
+            "observe",
+            "--project",
+            PROJECTS[1],
+            "--state",
+            str(tmp_path / "observer.json"),
+            "--url",
+            url,
+            "--limit",
+            "100",
         )
         assert observed.returncode == 0, observed.stderr
         audited = [json.loads(line) for line in observed.stdout.splitlines()]
@@ -253,16 +288,21 @@ def test_mutual_tls_with_an_encrypted_client_key(
 ) -> None:
     config = load_kafka_config(kafka_secured_broker.client_config(tmp_path / "mtls.properties", "MTLS"))
     servers = kafka_secured_broker.mtls_bootstrap
-    with TurnProducer(servers, kafka_topic_name, partitions=1, kafka_config=config, connect_timeout=CONNECT_TIMEOUT) as producer:
+    with TurnProducer(
+        servers, kafka_topic_name, partitions=1, kafka_config=config, connect_timeout=CONNECT_TIMEOUT
+    ) as producer:
         producer.append(project="/srv/mtls", host="h", thread="t", turn_id="one", completed_at=0, body="over mTLS")
     db = tmp_path / "mtls.duckdb"
     with DuckProjection.open(db, topic=kafka_topic_name) as projection:
         options = ProjectorOptions(timeout=CONNECT_TIMEOUT)
-        summary = Projector(projection, servers, kafka_topic_name, options=options, kafka_config=config).run(until_caught_up=True)
+        summary = Projector(projection, servers, kafka_topic_name, options=options, kafka_config=config).run(
+            until_caught_up=True
+        )
     assert summary.summary.appended == 1
     without_certificate = load_kafka_config(
         kafka_secured_broker.client_config(
-            tmp_path / "nocert.properties", "MTLS",
+            tmp_path / "nocert.properties",
+            "MTLS",
             overrides={"ssl.certificate.location": None, "ssl.key.location": None, "ssl.key.password": None},
         )
     )
@@ -277,26 +317,57 @@ def test_mutual_tls_with_an_encrypted_client_key(
 
 def _failure_cases(broker: SecuredKafka, tmp_path: Path) -> list[tuple[str, str, Path | None, str]]:
     """(name, bootstrap, properties file or None for none, expected code)."""
+
     def file(name: str, kind: str = "PLAIN", **overrides: str | None) -> Path:
         return broker.client_config(tmp_path / f"{name}.properties", kind, overrides=overrides)
 
     assert broker.tls is not None
     return [
-        ("wrong PLAIN password", broker.sasl_ssl_bootstrap, file("wrong-plain", "PLAIN", **{"sasl.password": "not-it"}),
-         "kafka_authentication_failed"),
-        ("wrong SCRAM password", broker.sasl_ssl_bootstrap, file("wrong-scram", "SCRAM-SHA-256", **{"sasl.password": "not-it"}),
-         "kafka_authentication_failed"),
-        ("untrusted certificate", broker.sasl_ssl_bootstrap, file("stranger", "PLAIN", **{"ssl.ca.location": str(broker.tls.other_ca)}),
-         "kafka_certificate_untrusted"),
-        ("host-name mismatch", broker.badname_bootstrap, file("badname", "MTLS", **{
-            "ssl.certificate.location": None, "ssl.key.location": None, "ssl.key.password": None}),
-         "kafka_hostname_mismatch"),
-        ("SASL_SSL to a PLAINTEXT listener", broker.plaintext_bootstrap, file("to-plaintext", "SCRAM-SHA-512"),
-         "kafka_protocol_mismatch"),
+        (
+            "wrong PLAIN password",
+            broker.sasl_ssl_bootstrap,
+            file("wrong-plain", "PLAIN", **{"sasl.password": "not-it"}),
+            "kafka_authentication_failed",
+        ),
+        (
+            "wrong SCRAM password",
+            broker.sasl_ssl_bootstrap,
+            file("wrong-scram", "SCRAM-SHA-256", **{"sasl.password": "not-it"}),
+            "kafka_authentication_failed",
+        ),
+        (
+            "untrusted certificate",
+            broker.sasl_ssl_bootstrap,
+            file("stranger", "PLAIN", **{"ssl.ca.location": str(broker.tls.other_ca)}),
+            "kafka_certificate_untrusted",
+        ),
+        (
+            "host-name mismatch",
+            broker.badname_bootstrap,
+            file(
+                "badname",
+                "MTLS",
+                **{"ssl.certificate.location": None, "ssl.key.location": None, "ssl.key.password": None},
+            ),
+            "kafka_hostname_mismatch",
+        ),
+        (
+            "SASL_SSL to a PLAINTEXT listener",
+            broker.plaintext_bootstrap,
+            file("to-plaintext", "SCRAM-SHA-512"),
+            "kafka_protocol_mismatch",
+        ),
         ("PLAINTEXT to a SASL_SSL listener", broker.sasl_ssl_bootstrap, None, "kafka_protocol_mismatch"),
-        ("SSL to a SASL_SSL listener", broker.sasl_ssl_bootstrap, file("no-sasl", "MTLS", **{
-            "ssl.certificate.location": None, "ssl.key.location": None, "ssl.key.password": None}),
-         "kafka_protocol_mismatch"),
+        (
+            "SSL to a SASL_SSL listener",
+            broker.sasl_ssl_bootstrap,
+            file(
+                "no-sasl",
+                "MTLS",
+                **{"ssl.certificate.location": None, "ssl.key.location": None, "ssl.key.password": None},
+            ),
+            "kafka_protocol_mismatch",
+        ),
     ]
 
 
@@ -335,9 +406,14 @@ def test_every_failure_has_its_own_code_at_once_in_every_client(
     # The same settings with the host-name check off are accepted (the certificate itself is trusted).
     relaxed = load_kafka_config(
         broker.client_config(
-            tmp_path / "relaxed.properties", "MTLS",
-            overrides={"ssl.certificate.location": None, "ssl.key.location": None, "ssl.key.password": None,
-                       "ssl.endpoint.identification.algorithm": ""},
+            tmp_path / "relaxed.properties",
+            "MTLS",
+            overrides={
+                "ssl.certificate.location": None,
+                "ssl.key.location": None,
+                "ssl.key.password": None,
+                "ssl.endpoint.identification.algorithm": "",
+            },
         )
     )
     with KafkaLog(broker.badname_bootstrap, kafka_topic_name, timeout=CONNECT_TIMEOUT, kafka_config=relaxed) as log:
@@ -365,7 +441,12 @@ def test_no_password_reaches_kafka_pythons_debug_log(
     [(0, "ingest"), (1, "project"), (2, "read"), (3, "status"), (4, "serve"), (5, "replay"), (6, "ingest")],
 )
 def test_the_cli_reports_each_failure_as_a_settings_error(
-    kafka_secured_broker: SecuredKafka, transcript: Transcript, tmp_path: Path, kafka_topic_name: str, case: int, command: str
+    kafka_secured_broker: SecuredKafka,
+    transcript: Transcript,
+    tmp_path: Path,
+    kafka_topic_name: str,
+    case: int,
+    command: str,
 ) -> None:
     name, servers, path, code = _failure_cases(kafka_secured_broker, tmp_path)[case]
     db = tmp_path / "p.duckdb"
@@ -398,7 +479,10 @@ def test_the_cli_reports_each_failure_as_a_settings_error(
 
 
 def test_the_harness_reaches_a_secured_external_broker(
-    kafka_secured_broker: SecuredKafka, transcript: Transcript, tmp_path: Path, kafka_topic_name: str,
+    kafka_secured_broker: SecuredKafka,
+    transcript: Transcript,
+    tmp_path: Path,
+    kafka_topic_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = kafka_secured_broker.client_config(tmp_path / "external.properties", "SCRAM-SHA-256")
@@ -414,8 +498,14 @@ def test_the_harness_reaches_a_secured_external_broker(
         producer.append(project="/srv/ext", host="h", thread="t", turn_id="x", completed_at=0, body="external")
     with KafkaLog(handle.bootstrap_servers, kafka_topic_name) as log:
         assert sum(log.end_offsets().values()) == 1
-    monkeypatch.setenv("THROUGHLINE_KAFKA_CONFIG", str(kafka_secured_broker.client_config(
-        tmp_path / "wrong.properties", "SCRAM-SHA-256", overrides={"sasl.password": "wrong"})))
+    monkeypatch.setenv(
+        "THROUGHLINE_KAFKA_CONFIG",
+        str(
+            kafka_secured_broker.client_config(
+                tmp_path / "wrong.properties", "SCRAM-SHA-256", overrides={"sasl.password": "wrong"}
+            )
+        ),
+    )
     with pytest.raises(Exception) as refused:  # the harness says why at once instead of waiting 30 s
         provision_kafka(timeout_s=60)
     transcript.add(str(refused.value))

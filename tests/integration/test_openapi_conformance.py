@@ -76,9 +76,7 @@ def test_schemathesis_finds_the_document_and_the_server_agree(
         read = document["paths"]["/v1/projects/read"]
         names = [p["name"] for p in read["get"]["parameters"]]
         assert "after" not in names and "through" not in names
-        assert {"401", "403"} <= set(read["get"]["responses"]) and {"401", "403"} <= set(
-            read["post"]["responses"]
-        )
+        assert {"401", "403"} <= set(read["get"]["responses"]) and {"401", "403"} <= set(read["post"]["responses"])
         project = next(p for p in read["get"]["parameters"] if p["name"] == "project")
         assert project["schema"]["minLength"] == 1
         status, headers, _ = serve.request("PUT", "/v1/projects/read", token=ADMIN)

@@ -199,9 +199,7 @@ def written(kafka_bootstrap: str) -> Written:
         landed = {c: f.result() for c, f in futures.items()}
     sent: list[Sent] = []
     for client, (_, turns) in scripts.items():
-        assert len(landed[client]) == len(turns), (
-            f"{client} reported {len(landed[client])} of {len(turns)} records"
-        )
+        assert len(landed[client]) == len(turns), f"{client} reported {len(landed[client])} of {len(turns)} records"
         for (codec, t, txn, committed), (partition, offset) in zip(turns, landed[client], strict=True):
             sent.append(Sent(client, codec, t, txn, committed, partition, offset))
     ours = [
@@ -307,16 +305,12 @@ def _projected(db: Path) -> list[tuple[str, bytes]]:
         return sorted(table_columns(projection, "turns", "turn_id", "content_digest"))
 
 
-def test_the_projector_replay_and_reader_hold_exactly_the_committed_turns(
-    written: Written, tmp_path: Path
-) -> None:
+def test_the_projector_replay_and_reader_hold_exactly_the_committed_turns(written: Written, tmp_path: Path) -> None:
     committed = written.committed
     expected = sorted((t.turn_id, t.content_digest) for t in committed)
     assert len(expected) < len(written.sent) + len(written.ours)  # some turns were aborted
     db = tmp_path / "projected.duckdb"
-    done = cli_process(
-        "project", "--until-caught-up", *connection(written.bootstrap, written.topic, db), timeout=180
-    )
+    done = cli_process("project", "--until-caught-up", *connection(written.bootstrap, written.topic, db), timeout=180)
     assert done.returncode == 0, done.stderr[-4000:]
     assert _projected(db) == expected
     # kafka-python's own parser reads the same log; the projection equals its fold (applied offsets at
@@ -360,9 +354,7 @@ def test_a_group_member_reads_exactly_the_committed_turns(written: Written, kafk
     try:
         deadline = time.monotonic() + 90.0
         while len(got) < len(written.committed):
-            assert time.monotonic() < deadline, (
-                f"the member read {len(got)} of {len(written.committed)} turns"
-            )
+            assert time.monotonic() < deadline, f"the member read {len(got)} of {len(written.committed)} turns"
             for records in member.poll(0.5, 1000).values():
                 got.update(((r.partition, r.offset), decode_turn(r.value)) for r in records)
     finally:

@@ -159,7 +159,10 @@ def test_ensure_topic_creates_an_infinite_retention_topic(kafka_bootstrap: str, 
     ],
 )
 def test_ensure_topic_refuses_a_lossy_topic_unless_allowed(
-    kafka_bootstrap: str, kafka_topic_name: str, kafka_create_topic: Callable[..., str], configs: dict[str, str],
+    kafka_bootstrap: str,
+    kafka_topic_name: str,
+    kafka_create_topic: Callable[..., str],
+    configs: dict[str, str],
     reason: str,
 ) -> None:
     kafka_create_topic(kafka_topic_name, partitions=2, configs=configs)
@@ -213,9 +216,10 @@ def test_a_missing_topic(kafka_bootstrap: str, kafka_topic_name: str) -> None:
 
 
 def test_kafka_log_end_offsets_follow_the_producer(kafka_bootstrap: str, kafka_topic_name: str) -> None:
-    with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=3) as producer, KafkaLog(
-        kafka_bootstrap, kafka_topic_name
-    ) as log:
+    with (
+        TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=3) as producer,
+        KafkaLog(kafka_bootstrap, kafka_topic_name) as log,
+    ):
         assert log.partitions == 3 and log.topic == kafka_topic_name
         assert log.end_offsets() == {0: 0, 1: 0, 2: 0}
         turns = make_turns(producer, 9)

@@ -74,7 +74,11 @@ def test_poison_records_are_quarantined_and_the_projects_behind_them_applied(
             (q["log_offset"], q["code"], q["reason"], q["record_value"] is not None)
             for q in projection.table_rows("quarantine")  # one partition: in offset order
         ]
-    assert [(q[0], q[1]) for q in quarantined] == [(1, "record_undecodable"), (2, "unknown_schema"), (3, "chain_rejected")]
+    assert [(q[0], q[1]) for q in quarantined] == [
+        (1, "record_undecodable"),
+        (2, "unknown_schema"),
+        (3, "chain_rejected"),
+    ]
     assert "0102030405060708" in quarantined[1][2]
     assert "gap" in quarantined[2][2]
     assert all(q[3] for q in quarantined)
@@ -85,9 +89,22 @@ def test_poison_records_are_quarantined_and_the_projects_behind_them_applied(
     assert code == 0, err
     doc = json.loads(out)
     assert doc["partitions"] == [
-        {"partition": 0, "applied": 8, "end": 8, "lag": 0, "records": 8, "turns": 5, "rewinds": 0, "duplicates": 0, "quarantined": 3,
-         # the partition's replication (one broker: its only replica, in sync)
-         "leader": 1, "replicas": [1], "isr": [1], "underReplicated": False}
+        {
+            "partition": 0,
+            "applied": 8,
+            "end": 8,
+            "lag": 0,
+            "records": 8,
+            "turns": 5,
+            "rewinds": 0,
+            "duplicates": 0,
+            "quarantined": 3,
+            # the partition's replication (one broker: its only replica, in sync)
+            "leader": 1,
+            "replicas": [1],
+            "isr": [1],
+            "underReplicated": False,
+        }
     ]
     assert doc["counts"]["quarantined"] == 3 and doc["counts"]["brokenSources"] == 1 and doc["counts"]["projects"] == 3
     assert [q["code"] for q in doc["quarantine"]] == ["chain_rejected", "unknown_schema", "record_undecodable"]
@@ -195,7 +212,9 @@ def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_n
     records = history(random.Random(11), 600, projects=5)
     produce_all(kafka_bootstrap, topic, 2, records[:400])
     streamed = tmp_path / "streamed.duckdb"
-    code, out, err = cli("project", "--until-caught-up", "--max-poll-records", "7", *connection(kafka_bootstrap, topic, streamed))
+    code, out, err = cli(
+        "project", "--until-caught-up", "--max-poll-records", "7", *connection(kafka_bootstrap, topic, streamed)
+    )
     assert code == 0, err
     first = json.loads(out)
     assert first["caughtUp"] and first["records"] == 400
@@ -207,14 +226,29 @@ def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_n
     assert broken, "the history's gaps break sources"
     names = {turn_of.source_sha256.hex(): turn_of.project for turn_of in records}
     for b in broken:
-        code, _, err = cli("repair", "--project", names[b["sourceSha256"]], "--source", b["sourceSha256"],
-                           "--reason", "accept the chain", "--bootstrap-servers", kafka_bootstrap, "--topic", topic)
+        code, _, err = cli(
+            "repair",
+            "--project",
+            names[b["sourceSha256"]],
+            "--source",
+            b["sourceSha256"],
+            "--reason",
+            "accept the chain",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--topic",
+            topic,
+        )
         assert code == 0, err
     produce_all(kafka_bootstrap, topic, 2, records[400:])
-    code, out, err = cli("project", "--until-caught-up", "--max-poll-records", "13", *connection(kafka_bootstrap, topic, streamed))
+    code, out, err = cli(
+        "project", "--until-caught-up", "--max-poll-records", "13", *connection(kafka_bootstrap, topic, streamed)
+    )
     assert code == 0, err
     second: dict[str, Any] = json.loads(out)
-    assert second["records"] == 200 + len(broken) and sum(int(v) for v in second["applied"].values()) == 600 + len(broken)
+    assert second["records"] == 200 + len(broken) and sum(int(v) for v in second["applied"].values()) == 600 + len(
+        broken
+    )
     with DuckProjection.open(streamed, read_only=True) as projection:
         assert [r.outcome for r in projection.quarantine().repairs] == ["repaired"] * len(broken)
 
@@ -243,7 +277,9 @@ def test_project_then_replay_through_the_cli(kafka_bootstrap: str, kafka_topic_n
     with DuckProjection.open(tmp_path / "empty.duckdb", read_only=True) as empty:
         assert empty.stats().turns == 0
 
-    code, _, err = cli("project", "--until-caught-up", *connection(kafka_bootstrap, topic + "-missing", tmp_path / "m.duckdb"))
+    code, _, err = cli(
+        "project", "--until-caught-up", *connection(kafka_bootstrap, topic + "-missing", tmp_path / "m.duckdb")
+    )
     assert code == 1 and json.loads(err.strip().splitlines()[-1])["error"]["code"] == "topic_missing"
 
 
@@ -288,7 +324,9 @@ def test_replay_over_a_leftover_partial_gives_exactly_the_fold_of_the_log(
     assert "left by an earlier replay that did not finish" in caplog.text
 
 
-def test_sigterm_stops_the_projector_after_its_batch(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path) -> None:
+def test_sigterm_stops_the_projector_after_its_batch(
+    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+) -> None:
     topic = kafka_topic_name
     create_topic(kafka_bootstrap, topic, partitions=1)
     produce_all(kafka_bootstrap, topic, 1, [turn("/p/t", "main", f"t{i}") for i in range(30)])

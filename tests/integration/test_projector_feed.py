@@ -145,8 +145,9 @@ class FeedContract:
             assert feed.next(0.3) == []
             assert time.monotonic() - started < 10
 
-
-    def test_a_feed_behind_the_log_fills_its_polls_and_a_caught_up_one_does_not_wait(self, kafka_bootstrap: str) -> None:
+    def test_a_feed_behind_the_log_fills_its_polls_and_a_caught_up_one_does_not_wait(
+        self, kafka_bootstrap: str
+    ) -> None:
         topic = f"feed-fill-{os.getpid()}-{random.randrange(1 << 30)}"
         create_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
         turns = make_history(random.Random(5), 400, projects=4)
@@ -207,7 +208,10 @@ class TestWorkerFeed(FeedContract):
             assert worker.proc.poll() is None, f"the worker exited with {worker.proc.returncode}"
 
     def test_a_worker_that_raises_is_reported_as_fetch_worker_failed_and_a_restart_resumes(
-        self, kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path,
+        self,
+        kafka_bootstrap: str,
+        filled_topic: tuple[str, list[TurnRecord]],
+        tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         # Not killed: the worker's own code raises (a non-Kafka error), and says so over the pipe.
@@ -233,7 +237,9 @@ class TestWorkerFeed(FeedContract):
             assert caught.type.__name__ in {"BrokerUnavailableError", "NoBrokersAvailable", "KafkaConnectionError"}
 
 
-def test_the_worker_dies_with_its_parent(kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path) -> None:
+def test_the_worker_dies_with_its_parent(
+    kafka_bootstrap: str, filled_topic: tuple[str, list[TurnRecord]], tmp_path: Path
+) -> None:
     topic, _ = filled_topic
     pid_file = tmp_path / "worker.pid"
     parent = subprocess.Popen(

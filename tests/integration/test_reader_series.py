@@ -74,9 +74,7 @@ def test_a_thread_switch_reads_the_new_thread_from_zero(env: Env) -> None:
     new = env.ingest_n(4, thread="thread-secret-B")
     env.project_log()
     pages = [env.read(after=after, limit=3)[0]]
-    pages.append(
-        env.read(after=after, through=pages[0].throughCursor, token=pages[0].page.nextToken, limit=3)[0]
-    )
+    pages.append(env.read(after=after, through=pages[0].throughCursor, token=pages[0].page.nextToken, limit=3)[0])
     assert pages[-1].page.complete
     assert _seqs(pages) == [1, 2, 3, 4]
     assert [t.body for p in pages for t in p.turns] == [line["body"] for line in new]
@@ -188,9 +186,7 @@ def test_nothing_raw_leaks_into_tokens_cursors_or_documents(env: Env) -> None:
             if value:
                 strings.append(value)
                 payload = value.split(".")[1]
-                strings.append(
-                    base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode("latin-1")
-                )
+                strings.append(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode("latin-1"))
     all_bodies = {f"body-secret-{i} ✓" for i in range(1, env.counter + 1)}
     for text in strings:
         for word in raw:

@@ -66,8 +66,15 @@ def test_the_corpus_projects_exactly_what_its_dry_run_prints(
             assert set(doc) == {"project", "host", "thread", "turnId", "seq", "completedAt", "body", "attributes"}
             assert doc["attributes"]["turn.outcome"] in ("answered", "interrupted", "aborted")
             micros = parse_rfc3339(doc["completedAt"])
-            printed.append((doc["host"], doc["thread"], doc["turnId"], doc["seq"],
-                            content_digest(doc["turnId"], micros, doc["body"])))
+            printed.append(
+                (
+                    doc["host"],
+                    doc["thread"],
+                    doc["turnId"],
+                    doc["seq"],
+                    content_digest(doc["turnId"], micros, doc["body"]),
+                )
+            )
         for path in files:
             want.extend(key_of(t) for t in parsed(fmt, Path(path)))
     assert printed == want  # the dry run is the parsers' output, file by file, in order
@@ -92,7 +99,8 @@ def test_the_corpus_projects_exactly_what_its_dry_run_prints(
 
 
 HOOKED = [
-    rel for rel, doc in sorted(EXPECTED.items())
+    rel
+    for rel, doc in sorted(EXPECTED.items())
     if doc["format"] == "claude-code" and b'"subtype":"stop_hook_summary"' in (REAL / rel).read_bytes()
 ]
 
@@ -114,13 +122,25 @@ def test_the_hook_at_each_stop_sends_exactly_the_turns_finished_by_then(
             f.write(b"".join(raw + b"\n" for raw in lines[written:stop]))
         written = stop
         session = json.loads(lines[stop]).get("sessionId", "s")
-        payload = json.dumps({"session_id": session, "transcript_path": str(transcript), "cwd": "/",
-                              "hook_event_name": "Stop", "stop_hook_active": False})
+        payload = json.dumps(
+            {
+                "session_id": session,
+                "transcript_path": str(transcript),
+                "cwd": "/",
+                "hook_event_name": "Stop",
+                "stop_hook_active": False,
+            }
+        )
         result = cli(kafka_bootstrap, kafka_topic_name, *hook, stdin=payload)
         assert (result.returncode, result.stdout) == (0, ""), result.stderr
         got = [
-            (r.turn.host, r.turn.thread, r.turn.turn_id, r.turn.seq,
-             content_digest(r.turn.turn_id, r.turn.completed_at_micros, r.turn.body))
+            (
+                r.turn.host,
+                r.turn.thread,
+                r.turn.turn_id,
+                r.turn.seq,
+                content_digest(r.turn.turn_id, r.turn.completed_at_micros, r.turn.body),
+            )
             for r in read_topic(kafka_bootstrap, kafka_topic_name)
         ]
         finished = [key_of(t) for t in full if t.line <= stop + 1]  # ended by this stop_hook_summary at the latest

@@ -77,7 +77,9 @@ def mixed_topic(kafka_bootstrap: str) -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("max_records", [7, 500])
-def test_the_reader_returns_what_kafka_python_returns(kafka_bootstrap: str, mixed_topic: tuple[str, int], max_records: int):
+def test_the_reader_returns_what_kafka_python_returns(
+    kafka_bootstrap: str, mixed_topic: tuple[str, int], max_records: int
+):
     topic, sent = mixed_topic
     settings = {"bootstrap_servers": kafka_bootstrap, "isolation_level": "read_committed", "enable_auto_commit": False}
     stock, stock_positions = _read_all(KafkaConsumer(**settings), topic, max_records)

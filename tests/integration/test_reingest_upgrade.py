@@ -77,9 +77,7 @@ def test_a_thread_re_sent_by_a_newer_parser_is_corrected_never_quarantined(
         return done
 
     def read(*extra: str) -> dict[str, Any]:
-        doc = json.loads(
-            run("read", "--project", PROJECT, "--db", db, "--wait", "0", "--limit", "100", *extra).stdout
-        )
+        doc = json.loads(run("read", "--project", PROJECT, "--db", db, "--wait", "0", "--limit", "100", *extra).stdout)
         assert isinstance(doc, dict)
         return doc
 

@@ -28,7 +28,11 @@ def repair(bootstrap: str, topic: str, *args: str) -> subprocess.CompletedProces
     env = {k: v for k, v in os.environ.items() if not k.startswith("THROUGHLINE_")}
     return subprocess.run(
         [CLI, "repair", "--bootstrap-servers", bootstrap, "--topic", topic, *args],
-        capture_output=True, text=True, timeout=120, check=False, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
     )
 
 
@@ -36,8 +40,18 @@ def test_a_repair_lands_after_the_projects_turns_on_its_partition(kafka_bootstra
     with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=3) as producer:
         for i, project in enumerate(PROJECTS * 2):
             producer.append(project=project, host="host-a", thread="main", turn_id=f"t{i}", completed_at=i, body="b")
-    done = repair(kafka_bootstrap, kafka_topic_name, "--project", "/srv/beta/", "--host", "host-a", "--thread", "main",
-                  "--reason", "seq 2 is lost")
+    done = repair(
+        kafka_bootstrap,
+        kafka_topic_name,
+        "--project",
+        "/srv/beta/",
+        "--host",
+        "host-a",
+        "--thread",
+        "main",
+        "--reason",
+        "seq 2 is lost",
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     project = project_sha256("/srv/beta")
@@ -58,7 +72,9 @@ def test_a_repair_lands_after_the_projects_turns_on_its_partition(kafka_bootstra
     for raw in (b"/srv/beta", b"host-a", b"main"):
         assert raw not in record.value  # hash-only on the log
 
-    by_hash = repair(kafka_bootstrap, kafka_topic_name, "--project", "/srv/beta", "--source", source.hex(), "--reason", "again")
+    by_hash = repair(
+        kafka_bootstrap, kafka_topic_name, "--project", "/srv/beta", "--source", source.hex(), "--reason", "again"
+    )
     assert by_hash.returncode == 0, by_hash.stderr
     assert json.loads(by_hash.stdout)["appended"] == {"partition": home, "offset": before + 1}
 

@@ -33,8 +33,17 @@ LOSSLESS = {"retention.ms": "-1", "retention.bytes": "-1"}  # what ingest and re
 def _turns(path: Path, *turns: tuple[str, int, str]) -> Path:
     """A JSON Lines file of turns (turn id, seq, body) of the one source."""
     lines = [
-        json.dumps({"project": PROJECT, "host": HOST, "thread": THREAD, "turnId": tid,
-                    "completedAt": f"2026-01-02T10:0{seq}:00Z", "body": body, "seq": seq})
+        json.dumps(
+            {
+                "project": PROJECT,
+                "host": HOST,
+                "thread": THREAD,
+                "turnId": tid,
+                "completedAt": f"2026-01-02T10:0{seq}:00Z",
+                "body": body,
+                "seq": seq,
+            }
+        )
         for tid, seq, body in turns
     ]
     path.write_text("\n".join(lines) + "\n")
@@ -69,7 +78,9 @@ def test_a_gap_is_listed_repaired_served_again_and_replayed(
     conn, log_flags = _setup(kafka_bootstrap, topic, db)
     source = source_sha256(project_sha256(PROJECT), HOST, THREAD)
 
-    first = _turns(tmp_path / "turns.jsonl", ("t1", 1, "first"), ("t2", 2, "second"), ("t3", 3, "third"), ("t5", 5, "fifth"))
+    first = _turns(
+        tmp_path / "turns.jsonl", ("t1", 1, "first"), ("t2", 2, "second"), ("t3", 3, "third"), ("t5", 5, "fifth")
+    )
     _ok(*cli("ingest", str(first), *log_flags))
     _ok(*cli("project", "--until-caught-up", *conn))
     code, error = _read(conn, tmp_path)
@@ -82,11 +93,41 @@ def test_a_gap_is_listed_repaired_served_again_and_replayed(
     (record,) = listed["records"]
     assert (record["offset"], record["code"], record["repairedBy"]) == (3, "chain_rejected", None)
 
-    dry = json.loads(_ok(*cli("repair", "--project", PROJECT, "--source", source.hex(), "--reason", "turn 4 was lost",
-                              "--dry-run", "--db", str(db), "--topic", topic)))
+    dry = json.loads(
+        _ok(
+            *cli(
+                "repair",
+                "--project",
+                PROJECT,
+                "--source",
+                source.hex(),
+                "--reason",
+                "turn 4 was lost",
+                "--dry-run",
+                "--db",
+                str(db),
+                "--topic",
+                topic,
+            )
+        )
+    )
     assert dry["wouldChange"]["outcome"] == "repaired" and dry["wouldChange"]["acceptedLength"] == 3
-    appended = json.loads(_ok(*cli("repair", "--project", PROJECT, "--host", HOST, "--thread", THREAD,
-                                   "--reason", "turn 4 was lost", *log_flags)))
+    appended = json.loads(
+        _ok(
+            *cli(
+                "repair",
+                "--project",
+                PROJECT,
+                "--host",
+                HOST,
+                "--thread",
+                THREAD,
+                "--reason",
+                "turn 4 was lost",
+                *log_flags,
+            )
+        )
+    )
     assert appended["appended"] == {"partition": 0, "offset": 4}
     # The turns that follow: the next seq of the accepted chain, then one more.
     after = _turns(tmp_path / "after.jsonl", ("t4", 4, "fourth"), ("t6", 5, "sixth"))
@@ -129,8 +170,11 @@ def test_a_kill_around_the_repairs_commit_loses_and_duplicates_nothing(
     marker.write_text("armed")
     here = Path(__file__).resolve().parent / "commit_kill"
     path = os.environ.get("PYTHONPATH", "")
-    env = {**os.environ, "THROUGHLINE_TEST_KILL_AT_REPAIR": f"{when}:{marker}",
-           "PYTHONPATH": f"{here}{os.pathsep}{path}" if path else str(here)}
+    env = {
+        **os.environ,
+        "THROUGHLINE_TEST_KILL_AT_REPAIR": f"{when}:{marker}",
+        "PYTHONPATH": f"{here}{os.pathsep}{path}" if path else str(here),
+    }
     killed = cli_process("project", "--until-caught-up", *conn, env=env)
     assert killed.returncode == -9 and not marker.exists(), killed.stderr  # SIGKILLed at the repair's batch
     with DuckProjection.open(db, read_only=True) as projection:

@@ -86,9 +86,7 @@ def test_a_mixed_topic_projects_exactly(
         producer.send_many(_turns("p", 12))
     with TurnProducer(kafka_bootstrap, kafka_topic_name, kafka_config=_config(registry_url)) as producer:
         producer.send_many(_turns("p", 12, start=12))
-        producer.send_repair(
-            build_repair(project="/work/p-0", host="host", thread="thread-0", reason="checked")
-        )
+        producer.send_repair(build_repair(project="/work/p-0", host="host", thread="thread-0", reason="checked"))
     stored = read_topic(kafka_bootstrap, kafka_topic_name)
     firsts = [r.value[0] for r in sorted(stored, key=lambda r: r.value[0] != 0xC3)]
     assert firsts.count(0xC3) == 12 and firsts.count(0x00) == 13
@@ -115,16 +113,12 @@ def test_a_mixed_topic_projects_exactly(
 def test_without_the_registry_framed_records_are_quarantined_not_lost(
     kafka_bootstrap: str, kafka_topic_name: str, registry_url: str, tmp_path: Path
 ) -> None:
-    with TurnProducer(
-        kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(registry_url)
-    ) as producer:
+    with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(registry_url)) as producer:
         producer.send_many(_turns("q", 3))
     with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1) as producer:
         producer.send_many(_turns("r", 2))
     db = tmp_path / "q.duckdb"
-    done = cli_process(
-        "project", "--until-caught-up", *connection(kafka_bootstrap, kafka_topic_name, db), timeout=180
-    )
+    done = cli_process("project", "--until-caught-up", *connection(kafka_bootstrap, kafka_topic_name, db), timeout=180)
     assert done.returncode == 0, done.stderr
     with DuckProjection.open(db, read_only=True) as projection:
         quarantined = projection.table_rows("quarantine")
@@ -146,9 +140,7 @@ def test_a_registry_that_is_away_is_ridden_out_not_quarantined(
     db = tmp_path / "a.duckdb"
     log = tmp_path / "project.log"
     with schema_registry(port=port):
-        with TurnProducer(
-            kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(url)
-        ) as producer:
+        with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(url)) as producer:
             producer.send_many(turns)
     projector = start_projector(
         "--until-caught-up",
@@ -172,9 +164,7 @@ def test_a_registry_that_is_away_is_ridden_out_not_quarantined(
             projector.wait(timeout=10)
     with DuckProjection.open(db, read_only=True) as projection:
         assert projection.table_rows("quarantine") == []
-        assert sorted(r["turn_id"] for r in projection.table_rows("turns")) == sorted(
-            t.turn_id for t in turns
-        )
+        assert sorted(r["turn_id"] for r in projection.table_rows("turns")) == sorted(t.turn_id for t in turns)
 
 
 def test_v1_to_v2_passes_and_an_incompatible_schema_is_refused_before_any_turn(
@@ -184,9 +174,7 @@ def test_v1_to_v2_passes_and_an_incompatible_schema_is_refused_before_any_turn(
     subject = registry.value_subject(kafka_topic_name)
     client.set_compatibility(subject)
     v1 = client.register(subject, registry.schema_text(SCHEMAS[1]))
-    with TurnProducer(
-        kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(registry_url)
-    ) as producer:
+    with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(registry_url)) as producer:
         producer.send(_turns("e", 1)[0])
     stored = read_topic(kafka_bootstrap, kafka_topic_name)
     v2 = int.from_bytes(stored[0].value[1:5], "big")
@@ -241,9 +229,7 @@ def test_confluent_kafkas_avro_deserializer_reads_every_turn(
 ) -> None:
     python = READER_ENV.ensure() / "bin" / "python"
     turns = _turns("c", 9)
-    with TurnProducer(
-        kafka_bootstrap, kafka_topic_name, partitions=3, kafka_config=_config(registry_url)
-    ) as producer:
+    with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=3, kafka_config=_config(registry_url)) as producer:
         producer.send_many(turns)
         partitions = producer.partitions
     script = tmp_path / "reader.py"
@@ -258,8 +244,6 @@ def test_confluent_kafkas_avro_deserializer_reads_every_turn(
     assert done.returncode == 0, done.stderr[-3000:]
     read = json.loads(done.stdout)
     got = sorted((d["turnId"], d["body"], d["project"], d["projectSha256"], d["contentDigest"]) for d in read)
-    want = sorted(
-        (t.turn_id, t.body, t.project, t.project_sha256.hex(), t.content_digest.hex()) for t in turns
-    )
+    want = sorted((t.turn_id, t.body, t.project, t.project_sha256.hex(), t.content_digest.hex()) for t in turns)
     assert got == want
     assert {d["producer"] for d in read} == {turns[0].producer.name}

@@ -160,7 +160,9 @@ def produce(bootstrap: str, topic: str, turns: list[dict[str, Any]]) -> None:
             producer.append(**turn)
 
 
-def turn(n: int, *, project: str = PROJECT, host: str = "host-a", thread: str = "main", seq: int | None = None) -> dict[str, Any]:
+def turn(
+    n: int, *, project: str = PROJECT, host: str = "host-a", thread: str = "main", seq: int | None = None
+) -> dict[str, Any]:
     return {
         "project": project,
         "host": host,
@@ -174,7 +176,7 @@ def turn(n: int, *, project: str = PROJECT, host: str = "host-a", thread: str = 
 
 def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Samples by (name, labels); asserts every line is well-formed text format."""
-    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$')
+    sample = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$")
     label = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
     out: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
     for line in text.splitlines():
@@ -217,7 +219,16 @@ def test_ok_is_the_wire_document(world: dict[str, Any]) -> None:
     assert document["schema"] == "throughline.observer_read.v1" and document["status"] == "ok"
     assert [t["seq"] for t in document["turns"]] == [3, 4, 5]
     assert document["historyTruncated"] is True and document["page"] == {"complete": True, "nextToken": None}
-    assert set(document) == {"schema", "status", "thread", "afterCursor", "throughCursor", "turns", "historyTruncated", "page"}
+    assert set(document) == {
+        "schema",
+        "status",
+        "thread",
+        "afterCursor",
+        "throughCursor",
+        "turns",
+        "historyTruncated",
+        "page",
+    }
     assert "host-a" not in json.dumps(document) and "turn_id" not in json.dumps(document)
     post_status, posted = serve.post({"project": PROJECT, "limit": 3})
     assert post_status == 200 and posted == document
@@ -371,7 +382,9 @@ def test_health_readiness_and_metrics(world: dict[str, Any]) -> None:
     samples = parse_metrics(serve.metrics())
     for p in report["partitions"]:
         labels = frozenset({("partition", str(p["partition"]))})
-        assert samples[("throughline_projector_applied_offset", labels)] == samples[("throughline_log_end_offset", labels)]
+        assert (
+            samples[("throughline_projector_applied_offset", labels)] == samples[("throughline_log_end_offset", labels)]
+        )
         assert samples[("throughline_projector_lag_records", labels)] == 0
     assert samples[("throughline_projector_turns_applied_total", frozenset())] >= 6
     assert samples[("throughline_projector_quarantined_records_total", frozenset())] >= 0
@@ -380,7 +393,10 @@ def test_health_readiness_and_metrics(world: dict[str, Any]) -> None:
     assert ("throughline_read_duration_seconds_bucket", frozenset({("le", "+Inf")})) in samples
     # Every record committed was in one counted transaction, each with a wall time.
     none = frozenset()
-    assert samples[("throughline_projector_transaction_records_sum", none)] == samples[("throughline_projector_records_total", none)]
+    assert (
+        samples[("throughline_projector_transaction_records_sum", none)]
+        == samples[("throughline_projector_records_total", none)]
+    )
     assert samples[("throughline_projector_transaction_duration_seconds_count", none)] >= 1
     assert samples[("throughline_projector_transaction_duration_seconds_sum", none)] > 0
     _, openapi = serve.get("/openapi.json")
@@ -489,7 +505,9 @@ def test_authentication_refuses_a_missing_or_wrong_token(kafka_bootstrap: str, t
         assert serve.post({"project": PROJECT}, token=TOKEN)[0] == 200
         assert serve.request("GET", "/healthz")[0] == 200
         # The CLI's --url client sends the token from THROUGHLINE_AUTH_TOKEN (or --auth-token-file).
-        refused = cli("read", "--url", serve.url, "--project", PROJECT, env={"THROUGHLINE_AUTH_TOKEN": "wrong-token-wrong-token"})
+        refused = cli(
+            "read", "--url", serve.url, "--project", PROJECT, env={"THROUGHLINE_AUTH_TOKEN": "wrong-token-wrong-token"}
+        )
         assert refused.returncode == 1
         assert json.loads(refused.stderr.splitlines()[-1])["error"]["code"] == "unauthorized"
         accepted = cli("read", "--url", serve.url, "--project", PROJECT, env={"THROUGHLINE_AUTH_TOKEN": TOKEN})
@@ -513,7 +531,9 @@ def test_a_non_loopback_bind_without_a_token_is_refused(kafka_bootstrap: str, tm
     assert done.stdout == ""
 
 
-def test_a_fetch_worker_that_raises_is_restarted_and_serve_keeps_projecting(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_a_fetch_worker_that_raises_is_restarted_and_serve_keeps_projecting(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
     # The worker's own code raises (not a kill, not a Kafka error): serve's projector must take it as the
     # retriable fetch_worker_failed, start the worker again from the applied offsets and go on.
     topic = f"t-worker-fault-{os.getpid()}-{int(time.time() * 1000) % 10**8}"

@@ -189,8 +189,11 @@ def started() -> Iterator[list[Member]]:
 
 
 def test_a_group_of_serve_members_answers_every_read_and_survives_a_sigkill(
-    kafka_bootstrap: str, kafka_topic_name: str, kafka_group_id: str,
-    tmp_path: Path, started: list[Member],
+    kafka_bootstrap: str,
+    kafka_topic_name: str,
+    kafka_group_id: str,
+    tmp_path: Path,
+    started: list[Member],
 ) -> None:
     t0 = time.monotonic()
     topic = kafka_topic_name  # the producer creates it as the producers do (6 partitions, every record kept)
@@ -249,8 +252,10 @@ def test_a_group_of_serve_members_answers_every_read_and_survives_a_sigkill(
         producer.join(timeout=60)
         assert not producer.is_alive()
         took = _wait("the two survivors serving every project", lambda: _serves_everything(members, ingest.counts))
-        print(f"SIGKILL -> every project served again (new turns included) after {time.monotonic() - killed_at:.1f} s "
-              f"(session timeout {SESSION_TIMEOUT_MS / 1000:g} s; {took:.1f} s after the last turn)")
+        print(
+            f"SIGKILL -> every project served again (new turns included) after {time.monotonic() - killed_at:.1f} s "
+            f"(session timeout {SESSION_TIMEOUT_MS / 1000:g} s; {took:.1f} s after the last turn)"
+        )
         _wait("two members in one generation", lambda: _settled(members))
 
         # A fourth member joins and takes partitions from the two.
@@ -290,8 +295,13 @@ def test_a_group_member_needs_the_shared_token_key_and_an_advertised_url(kafka_b
     env = {k: v for k, v in os.environ.items() if not k.startswith("THROUGHLINE_")}
     env["THROUGHLINE_BOOTSTRAP_SERVERS"] = kafka_bootstrap
     db = str(tmp_path / "x.duckdb")
-    no_key = cli_process("serve", "--db", db, "--topic", "t-unused", "--group", "g", "--advertise", "http://127.0.0.1:1", env=env)
-    assert no_key.returncode == 2 and json.loads(no_key.stderr.strip().splitlines()[-1])["error"]["code"] == "token_key_unavailable"
+    no_key = cli_process(
+        "serve", "--db", db, "--topic", "t-unused", "--group", "g", "--advertise", "http://127.0.0.1:1", env=env
+    )
+    assert (
+        no_key.returncode == 2
+        and json.loads(no_key.stderr.strip().splitlines()[-1])["error"]["code"] == "token_key_unavailable"
+    )
     env["THROUGHLINE_TOKEN_KEY"] = KEY_HEX
     no_url = cli_process("serve", "--db", db, "--topic", "t-unused", "--group", "g", env=env)
     assert no_url.returncode == 2

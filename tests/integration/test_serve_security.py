@@ -134,9 +134,7 @@ def test_one_serve_over_https_with_scoped_tokens(
     serve = HttpsServe(kafka_bootstrap, topic, tmp_path / "p.duckdb", pki, keys)
     running.append(serve)
     serve.start()
-    _wait(
-        "the turns projected", lambda: serve.post({"project": PROJECT}, token=ADMIN)[1].get("turns", []) != []
-    )
+    _wait("the turns projected", lambda: serve.post({"project": PROJECT}, token=ADMIN)[1].get("turns", []) != [])
 
     expected = {
         None: ((401, "unauthorized"), (401, "unauthorized")),
@@ -196,13 +194,9 @@ def test_one_serve_over_https_with_scoped_tokens(
     refused = _cli("read", *remote, "--auth-token-file", str(token_file), "--project", OTHER)
     assert refused.returncode == 1 and json.loads(refused.stderr)["error"]["code"] == "forbidden_project"
     env = {"THROUGHLINE_AUTH_TOKEN": tokens["read_a"], "THROUGHLINE_CA": str(pki.ca)}
-    observed = _cli(
-        "observe", "--url", serve.url, "--project", PROJECT, "--state", str(tmp_path / "obs.json"), env=env
-    )
+    observed = _cli("observe", "--url", serve.url, "--project", PROJECT, "--state", str(tmp_path / "obs.json"), env=env)
     assert observed.returncode == 0, observed.stderr
-    untrusted = _cli(
-        "read", "--url", serve.url, "--project", PROJECT, env={"THROUGHLINE_AUTH_TOKEN": tokens["read_a"]}
-    )
+    untrusted = _cli("read", "--url", serve.url, "--project", PROJECT, env={"THROUGHLINE_AUTH_TOKEN": tokens["read_a"]})
     assert untrusted.returncode == 1
     assert json.loads(untrusted.stderr)["error"]["code"] == "tls_untrusted_certificate"
     status = _cli("status", "--url", serve.url, "--json", env=env)
@@ -285,9 +279,7 @@ def test_rotation_while_an_observer_follows_three_members_over_https(
         member.start()
     _wait("the group settled", lambda: _settled(members))  # type: ignore[arg-type]
     with pytest.raises(ServerUnavailableError):  # mutual TLS: no client certificate, no handshake
-        HttpReader(members[0].url, token=ADMIN, ca=str(pki.ca), timeout=5).read_observer_turn_page(
-            project=followed
-        )
+        HttpReader(members[0].url, token=ADMIN, ca=str(pki.ca), timeout=5).read_observer_turn_page(project=followed)
 
     k1 = load_signing_key(tmp_path / "k1.json")
     current = [issue_token(k1, projects=[followed], expires_in=600)]
@@ -369,9 +361,7 @@ def test_rotation_while_an_observer_follows_three_members_over_https(
         for member in members:
             member.hup()
         for member in members:
-            _wait(
-                "k1 retired", lambda m=member: m.code("GET", READ_PATH, old, project=followed)[0] == 401, 30
-            )  # type: ignore[misc]
+            _wait("k1 retired", lambda m=member: m.code("GET", READ_PATH, old, project=followed)[0] == 401, 30)  # type: ignore[misc]
             assert member.code("POST", READ_PATH, old, project=followed) == (401, "token_unknown_key")
         produce_round()
         expected = [turn(n)["body"] for n in range(1, counter[0] + 1)]

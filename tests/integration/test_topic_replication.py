@@ -72,9 +72,7 @@ def topic_configs(admin: Any, topic: str) -> dict[str, dict[str, Any]]:
     resource = ConfigResource(
         ConfigResourceType.TOPIC, topic, {"min.insync.replicas": None, "unclean.leader.election.enable": None}
     )
-    described: dict[str, dict[str, Any]] = admin.describe_configs([resource], config_filter="all")["topic"][
-        topic
-    ]
+    described: dict[str, dict[str, Any]] = admin.describe_configs([resource], config_filter="all")["topic"][topic]
     return described
 
 
@@ -146,15 +144,10 @@ def test_a_replication_factor_above_the_broker_count_is_an_input_error(
     path = tmp_path / "in.jsonl"
     path.write_text(turn_line(1))
     for command in (["ingest", str(path)], ["serve", "--port", "0"]):
-        result = cli(
-            kafka_bootstrap, kafka_topic_name, *command, "--replication-factor", "2", db=tmp_path / "p.duckdb"
-        )
+        result = cli(kafka_bootstrap, kafka_topic_name, *command, "--replication-factor", "2", db=tmp_path / "p.duckdb")
         assert result.returncode == 2, result.stderr
         assert error_code(result) == "invalid_replication"
-    assert (
-        cli(kafka_bootstrap, kafka_topic_name, "ingest", str(path), "--min-insync-replicas", "2").returncode
-        == 2
-    )
+    assert cli(kafka_bootstrap, kafka_topic_name, "ingest", str(path), "--min-insync-replicas", "2").returncode == 2
     with pytest.raises(TopicMissingError):
         describe_topic(kafka_bootstrap, kafka_topic_name)
 
@@ -179,9 +172,7 @@ def test_explicit_overrides_that_fit_create_the_topic_with_them(
     assert (info.replication_factor, info.min_insync_replicas, info.replication_reasons) == (1, 1, ())
 
 
-def test_status_shows_each_partitions_replicas(
-    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
-) -> None:
+def test_status_shows_each_partitions_replicas(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path) -> None:
     db = tmp_path / "p.duckdb"
     path = tmp_path / "in.jsonl"
     path.write_text(turn_line(1))
@@ -192,8 +183,7 @@ def test_status_shows_each_partitions_replicas(
     assert status.returncode == 0, status.stderr
     doc = json.loads(status.stdout)
     assert [
-        {k: p[k] for k in ("partition", "leader", "replicas", "isr", "underReplicated")}
-        for p in doc["partitions"]
+        {k: p[k] for k in ("partition", "leader", "replicas", "isr", "underReplicated")} for p in doc["partitions"]
     ] == [
         {"partition": 0, "leader": 1, "replicas": [1], "isr": [1], "underReplicated": False},
         {"partition": 1, "leader": 1, "replicas": [1], "isr": [1], "underReplicated": False},
@@ -206,15 +196,12 @@ def test_status_shows_each_partitions_replicas(
     assert header.split()[-4:] == ["leader", "replicas", "isr", "under-replicated"]
 
 
-def test_readyz_shows_the_topics_replication(
-    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
-) -> None:
+def test_readyz_shows_the_topics_replication(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path) -> None:
     serve = Serve(kafka_bootstrap, kafka_topic_name, tmp_path / "serve.duckdb", "--partitions", "2").start()
     try:
         report = serve.wait_caught_up()
         assert [
-            (p["partition"], p["leader"], p["replicas"], p["isr"], p["underReplicated"])
-            for p in report["partitions"]
+            (p["partition"], p["leader"], p["replicas"], p["isr"], p["underReplicated"]) for p in report["partitions"]
         ] == [
             (0, 1, [1], [1], False),
             (1, 1, [1], [1], False),

@@ -69,7 +69,9 @@ class Transactions:
         writes them, and until then the last stable offset stays below the high watermark."""
         deadline = time.monotonic() + DEADLINE
         while True:
-            stable, high = (self._ends[level].end_offsets(self._tps) for level in ("read_committed", "read_uncommitted"))
+            stable, high = (
+                self._ends[level].end_offsets(self._tps) for level in ("read_committed", "read_uncommitted")
+            )
             if stable == high:
                 return
             assert time.monotonic() < deadline, f"the markers never came: {stable} < {high}"
@@ -80,8 +82,12 @@ class Transactions:
         for _ in range(count):
             self.n += 1
             t = turn(project, "main", f"{project}-{self.n}")
-            self.producer.send(self.topic, key=t.project_sha256, value=encode_turn(t),
-                               partition=partition_for(t.project_sha256, PARTITIONS))
+            self.producer.send(
+                self.topic,
+                key=t.project_sha256,
+                value=encode_turn(t),
+                partition=partition_for(t.project_sha256, PARTITIONS),
+            )
             sent.append(t)
         return sent
 
@@ -155,9 +161,10 @@ def test_serve_reads_and_long_polls_across_markers(txn: Transactions, projection
     )
     projector.start()
     try:
-        with KafkaLog([txn.bootstrap], txn.topic) as log, TestClient(
-            create_app(projection=projection, log=log, token_key=KEY)
-        ) as client:
+        with (
+            KafkaLog([txn.bootstrap], txn.topic) as log,
+            TestClient(create_app(projection=projection, log=log, token_key=KEY)) as client,
+        ):
             deadline = time.monotonic() + DEADLINE
             while True:  # the wait (2 s by default) answers pending only while the projector starts
                 first = client.get(READ_PATH, params={"project": ALPHA}).json()
@@ -188,8 +195,9 @@ def test_serve_reads_and_long_polls_across_markers(txn: Transactions, projection
                 assert time.monotonic() < deadline, "the applied offset never reached the end offset"
                 time.sleep(0.05)
             for project in (ALPHA, BETA):
-                page = read_observer_turn_page(project=project, projection=projection, log=log, token_key=KEY,
-                                               wait_timeout=0.0)
+                page = read_observer_turn_page(
+                    project=project, projection=projection, log=log, token_key=KEY, wait_timeout=0.0
+                )
                 assert page.status == "ok", page.reason
     finally:
         stop.set()
@@ -213,8 +221,12 @@ def test_another_projects_transaction_in_flight_does_not_hold_a_first_page(
 
             def fetch_to_end() -> None:
                 end = log.end_offset(partition)
-                reached = max([projection.applied_offsets().get(partition, 0),
-                               *(b.next_offset for poll in held for b in poll if b.partition == partition)])
+                reached = max(
+                    [
+                        projection.applied_offsets().get(partition, 0),
+                        *(b.next_offset for poll in held for b in poll if b.partition == partition),
+                    ]
+                )
                 deadline = time.monotonic() + DEADLINE
                 while reached < end:
                     assert time.monotonic() < deadline, f"the feed reached {reached} of {end}"

@@ -62,8 +62,9 @@ def _status_law(expected: str, actual: object) -> str:
     return WIRE
 
 
-def check_read(model: Model, expect: Expect, outcome: Outcome, *, context: str, snapshot: bool,
-               pin_end: int | None = None) -> None:
+def check_read(
+    model: Model, expect: Expect, outcome: Outcome, *, context: str, snapshot: bool, pin_end: int | None = None
+) -> None:
     """One call against the model's expectation (status, echo, rows, page, token presence)."""
     where = f"{context}: model expects {expect.status} ({expect.reason}); production {outcome.describe()}"
     if expect.status == ERROR or outcome.error_code == QUARANTINED:
@@ -88,8 +89,12 @@ def check_read(model: Model, expect: Expect, outcome: Outcome, *, context: str, 
         accepted = expect.through_either or (expect.through_text,)
         if wire.get("throughCursor") not in accepted:
             fail(WIRE, f"{where}; throughCursor {wire.get('throughCursor')!r} is not an echo of the call")
-        if wire.get("turns") or page.get("nextToken") is not None or page.get("complete") is not False \
-                or wire.get("historyTruncated") is not False:
+        if (
+            wire.get("turns")
+            or page.get("nextToken") is not None
+            or page.get("complete") is not False
+            or wire.get("historyTruncated") is not False
+        ):
             law = PENDING_HONESTY if status == PENDING else RESYNC_EXACT
             fail(law, f"{where}; a {status} answer must carry no turns, no token, complete=false")
         return
@@ -106,20 +111,28 @@ def check_read(model: Model, expect: Expect, outcome: Outcome, *, context: str, 
         made_at = model.offset_of_chain(str(turn.get("chainDigest")))
         if made_at is None:
             fail(SERIES_EXACT, f"{where}; turn seq {turn.get('seq')} is no turn the hosts completed")
-        elif bound is not None and made_at > bound or pin_end is not None and made_at is not None \
-                and made_at >= pin_end:
-            fail(PINNED_THROUGH, f"{where}; turn seq {turn.get('seq')} (log offset {made_at}) completed after "
-                                 f"the through cursor (offset {bound}, pinned at log end {pin_end})")
+        elif (
+            bound is not None and made_at > bound or pin_end is not None and made_at is not None and made_at >= pin_end
+        ):
+            fail(
+                PINNED_THROUGH,
+                f"{where}; turn seq {turn.get('seq')} (log offset {made_at}) completed after "
+                f"the through cursor (offset {bound}, pinned at log end {pin_end})",
+            )
     _compare_turns(turns, expect.turns, SNAPSHOT if snapshot else SERIES_EXACT, where)
     if wire.get("historyTruncated") is not expect.history_truncated:
         fail(SNAPSHOT if snapshot else WIRE, f"{where}; historyTruncated is {wire.get('historyTruncated')!r}")
     if page.get("complete") is not expect.complete or (page.get("nextToken") is not None) != expect.has_token:
-        fail(SERIES_EXACT, f"{where}; the model's page is {expect.page} (complete={expect.complete}, "
-                           f"token={'yes' if expect.has_token else 'no'})")
+        fail(
+            SERIES_EXACT,
+            f"{where}; the model's page is {expect.page} (complete={expect.complete}, "
+            f"token={'yes' if expect.has_token else 'no'})",
+        )
 
 
-def _compare_turns(actual: Sequence[dict[str, Any]], expected: Sequence[dict[str, object]], law: str,
-                   where: str) -> None:
+def _compare_turns(
+    actual: Sequence[dict[str, Any]], expected: Sequence[dict[str, object]], law: str, where: str
+) -> None:
     got = [{k: t.get(k) for k in TURN_FIELDS} for t in actual]
     want = list(expected)
     if got == want:
@@ -135,8 +148,9 @@ def _compare_turns(actual: Sequence[dict[str, Any]], expected: Sequence[dict[str
             fail(law, f"{where}; turn seq {g['seq']} differs from the model's (got, want): {diff}")
 
 
-def check_series_complete(pages: Sequence[dict[str, Any]], expected: Sequence[dict[str, object]], *,
-                          context: str, snapshot: bool) -> None:
+def check_series_complete(
+    pages: Sequence[dict[str, Any]], expected: Sequence[dict[str, object]], *, context: str, snapshot: bool
+) -> None:
     """A completed series' pages, concatenated, are exactly the model's range."""
     turns = [t for page in pages for t in page.get("turns") or []]
     where = f"{context}: the {len(pages)} pages of the completed series"
@@ -146,12 +160,18 @@ def check_series_complete(pages: Sequence[dict[str, Any]], expected: Sequence[di
 def check_reread(first: dict[str, Any], outcome: Outcome, expect: Expect, *, context: str) -> None:
     """A page read again (model says ok) is identical to its first reading."""
     if expect.status == OK and outcome.wire != first:
-        fail(REREAD_IDENTICAL, f"{context}: the page read again differs from its first reading:\n"
-                               f"  first: {first!r}\n  again: {outcome.wire!r}")
+        fail(
+            REREAD_IDENTICAL,
+            f"{context}: the page read again differs from its first reading:\n"
+            f"  first: {first!r}\n  again: {outcome.wire!r}",
+        )
 
 
 def check_token_replay(outcome: Outcome, *, context: str) -> None:
     """A token replayed with another project, after or through is a hard ``page_token_mismatch`` error."""
     if outcome.error_code != "page_token_mismatch":
-        fail(TOKEN_BINDING, f"{context}: a token replayed out of its series must raise page_token_mismatch; "
-                            f"production {outcome.describe()}")
+        fail(
+            TOKEN_BINDING,
+            f"{context}: a token replayed out of its series must raise page_token_mismatch; "
+            f"production {outcome.describe()}",
+        )

@@ -244,8 +244,10 @@ class Series:
     pin_end: int | None = None  # the log end when the through cursor was pinned
 
     def describe(self) -> str:
-        return (f"series {self.index} ({self.project}, after={'yes' if self.after else 'none'}, "
-                f"limit={self.limit}, page {len(self.pages)})")
+        return (
+            f"series {self.index} ({self.project}, after={'yes' if self.after else 'none'}, "
+            f"limit={self.limit}, page {len(self.pages)})"
+        )
 
 
 # ------------------------------------------------------------------------------------------- driver
@@ -282,15 +284,14 @@ class Driver:
         self.reads += 1
         logview = FixedLog(partitions=1, ends={PARTITION: len(self.log)})
         try:
-            result = self.reader(
-                projection=self.projection, log=logview, token_key=TOKEN_KEY, wait_timeout=0, **kwargs
-            )
+            result = self.reader(projection=self.projection, log=logview, token_key=TOKEN_KEY, wait_timeout=0, **kwargs)
         except ThroughlineError as exc:
             return Outcome(error_code=exc.code, error_type=type(exc).__name__)
         except Exception as exc:  # a reader that crashes has not answered what the model expects
             return Outcome(error_type=f"{type(exc).__module__}.{type(exc).__name__}", crashed=True)
-        return Outcome(wire=result.to_dict() if hasattr(result, "to_dict") else result.model_dump(
-            mode="json", by_alias=True))
+        return Outcome(
+            wire=result.to_dict() if hasattr(result, "to_dict") else result.model_dump(mode="json", by_alias=True)
+        )
 
     # ---------------------------------------------------------------------------------------- steps
 
@@ -340,7 +341,8 @@ class Driver:
         self.apply_records(None)
         epilogue, self.stats = self.stats, counted
         self.stats["epilogue: ok while the other project's turn is in flight"] += epilogue[
-            "page ok while another project's records were not applied"]
+            "page ok while another project's records were not applied"
+        ]
         self.stats["epilogue: pending while its own turn is in flight"] += epilogue["page projection_pending"]
 
     def step(self, number: int, step: Step) -> None:
@@ -396,8 +398,13 @@ class Driver:
             seq = length - step.back % length
         record = self.model.append(project, source[0], source[1], seq, step.body)
         turn = build_turn(
-            project=record.project, host=record.host, thread=record.thread, turn_id=record.turn_id,
-            completed_at_micros=record.micros, body=record.body, seq=record.seq,
+            project=record.project,
+            host=record.host,
+            thread=record.thread,
+            turn_id=record.turn_id,
+            completed_at_micros=record.micros,
+            body=record.body,
+            seq=record.seq,
         )
         self.log.append((turn.project_sha256, encode_turn(turn)))
 
@@ -453,7 +460,7 @@ class Driver:
             return None
         if pick.kind == "pending":
             # A source's last record makes its tip, so the tip of a source with an unapplied record is unapplied.
-            unapplied = {(r.host, r.thread) for r in self.model.records[self.model.applied:] if r.project == owner}
+            unapplied = {(r.host, r.thread) for r in self.model.records[self.model.applied :] if r.project == owner}
             live = [s for s in live if s in unapplied] or live
         elif pick.kind == "applied" and self.model.applied_state.sources(owner):
             state = self.model.applied_state
@@ -471,8 +478,12 @@ class Driver:
     def start(self, number: int, step: Start) -> None:
         project = PROJECTS[step.project]
         series = Series(
-            len(self.series), project, self.pick(project, step.after), self.pick(project, step.through),
-            step.limit, step.body_limit,
+            len(self.series),
+            project,
+            self.pick(project, step.after),
+            self.pick(project, step.through),
+            step.limit,
+            step.body_limit,
         )
         if series.through is not None:
             series.pin_end = self.model.log_end
@@ -489,13 +500,21 @@ class Driver:
         page = len(series.pages)
         context = f"step #{number}{' (drain)' if final else ''}, {series.describe()}"
         expect = self.model.expect_read(
-            series.project, series.after, series.through, self._offset(series, page), series.limit,
+            series.project,
+            series.after,
+            series.through,
+            self._offset(series, page),
+            series.limit,
             series.body_limit,
         )
         token = series.next_token
         outcome = self.call(
-            project=series.project, after_cursor=series.after, through_cursor=series.through,
-            page_token=token, limit=series.limit, body_limit=series.body_limit,
+            project=series.project,
+            after_cursor=series.after,
+            through_cursor=series.through,
+            page_token=token,
+            limit=series.limit,
+            body_limit=series.body_limit,
         )
         snapshot = series.after is None
         pin_end = series.pin_end if series.through is not None else self.model.log_end
@@ -503,7 +522,10 @@ class Driver:
         self.stats[f"page {expect.error_code if expect.status == ERROR else expect.status}"] += 1
         if series.after is not None and series.through is not None:
             after, through = self.model.cursors[series.after], self.model.cursors[series.through]
-            if after.offset >= self.model.applied > through.offset and after.project == through.project == series.project:
+            if (
+                after.offset >= self.model.applied > through.offset
+                and after.project == through.project == series.project
+            ):
                 self.stats["page whose after cursor's record is unapplied, its through cursor's applied"] += 1
         if expect.status == OK and expect.scoped:
             self.stats["page ok while another project's records were not applied"] += 1
@@ -521,8 +543,10 @@ class Driver:
                 self.stats["first contact with an empty project"] += 1
             series.pin_end = self.model.log_end
         series.pages.append(PageRead(token, outcome.wire))
-        if any(self.order[i] != series.index for i in range(self.order_mark.get(series.index, len(self.order)),
-                                                              len(self.order))):
+        if any(
+            self.order[i] != series.index
+            for i in range(self.order_mark.get(series.index, len(self.order)), len(self.order))
+        ):
             self.stats["pages of two series interleaved"] += 1
         self.order_mark[series.index] = len(self.order) + 1
         self.order.append(series.index)
@@ -532,14 +556,14 @@ class Driver:
             expected = self.model.series_range(
                 series.project, series.after, series.through, series.limit, series.body_limit
             )
-            checker.check_series_complete(
-                [p.wire for p in series.pages], expected, context=context, snapshot=snapshot
-            )
+            checker.check_series_complete([p.wire for p in series.pages], expected, context=context, snapshot=snapshot)
             self.saved.setdefault(series.project, []).append(series.through)
             kind = "snapshot" if series.after is None else "multi-page" if len(series.pages) > 1 else "one-page"
             self.stats[f"completed {kind} series"] += 1
-            if series.after is not None and self.model.cursors[series.after].source != \
-                    self.model.cursors[series.through].source:
+            if (
+                series.after is not None
+                and self.model.cursors[series.after].source != self.model.cursors[series.through].source
+            ):
                 self.stats["completed host/thread switch series"] += 1
             if series.after is not None:  # the range law's boundaries (docs/spec.md#pagination)
                 size = len(expected)
@@ -559,15 +583,24 @@ class Driver:
         first = series.pages[j]
         context = f"step #{number}, re-read page {j} of {series.describe()}"
         expect = self.model.expect_read(
-            series.project, series.after, series.through, self._offset(series, j), series.limit,
+            series.project,
+            series.after,
+            series.through,
+            self._offset(series, j),
+            series.limit,
             series.body_limit,
         )
         outcome = self.call(
-            project=series.project, after_cursor=series.after, through_cursor=series.through,
-            page_token=first.token, limit=series.limit, body_limit=series.body_limit,
+            project=series.project,
+            after_cursor=series.after,
+            through_cursor=series.through,
+            page_token=first.token,
+            limit=series.limit,
+            body_limit=series.body_limit,
         )
-        checker.check_read(self.model, expect, outcome, context=context, snapshot=series.after is None,
-                           pin_end=series.pin_end)
+        checker.check_read(
+            self.model, expect, outcome, context=context, snapshot=series.after is None, pin_end=series.pin_end
+        )
         checker.check_reread(first.wire, outcome, expect, context=context)
         self.stats[f"re-read {expect.status}"] += 1
 
@@ -583,18 +616,25 @@ class Driver:
             after = None if after is not None else self.model.register(self.model.forged(self.model.cursors[through]))
         else:
             through = self.model.register(self.model.forged(self.model.cursors[through]))
-        context = (f"step #{number}{' (drain)' if final else ''}, token replayed with another {step.variant}, "
-                   f"{series.describe()}")
+        context = (
+            f"step #{number}{' (drain)' if final else ''}, token replayed with another {step.variant}, "
+            f"{series.describe()}"
+        )
         outcome = self.call(
-            project=project, after_cursor=after, through_cursor=through, page_token=token,
-            limit=series.limit, body_limit=series.body_limit,
+            project=project,
+            after_cursor=after,
+            through_cursor=through,
+            page_token=token,
+            limit=series.limit,
+            body_limit=series.body_limit,
         )
         checker.check_token_replay(outcome, context=context)
         self.stats[f"token replayed with another {step.variant}"] += 1
 
 
-def run_history(steps: list[Step], *, reader: Reader | None = None,
-                target: Callable[[], Target] | None = None) -> Driver:
+def run_history(
+    steps: list[Step], *, reader: Reader | None = None, target: Callable[[], Target] | None = None
+) -> Driver:
     """Run ``steps`` on a fresh target (DuckDB when available) with ``reader`` (production by default)."""
     factory = target or duck_target_factory() or BookTarget
     made = factory()
@@ -604,4 +644,3 @@ def run_history(steps: list[Step], *, reader: Reader | None = None,
         return driver
     finally:
         made.close()
-

@@ -197,8 +197,16 @@ repairs = st.just(Repair())
 
 # Appends and page reads dominate, so series are long and turns complete between pages.
 steps: st.SearchStrategy[Step] = weighted(
-    (10, appends), (2, rewinds), (5, applies), (5, starts), (12, nexts),
-    (2, rereads), (2, replays), (3, damages), (1, repairs), (3, fetches),
+    (10, appends),
+    (2, rewinds),
+    (5, applies),
+    (5, starts),
+    (12, nexts),
+    (2, rereads),
+    (2, replays),
+    (3, damages),
+    (1, repairs),
+    (3, fetches),
 )
 
 
@@ -210,8 +218,16 @@ def _steps_with_breaks(repairs: bool) -> st.SearchStrategy[Step]:
     """``steps`` plus gaps (and, with ``repairs``, repair records), often enough that most histories
     break a source that a series reads and, with repairs, mend it while series are open."""
     mix: list[tuple[int, st.SearchStrategy[Any]]] = [
-        (10, appends), (2, rewinds), (5, applies), (5, starts), (12, nexts),
-        (2, rereads), (2, replays), (3, damages), (1, st.just(Repair())), (6, gaps),
+        (10, appends),
+        (2, rewinds),
+        (5, applies),
+        (5, starts),
+        (12, nexts),
+        (2, rereads),
+        (2, replays),
+        (3, damages),
+        (1, st.just(Repair())),
+        (6, gaps),
     ]
     if repairs:
         mix.append((5, mends))

@@ -64,8 +64,12 @@ def content_digest(turn_id: str, micros: int, body: str) -> bytes:
     """The v1 canonical content digest of one turn."""
     tid, text = turn_id.encode("utf-8"), body.encode("utf-8")
     return hashlib.sha256(
-        b"throughline.turn.v1\x00" + _u64(len(tid)) + tid + micros.to_bytes(8, "big", signed=True)
-        + _u64(len(text)) + text
+        b"throughline.turn.v1\x00"
+        + _u64(len(tid))
+        + tid
+        + micros.to_bytes(8, "big", signed=True)
+        + _u64(len(text))
+        + text
     ).digest()
 
 
@@ -256,7 +260,9 @@ class Model:
             return cached
         base_n = max((k for k in self._states if k < n), default=0)
         base = self._states.get(base_n)
-        st = State({k: list(v) for k, v in base.chains.items()}, dict(base.heads), set(base.broken)) if base else State()
+        st = (
+            State({k: list(v) for k, v in base.chains.items()}, dict(base.heads), set(base.broken)) if base else State()
+        )
         for record in self.records[base_n:n]:
             key = (record.project, record.host, record.thread)
             if record.kind == "repair":
@@ -364,8 +370,11 @@ class Model:
         scoped = self.applied < bound
         if t is None:
             if not self.settled(project, self.log_end):
-                return echo(PENDING, f"first page: {project}'s records below log end {self.log_end} are not all "
-                                     f"provably applied (applied {self.applied}, fetched {self.fetched})")
+                return echo(
+                    PENDING,
+                    f"first page: {project}'s records below log end {self.log_end} are not all "
+                    f"provably applied (applied {self.applied}, fetched {self.fetched})",
+                )
             state = self.applied_state
             t = self.head_of(state, project)
             if t is None:
@@ -377,8 +386,11 @@ class Model:
         else:
             need = max(t.offset, a.offset if a is not None else -1) + 1
             if not self.settled(project, need):
-                return echo(PENDING, f"{project}'s records below cursor position {need} are not all provably "
-                                     f"applied (applied {self.applied}, fetched {self.fetched})")
+                return echo(
+                    PENDING,
+                    f"{project}'s records below cursor position {need} are not all provably "
+                    f"applied (applied {self.applied}, fetched {self.fetched})",
+                )
             state = self.applied_state
             pinned = (through,)
 
@@ -392,8 +404,14 @@ class Model:
             if chain is None:
                 return refused(RESYNC, f"{name}: its source is not in the projection")
             if (project, *c.source) in state.broken:
-                return Expect(ERROR, f"{name}: its source is broken (a quarantined record, not repaired)",
-                              after_text=after, through_text=through, through_either=pinned, error_code=QUARANTINED)
+                return Expect(
+                    ERROR,
+                    f"{name}: its source is broken (a quarantined record, not repaired)",
+                    after_text=after,
+                    through_text=through,
+                    through_either=pinned,
+                    error_code=QUARANTINED,
+                )
             if len(chain) < c.length:
                 return refused(RESYNC, f"{name}: the chain is now shorter ({len(chain)} < {c.length})")
             if (project, *c.source, c.length) in self.hidden:
@@ -441,7 +459,9 @@ class Model:
             scoped=scoped,
         )
 
-    def series_range(self, project: str, after: str | None, through: str, limit: int, body_limit: int) -> list[dict[str, object]]:
+    def series_range(
+        self, project: str, after: str | None, through: str, limit: int, body_limit: int
+    ) -> list[dict[str, object]]:
         """Every turn a completed series must have delivered, in order (from the applied state)."""
         a = None if after is None else self.cursors[after]
         t = self.cursors[through]

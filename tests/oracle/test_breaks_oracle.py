@@ -69,7 +69,10 @@ def test_breaks_and_repairs_on_the_duckdb_projection_fixed_seed(oracle_fixed_see
     assert factory is not None
     coverage: Counter[str] = Counter()
     oracle_property(
-        oracle_fixed_seed, target=factory, coverage=coverage, strategy=histories(breaks=True, repairs=True),
+        oracle_fixed_seed,
+        target=factory,
+        coverage=coverage,
+        strategy=histories(breaks=True, repairs=True),
     )()
     _print_coverage(f"breaks and repairs, oracle seed {oracle_fixed_seed} (duckdb)", coverage)
     _guard(coverage, REPAIRS_COVERAGE)
@@ -82,16 +85,22 @@ def test_breaks_and_repairs_on_the_duckdb_projection_fixed_seed(oracle_fixed_see
 #: record is appended and applied; the series finishes with the chain as applied (seq 2, 3); a turn with
 #: the next seq (4) appends and a delta series from the saved cursor serves exactly it.
 BREAK_AND_MEND: list[Step] = [
-    Append(0, 0, "one"), Append(0, 0, "two"), Append(0, 0, "three"), Apply(None),
-    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),    # after = seq 1: page (1, 2] of (1, 3]
-    Gap(0, 0, 0, "lost its predecessor"), Apply(None),   # seq 3 + 2 = 5: a gap
-    Next(0),                                             # source_quarantined
-    Reread(0, 0),                                        # so is the page read before
-    Start(0, None, None, 10, 1 << 20),                   # a snapshot pins the broken head: refused
-    Mend(0, 0), Apply(None),
-    Next(0),                                             # page (2, 3]: the series completes
-    Append(0, None, "four"), Apply(None),                # seq 4 = length + 1 appends
-    Start(0, Pick("saved", 0, 0), None, 10, 1 << 20),    # the delta from the saved cursor: seq 4 only
+    Append(0, 0, "one"),
+    Append(0, 0, "two"),
+    Append(0, 0, "three"),
+    Apply(None),
+    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),  # after = seq 1: page (1, 2] of (1, 3]
+    Gap(0, 0, 0, "lost its predecessor"),
+    Apply(None),  # seq 3 + 2 = 5: a gap
+    Next(0),  # source_quarantined
+    Reread(0, 0),  # so is the page read before
+    Start(0, None, None, 10, 1 << 20),  # a snapshot pins the broken head: refused
+    Mend(0, 0),
+    Apply(None),
+    Next(0),  # page (2, 3]: the series completes
+    Append(0, None, "four"),
+    Apply(None),  # seq 4 = length + 1 appends
+    Start(0, Pick("saved", 0, 0), None, 10, 1 << 20),  # the delta from the saved cursor: seq 4 only
 ]
 
 
@@ -166,7 +175,10 @@ def test_calibration_a_reader_that_never_serves_a_repaired_source_again_is_rejec
 def test_calibration_the_property_rejects_a_reader_that_serves_broken_sources(oracle_fixed_seed: int) -> None:
     with pytest.raises(AssertionError, match=r"oracle law \["):
         oracle_property(
-            oracle_fixed_seed, reader=_reader_over(forget=True), shrink=False, target=BookTarget,
+            oracle_fixed_seed,
+            reader=_reader_over(forget=True),
+            shrink=False,
+            target=BookTarget,
             strategy=histories(breaks=True, repairs=True),
         )()
 

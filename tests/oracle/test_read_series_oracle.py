@@ -51,11 +51,16 @@ def target_factory() -> Callable[[], Target]:
     return factory
 
 
-def oracle_property(seed_value: int, *, reader: Callable[..., Any] | None = None,
-                    examples: int = EXAMPLES, shrink: bool = True,
-                    target: Callable[[], Target] | None = None,
-                    coverage: Counter[str] | None = None,
-                    strategy: SearchStrategy[list[Step]] | None = None) -> Callable[[], None]:
+def oracle_property(
+    seed_value: int,
+    *,
+    reader: Callable[..., Any] | None = None,
+    examples: int = EXAMPLES,
+    shrink: bool = True,
+    target: Callable[[], Target] | None = None,
+    coverage: Counter[str] | None = None,
+    strategy: SearchStrategy[list[Step]] | None = None,
+) -> Callable[[], None]:
     """The property, seeded; a failure prints the seed and the ``@reproduce_failure`` blob.
 
     ``coverage`` counts, per kind of event, the generated histories that had it. ``strategy``: the
@@ -154,32 +159,47 @@ def test_read_series_oracle_unseeded(oracle_seed: int) -> None:
 #: Three turns on alpha's first source; a delta series of one turn a page from after seq 1; a new turn
 #: completes between its pages; then its pages are read again and its token is replayed.
 TURNS_COMPLETE_BETWEEN_PAGES: list[Step] = [
-    Append(0, 0, "one"), Append(0, 0, "two"), Append(0, 0, "three"), Apply(None),
-    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),   # after = seq 1: range (1, 3], page (1, 2]
-    Append(0, None, "completed mid-series"), Apply(None),
-    Next(0),                                             # page (2, 3]; seq 4 must not appear
-    Reread(0, 0), Reread(0, 1),
-    Replay(0, 0, "through"), Replay(0, 0, "after"), Replay(0, 0, "project"),
+    Append(0, 0, "one"),
+    Append(0, 0, "two"),
+    Append(0, 0, "three"),
+    Apply(None),
+    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),  # after = seq 1: range (1, 3], page (1, 2]
+    Append(0, None, "completed mid-series"),
+    Apply(None),
+    Next(0),  # page (2, 3]; seq 4 must not appear
+    Reread(0, 0),
+    Reread(0, 1),
+    Replay(0, 0, "through"),
+    Replay(0, 0, "after"),
+    Replay(0, 0, "project"),
 ]
 
 #: The projection lacks row 1 of a three-turn chain, then garbles row 2, while its applied offset is
 #: current: a snapshot and a delta over them must be projection_pending, never a partial ok page.
 MISSING_ROW: list[Step] = [
-    Append(0, 0, "one"), Append(0, 0, "two"), Append(0, 0, "three"), Apply(None),
-    Damage(0, 0, 2, "hide"),                              # row 3 - 2 = 1
-    Start(0, None, None, 10, 1 << 20),                    # snapshot (0, 3]: lacks row 1
-    Damage(0, 0, 1, "alter"),                             # row 2's body no longer matches its digest
-    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),     # delta page (1, 2]: row 2 disagrees
+    Append(0, 0, "one"),
+    Append(0, 0, "two"),
+    Append(0, 0, "three"),
+    Apply(None),
+    Damage(0, 0, 2, "hide"),  # row 3 - 2 = 1
+    Start(0, None, None, 10, 1 << 20),  # snapshot (0, 3]: lacks row 1
+    Damage(0, 0, 1, "alter"),  # row 2's body no longer matches its digest
+    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),  # delta page (1, 2]: row 2 disagrees
 ]
 
 #: A rollback under a series' through cursor between its pages, and a through cursor not yet applied.
 ROLLBACK_AND_LAG: list[Step] = [
-    Append(0, 0, "one"), Append(0, 0, "two"), Append(0, 0, "three"), Apply(None),
-    Start(0, Pick("prefix", 0, 0), None, 1, 5),           # after = seq 1: page (1, 2] of (1, 3]
-    Append(0, 1, "switch"),                               # another thread completes: the head switches
+    Append(0, 0, "one"),
+    Append(0, 0, "two"),
+    Append(0, 0, "three"),
+    Apply(None),
+    Start(0, Pick("prefix", 0, 0), None, 1, 5),  # after = seq 1: page (1, 2] of (1, 3]
+    Append(0, 1, "switch"),  # another thread completes: the head switches
     Start(0, Pick("tip", 0, 0), Pick("tip", 1, 0), 2, 5),  # its through is not applied: pending
-    Rewind(0, 0, 2, "rewound"), Apply(None),              # seq 1..3 replaced: both series must resync
-    Next(0), Next(1),
+    Rewind(0, 0, 2, "rewound"),
+    Apply(None),  # seq 1..3 replaced: both series must resync
+    Next(0),
+    Next(1),
 ]
 
 
@@ -188,12 +208,16 @@ ROLLBACK_AND_LAG: list[Step] = [
 #: series must be pending until the projector applies it (a reader that waits for the through cursor's
 #: record alone answers resync_required: the after cursor's source is not in the projection yet).
 AFTER_UNAPPLIED: list[Step] = [
-    Append(0, 0, "one"), Append(0, 0, "two"), Append(0, 0, "three"), Apply(None),
-    Append(0, 1, "on another thread"),                                # not applied yet
+    Append(0, 0, "one"),
+    Append(0, 0, "two"),
+    Append(0, 0, "three"),
+    Apply(None),
+    Append(0, 1, "on another thread"),  # not applied yet
     Start(0, Pick("pending", 0, 0), Pick("applied", 0, 0), 1, 1 << 20),  # after (h1,t2) seq 1, through (h1,t1) seq 3
-    Next(0),                                                          # a later read of it: still pending
+    Next(0),  # a later read of it: still pending
     Apply(1),
-    Next(0), Next(0),                                                 # now its pages: (0, 1], (1, 2] of (0, 3]
+    Next(0),
+    Next(0),  # now its pages: (0, 1], (1, 2] of (0, 3]
 ]
 
 
@@ -201,15 +225,22 @@ AFTER_UNAPPLIED: list[Step] = [
 #: make alpha's first page pending; alpha's own record in flight must, and so must a record not fetched
 #: yet (whose project the projector cannot know).
 OTHER_PROJECT_LAG: list[Step] = [
-    Append(0, 0, "a1"), Append(0, 0, "a2"), Apply(None),
-    Append(1, 0, "b1"), Append(1, 0, "b2"), Fetch(None),
-    Start(0, None, None, 10, 1 << 20),                    # ok: neither record in flight is alpha's
-    Append(0, None, "a3"), Fetch(None),
-    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),     # pending: alpha's a3 is fetched, not applied
-    Apply(None), Append(1, 0, "b3"),
-    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),     # pending: b3 is not fetched, its project unknown
+    Append(0, 0, "a1"),
+    Append(0, 0, "a2"),
+    Apply(None),
+    Append(1, 0, "b1"),
+    Append(1, 0, "b2"),
     Fetch(None),
-    Next(0), Next(1),                                      # both pending series now read ok, b3 still in flight
+    Start(0, None, None, 10, 1 << 20),  # ok: neither record in flight is alpha's
+    Append(0, None, "a3"),
+    Fetch(None),
+    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),  # pending: alpha's a3 is fetched, not applied
+    Apply(None),
+    Append(1, 0, "b3"),
+    Start(0, Pick("prefix", 0, 0), None, 1, 1 << 20),  # pending: b3 is not fetched, its project unknown
+    Fetch(None),
+    Next(0),
+    Next(1),  # both pending series now read ok, b3 still in flight
 ]
 
 
@@ -267,10 +298,12 @@ def latest_head_reader(**kwargs: Any) -> Any:
     if next_token is not None:
         next_offset = open_page_token(key, next_token, SeriesBinding.of(project_hash, after, head))
         next_token = issue_page_token(key, SeriesBinding.of(project_hash, after, through), next_offset)
-    return result.model_copy(update={
-        "throughCursor": through if result.status == "ok" else result.throughCursor,
-        "page": PageWire(complete=result.page.complete, nextToken=next_token),
-    })
+    return result.model_copy(
+        update={
+            "throughCursor": through if result.status == "ok" else result.throughCursor,
+            "page": PageWire(complete=result.page.complete, nextToken=next_token),
+        }
+    )
 
 
 def test_calibration_latest_head_reader_is_rejected_on_the_pinned_history() -> None:
@@ -320,6 +353,7 @@ def test_model_loads_no_production_module_at_run_time() -> None:
         "import oracle.model, oracle.checker, oracle.grammar; "
         "print(sorted(m for m in sys.modules if m == 'throughline' or m.startswith('throughline.')))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(ORACLE_DIR.parent)], capture_output=True,
-                         text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(ORACLE_DIR.parent)], capture_output=True, text=True, check=True, timeout=60
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

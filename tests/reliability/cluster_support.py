@@ -157,9 +157,7 @@ class ClusterWorld:
         )
         self.observer.start()
         # The Observer's first contact is with the two turns above; the senders start after its first save.
-        wait_until(
-            lambda: _saved_length(self.state) == 2, timeout=120, what="the Observer's first saved cursor"
-        )
+        wait_until(lambda: _saved_length(self.state) == 2, timeout=120, what="the Observer's first saved cursor")
         self.senders = [
             RetryingSender(
                 self.bootstrap,
@@ -252,9 +250,7 @@ class ClusterWorld:
         assert self.observer.terminate() == 0, self.observer.stderr()
         return self.check(stored, ends, fold, head)
 
-    def check(
-        self, stored: list[Any], ends: dict[int, int], fold: rel_support.Fold, head: int
-    ) -> dict[str, Any]:
+    def check(self, stored: list[Any], ends: dict[int, int], fold: rel_support.Fold, head: int) -> dict[str, Any]:
         """The invariants after the run (see the module docstring); the counts."""
         by_position = {(s.partition, s.offset): s for s in stored}
         acked = self.initial + self.acked()

@@ -373,8 +373,14 @@ class Child:
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # Its own session, so that a kill takes its children (an audit command) with it.
             self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=self.env, cwd=self.folder,
-                start_new_session=True, preexec_fn=self.preexec,
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=self.env,
+                cwd=self.folder,
+                start_new_session=True,
+                preexec_fn=self.preexec,
             )
         self.started_at = time.monotonic()
         return self
@@ -460,7 +466,12 @@ def status_json(folder: Path, env: dict[str, str], db: Path | str) -> tuple[int,
     """``throughline status --json --db DB``: (exit code, the document or None)."""
     done = subprocess.run(
         [sys.executable, "-m", "throughline.cli", "status", "--json", "--db", str(db)],
-        capture_output=True, text=True, env=env, cwd=folder, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=folder,
+        timeout=120,
+        check=False,
     )
     try:
         return done.returncode, dict(json.loads(done.stdout))

@@ -84,14 +84,20 @@ class FixedWorld:
         book = self.projection.book
         project = project_sha256(PROJECT)
         usable = [
-            c for c in self.all_cursors()
+            c
+            for c in self.all_cursors()
             if _decoded(c).project_sha256 == project and _decoded(c).source_sha256 not in book.broken
         ]
         for after in usable[:: max(1, len(usable) // 8)]:
             for limit in (1, 2, 3):
                 first = read_observer_turn_page(
-                    project=PROJECT, after_cursor=after, limit=limit, projection=self.projection,
-                    log=self.log, token_key=KEY, wait_timeout=0.0,
+                    project=PROJECT,
+                    after_cursor=after,
+                    limit=limit,
+                    projection=self.projection,
+                    log=self.log,
+                    token_key=KEY,
+                    wait_timeout=0.0,
                 )
                 page = first
                 for _ in range(50):
@@ -100,9 +106,15 @@ class FixedWorld:
                     assert page.page.nextToken is not None
                     out.append((page.page.nextToken, after, page.throughCursor, limit))
                     page = read_observer_turn_page(
-                        project=PROJECT, after_cursor=after, through_cursor=page.throughCursor,
-                        page_token=page.page.nextToken, limit=limit, projection=self.projection,
-                        log=self.log, token_key=KEY, wait_timeout=0.0,
+                        project=PROJECT,
+                        after_cursor=after,
+                        through_cursor=page.throughCursor,
+                        page_token=page.page.nextToken,
+                        limit=limit,
+                        projection=self.projection,
+                        log=self.log,
+                        token_key=KEY,
+                        wait_timeout=0.0,
                     )
         return out
 

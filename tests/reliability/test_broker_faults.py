@@ -76,7 +76,9 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
     bootstrap = broker.bootstrap_servers
     topic = kafka_topic_name
     ensure_topic(bootstrap, topic, partitions=PARTITIONS)
-    env = rel_support.child_env(THROUGHLINE_BOOTSTRAP_SERVERS=bootstrap, THROUGHLINE_TOPIC=topic, THROUGHLINE_TOKEN_KEY=KEY_HEX)
+    env = rel_support.child_env(
+        THROUGHLINE_BOOTSTRAP_SERVERS=bootstrap, THROUGHLINE_TOPIC=topic, THROUGHLINE_TOKEN_KEY=KEY_HEX
+    )
     db_proj, db_serve = tmp_path / "projector.duckdb", tmp_path / "serve.duckdb"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -84,11 +86,23 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
     serve = Child("serve", ["serve", "--port", str(port), "--db", str(db_serve)], tmp_path, env)
     turns_file = tmp_path / "turns.jsonl"
     turns_file.touch()
-    ingest_argv = ["ingest", str(turns_file), "--follow", "--partitions", str(PARTITIONS), "--send-timeout", "10",
-                   "--connect-timeout", "5", "--poll-interval", "0.1"]
+    ingest_argv = [
+        "ingest",
+        str(turns_file),
+        "--follow",
+        "--partitions",
+        str(PARTITIONS),
+        "--send-timeout",
+        "10",
+        "--connect-timeout",
+        "5",
+        "--poll-interval",
+        "0.1",
+    ]
     ingest = Child("ingest", ingest_argv, tmp_path, env)
-    workload = Workload(7, tuple(p for group in LIBRARY_PROJECTS for p in group) + INGEST_PROJECTS,
-                        switch_every=5, rollback_every=9)
+    workload = Workload(
+        7, tuple(p for group in LIBRARY_PROJECTS for p in group) + INGEST_PROJECTS, switch_every=5, rollback_every=9
+    )
     producers = [RetryingSender(bootstrap, topic, workload, group, PARTITIONS) for group in LIBRARY_PROJECTS]
     probe = Probe(url)
     stop_lines = threading.Event()
@@ -111,8 +125,14 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
         while not stop_lines.is_set():
             turn = workload.next_turn(INGEST_PROJECTS[i % 2])
             i += 1
-            doc = {"project": turn.project, "host": turn.host, "thread": turn.thread, "turnId": turn.turn_id,
-                   "completedAt": "2026-03-01T00:00:00Z", "body": turn.body}
+            doc = {
+                "project": turn.project,
+                "host": turn.host,
+                "thread": turn.thread,
+                "turnId": turn.turn_id,
+                "completedAt": "2026-03-01T00:00:00Z",
+                "body": turn.body,
+            }
             if turn.seq is not None:
                 doc["seq"] = turn.seq
             with open(turns_file, "a", encoding="utf-8") as f:
@@ -157,8 +177,12 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
                 assert child.alive(), f"{child.name} did not survive the broker outage:\n{child.stderr()}"
             # Recovered by itself: ready again (it has caught up with what was produced meanwhile).
             try:
-                wait_until(lambda: _status(url, "/readyz") == 200, timeout=CATCH_UP_TIMEOUT, interval=0.5,
-                           what="serve to be ready after the outage")
+                wait_until(
+                    lambda: _status(url, "/readyz") == 200,
+                    timeout=CATCH_UP_TIMEOUT,
+                    interval=0.5,
+                    what="serve to be ready after the outage",
+                )
             except AssertionError:
                 raise AssertionError(f"serve did not become ready again: {_readyz_trail(probe, t0)}") from None
             recovery.append(round(time.monotonic() - back, 1))
@@ -174,17 +198,27 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
         for child in (projector, serve):
             assert child.alive(), f"{child.name} did not survive the broker outages:\n{child.stderr()}"
         mark("producers stopped")
-        wait_until(lambda: _ingested(bootstrap, topic, lines_written), timeout=CATCH_UP_TIMEOUT,
-                   what="ingest to send every line", interval=1.0)
+        wait_until(
+            lambda: _ingested(bootstrap, topic, lines_written),
+            timeout=CATCH_UP_TIMEOUT,
+            what="ingest to send every line",
+            interval=1.0,
+        )
         mark("every line ingested")
         stop_supervisor.set()
         supervisor.join(timeout=30)
         assert ingest.terminate() == 0, ingest.stderr()
         mark("ingest stopped")
         stored, ends = read_topic_and_ends(bootstrap, topic)
-        wait_until(lambda: rel_support.readyz_lag(url) == 0, timeout=CATCH_UP_TIMEOUT, what="serve to catch up after the outages")
+        wait_until(
+            lambda: rel_support.readyz_lag(url) == 0,
+            timeout=CATCH_UP_TIMEOUT,
+            what="serve to catch up after the outages",
+        )
         mark("serve caught up")
-        wait_until(lambda: _status(url, "/readyz") == 200, timeout=CATCH_UP_TIMEOUT, what="serve to be ready at the end")
+        wait_until(
+            lambda: _status(url, "/readyz") == 200, timeout=CATCH_UP_TIMEOUT, what="serve to be ready at the end"
+        )
         assert _status(url, "/healthz") == 200
         probe.stop.set()
         threads[-1].join(timeout=60)
@@ -223,27 +257,44 @@ def test_broker_restarts_lose_nothing(kafka_broker_factory: Any, kafka_topic_nam
             child.stop_quietly()
 
     # What health said meanwhile: the outage was visible, and the service was ready again after it.
-    during = [doc for (t, path, status, doc) in probe.seen
-              if path == "/readyz" and any(b + 1.0 <= t <= e for b, e in outages)]
+    during = [
+        doc for (t, path, status, doc) in probe.seen if path == "/readyz" and any(b + 1.0 <= t <= e for b, e in outages)
+    ]
     unready = [d for d in during if isinstance(d, dict) and d.get("status") == "not_ready"]
     assert unready, "/readyz never reported the outage"
     assert any((d.get("logError") or {}).get("code") == "broker_unavailable" for d in unready), unready[:2]
     # The service stayed alive through every outage (liveness).
-    alive = [status for (t, path, status, _) in probe.seen if path == "/healthz" and any(b <= t <= e for b, e in outages)]
+    alive = [
+        status for (t, path, status, _) in probe.seen if path == "/healthz" and any(b <= t <= e for b, e in outages)
+    ]
     assert alive and all(s == 200 for s in alive), alive
     retries = sum(len(p.failures) for p in producers)
     ingest_restarts = len(ingest_exits)
     # An ingest run that gave up said why, with the broker's stable code.
     assert all(e is not None and e["code"] == "broker_unavailable" for e in ingest_exits), ingest_exits
-    print(f"\nbroker faults: {FAULTS} outages of {OUTAGE_S:g}s; acknowledged {len(acked)} + {len(lines_written)} lines; "
-          f"producer retries {retries} (reconnects {sum(p.reconnects for p in producers)}); ingest restarts "
-          f"{ingest_restarts}; turns in the log twice (applied once) {in_log_twice}; ready again after {recovery} s")
+    print(
+        f"\nbroker faults: {FAULTS} outages of {OUTAGE_S:g}s; acknowledged {len(acked)} + {len(lines_written)} lines; "
+        f"producer retries {retries} (reconnects {sum(p.reconnects for p in producers)}); ingest restarts "
+        f"{ingest_restarts}; turns in the log twice (applied once) {in_log_twice}; ready again after {recovery} s"
+    )
     rel_support.record(
-        "broker", "restarts", faults=FAULTS, outage_seconds=OUTAGE_S, acknowledged=len(acked),
-        ingested_lines=len(lines_written), producer_retries=retries, ingest_restarts=ingest_restarts,
-        log_duplicates_applied_once=in_log_twice, lost=0, doubled=0, unhandled=0,
-        projector_restarts=0, serve_restarts=0, live_turns=compared["live_turns"],
-        readyz_unready_during_outage=len(unready), ready_again_after_seconds=recovery,
+        "broker",
+        "restarts",
+        faults=FAULTS,
+        outage_seconds=OUTAGE_S,
+        acknowledged=len(acked),
+        ingested_lines=len(lines_written),
+        producer_retries=retries,
+        ingest_restarts=ingest_restarts,
+        log_duplicates_applied_once=in_log_twice,
+        lost=0,
+        doubled=0,
+        unhandled=0,
+        projector_restarts=0,
+        serve_restarts=0,
+        live_turns=compared["live_turns"],
+        readyz_unready_during_outage=len(unready),
+        ready_again_after_seconds=recovery,
     )
 
 
@@ -251,7 +302,9 @@ def _readyz_trail(probe: Probe, t0: float) -> list[tuple[float, int, Any]]:
     out = []
     for t, path, status, doc in probe.seen[-40:]:
         if path == "/readyz" and isinstance(doc, dict):
-            out.append((round(t - t0, 1), status, {k: doc.get(k) for k in ("projector", "lag", "logError", "projectorError")}))
+            out.append(
+                (round(t - t0, 1), status, {k: doc.get(k) for k in ("projector", "lag", "logError", "projectorError")})
+            )
     return out
 
 

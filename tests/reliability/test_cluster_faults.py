@@ -114,9 +114,7 @@ def test_two_nodes_down_refuse_with_a_typed_error(world: ClusterWorld, kafka_clu
             probe.send(turn)
         took = time.monotonic() - started
         assert refused.value.retriable, refused.value.to_json()
-        assert took <= SEND_TIMEOUT_S + 5.0, (
-            f"the refusal took {took:.1f}s (send timeout {SEND_TIMEOUT_S:g}s)"
-        )
+        assert took <= SEND_TIMEOUT_S + 5.0, f"the refusal took {took:.1f}s (send timeout {SEND_TIMEOUT_S:g}s)"
         world.mark(f"probe refused after {took:.1f}s: {refused.value.code}")
         time.sleep(max(0.0, QUORUM_OUTAGE_S - (time.monotonic() - both_down)))
         back = time.monotonic()
@@ -164,9 +162,7 @@ def test_controller_kills_lose_nothing(world: ClusterWorld, kafka_cluster: Kafka
         kafka_cluster.wait_healthy()
         world.wait_progress(STEADY_TURNS // 2)
     counts = world.finish()
-    rel_support.record(
-        "cluster", "controller_kills", kills=CONTROLLER_KILLS, election_seconds=elections, **counts
-    )
+    rel_support.record("cluster", "controller_kills", kills=CONTROLLER_KILLS, election_seconds=elections, **counts)
 
 
 def test_rolling_restart_loses_nothing(world: ClusterWorld, kafka_cluster: KafkaCluster) -> None:
@@ -184,9 +180,7 @@ def test_rolling_restart_loses_nothing(world: ClusterWorld, kafka_cluster: Kafka
     rel_support.record("cluster", "rolling_restart", restarts=len(kafka_cluster.node_ids), **counts)
 
 
-def test_serve_stops_within_the_bound_after_failovers(
-    world: ClusterWorld, kafka_cluster: KafkaCluster
-) -> None:
+def test_serve_stops_within_the_bound_after_failovers(world: ClusterWorld, kafka_cluster: KafkaCluster) -> None:
     world.start()
     world.wait_progress(STEADY_TURNS)
     partition = world.busy_partition()

@@ -34,16 +34,21 @@ def test_a_topic_throughline_creates_on_three_brokers_has_three_replicas_and_min
     assert info.configs["min.insync.replicas"] == "2"
     assert info.configs["unclean.leader.election.enable"] == "false"
     assert info.replication_reasons == ()
-    env = {**os.environ, "THROUGHLINE_BOOTSTRAP_SERVERS": kafka_cluster.bootstrap_servers,
-           "THROUGHLINE_TOPIC": kafka_topic_name}
+    env = {
+        **os.environ,
+        "THROUGHLINE_BOOTSTRAP_SERVERS": kafka_cluster.bootstrap_servers,
+        "THROUGHLINE_TOPIC": kafka_topic_name,
+    }
     db = str(tmp_path / "p.duckdb")
     for args in (["project", "--until-caught-up"], ["status", "--json"]):
-        status = subprocess.run([CLI, *args, "--db", db], env=env, capture_output=True, text=True, timeout=120,
-                                check=False)
+        status = subprocess.run(
+            [CLI, *args, "--db", db], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
         assert status.returncode == 0, status.stderr
     rows = json.loads(status.stdout)["partitions"]
     assert [(len(r["replicas"]), len(r["isr"]), r["underReplicated"]) for r in rows] == [(3, 3, False)] * 3
     assert all(r["leader"] in r["replicas"] for r in rows)
+
 
 @pytest.mark.parametrize(
     ("replicas", "configs", "why"),

@@ -289,12 +289,19 @@ def test_every_single_bit_flip_of_a_token_is_refused() -> None:
 
 def test_every_single_bit_flip_of_a_token_is_refused_by_the_reader() -> None:
     token, after, through, limit = TOKENS[len(TOKENS) // 2]
-    ok = read(WORLD.projection, project=PROJECT, after_cursor=after, through_cursor=through, page_token=token, limit=limit)
+    ok = read(
+        WORLD.projection, project=PROJECT, after_cursor=after, through_cursor=through, page_token=token, limit=limit
+    )
     assert isinstance(ok, ObserverRead) and ok.ok
     n = 0
     for variant in token_variants(token):
         result = read(
-            WORLD.projection, project=PROJECT, after_cursor=after, through_cursor=through, page_token=variant, limit=limit
+            WORLD.projection,
+            project=PROJECT,
+            after_cursor=after,
+            through_cursor=through,
+            page_token=variant,
+            limit=limit,
         )
         assert isinstance(result, PageTokenError), result  # a hard error: never a page, never resync
         n += 1
@@ -317,8 +324,14 @@ def test_every_bit_flip_of_the_cursors_a_token_is_bound_to_is_refused() -> None:
 
 _HEX = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 _PAYLOAD_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=70), _HEX,
-    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=70),
+    _HEX,
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
 )
 
 
@@ -362,8 +375,12 @@ def signed_payloads(draw: st.DrawFn) -> tuple[str, bool]:
 _TOKENISH = st.one_of(
     st.text(max_size=60),
     st.text(alphabet="tlp0123456789.-_ABCDEFabcdef", max_size=80),
-    st.builds(lambda v, a, b: f"tlp{v}.{a}.{b}", st.text("0123456789", min_size=1, max_size=5),
-              st.text("ABCabc_-0123", max_size=40), st.text("ABCabc_-0123", max_size=45)),
+    st.builds(
+        lambda v, a, b: f"tlp{v}.{a}.{b}",
+        st.text("0123456789", min_size=1, max_size=5),
+        st.text("ABCabc_-0123", max_size=40),
+        st.text("ABCabc_-0123", max_size=45),
+    ),
     st.sampled_from([t[0] for t in TOKENS]).map(lambda t: t + "\n"),
     st.sampled_from([t[0] for t in TOKENS]).map(lambda t: t.replace("tlp1.", "tlp2.", 1)),
     st.integers(0, 5).map(lambda n: "tlp1." + "A" * (4097 + n)),
@@ -387,7 +404,11 @@ def test_generated_page_tokens_are_refused_or_exact(tokens: list[Any]) -> None:
             assert isinstance(offset, int) and not isinstance(offset, bool) and 0 <= offset <= 2**53 - 1
             payload = json.loads(b64url_decode(token.split(".")[1]) or b"")
             assert payload["offset"] == offset and set(payload) == {
-                "afterSha256", "offset", "projectSha256", "schema", "throughSha256"
+                "afterSha256",
+                "offset",
+                "projectSha256",
+                "schema",
+                "throughSha256",
             }
         count("token_generated")
 
@@ -398,7 +419,9 @@ def test_generated_page_tokens_are_refused_or_exact(tokens: list[Any]) -> None:
 @st.composite
 def forged_cursors(draw: st.DrawFn) -> str:
     """A well-formed cursor with arbitrary (or pool) fields."""
-    project = draw(st.sampled_from([PROJECT_HASH, project_sha256(OTHER_PROJECT), bytes(32)]) | st.binary(min_size=32, max_size=32))
+    project = draw(
+        st.sampled_from([PROJECT_HASH, project_sha256(OTHER_PROJECT), bytes(32)]) | st.binary(min_size=32, max_size=32)
+    )
     source = draw(st.sampled_from(KNOWN_SOURCES) | st.binary(min_size=32, max_size=32))
     length = draw(st.integers(1, 20) | st.integers(1, 2**63 - 1))
     digest = draw(st.binary(min_size=32, max_size=32))
@@ -423,7 +446,9 @@ def mutate_text(draw: st.DrawFn, text: str) -> str:
     if how == "case":
         return text.swapcase()
     if how == "version":
-        return text.replace("tlc1.", draw(st.sampled_from(["tlc2.", "tlc01.", "tlc0.", "tlc9999.", "TLC1.", "tlc1.."])), 1)
+        return text.replace(
+            "tlc1.", draw(st.sampled_from(["tlc2.", "tlc01.", "tlc0.", "tlc9999.", "TLC1.", "tlc1.."])), 1
+        )
     if how == "pad":
         return text + draw(st.sampled_from(["=", "==", "\n", " ", "\x00"]))
     j = draw(st.integers(0, len(text) - 1))
@@ -445,8 +470,16 @@ def cursor_inputs(draw: st.DrawFn) -> object:
         return draw(st.text(max_size=200))
     if kind == 4:
         return "tlc" + draw(st.text("0123456789", max_size=5)) + "." + draw(st.text("A-Za-z09_-", max_size=200))
-    return draw(st.one_of(st.none(), st.integers(), st.binary(max_size=20), st.floats(), st.lists(st.integers(), max_size=2),
-                          st.integers(1020, 1100).map(lambda n: "tlc1." + "A" * n)))
+    return draw(
+        st.one_of(
+            st.none(),
+            st.integers(),
+            st.binary(max_size=20),
+            st.floats(),
+            st.lists(st.integers(), max_size=2),
+            st.integers(1020, 1100).map(lambda n: "tlc1." + "A" * n),
+        )
+    )
 
 
 @fuzz_settings(2500)
@@ -469,16 +502,39 @@ def test_cursors_decode_or_refuse(texts: list[object]) -> None:
 # ------------------------------------------------------------------------------------------ read parameters
 
 _PROJECTS = st.one_of(
-    st.sampled_from([PROJECT, OTHER_PROJECT, PROJECT + "/", "/" + PROJECT, PROJECT.replace("/work/", "/work/./"),
-                     unicodedata.normalize("NFD", PROJECT), "/nope", "", ".", "/", "a\x00b", "/x\ud800", "x" * 5000]),
+    st.sampled_from(
+        [
+            PROJECT,
+            OTHER_PROJECT,
+            PROJECT + "/",
+            "/" + PROJECT,
+            PROJECT.replace("/work/", "/work/./"),
+            unicodedata.normalize("NFD", PROJECT),
+            "/nope",
+            "",
+            ".",
+            "/",
+            "a\x00b",
+            "/x\ud800",
+            "x" * 5000,
+        ]
+    ),
     st.text(max_size=40),
     st.one_of(st.none(), st.integers(), st.binary(max_size=8), st.lists(st.text(), max_size=1)),
 )
 _LIMITS = st.one_of(
-    st.none(), st.integers(1, 100), st.integers(-5, 200), st.integers(-(2**70), 2**70), st.booleans(),
-    st.floats(allow_nan=True), st.text(max_size=4), st.sampled_from(["5", "10", b"3"]),
+    st.none(),
+    st.integers(1, 100),
+    st.integers(-5, 200),
+    st.integers(-(2**70), 2**70),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.text(max_size=4),
+    st.sampled_from(["5", "10", b"3"]),
 )
-_BODY_LIMITS = st.one_of(st.just(64 * 1024), st.integers(0, 300), st.integers(-3, 10**9), st.booleans(), st.floats(), st.none())
+_BODY_LIMITS = st.one_of(
+    st.just(64 * 1024), st.integers(0, 300), st.integers(-3, 10**9), st.booleans(), st.floats(), st.none()
+)
 
 
 @st.composite
@@ -492,8 +548,13 @@ def read_params(draw: st.DrawFn) -> dict[str, Any]:
         if shape >= 1:
             field = draw(st.sampled_from(["project", "after_cursor", "through_cursor", "page_token", "limit"]))
             params[field] = draw(
-                {"project": _PROJECTS, "after_cursor": st.none() | cursor_inputs(), "through_cursor": st.none() | cursor_inputs(),
-                 "page_token": st.none() | _TOKENISH, "limit": _LIMITS}[field]
+                {
+                    "project": _PROJECTS,
+                    "after_cursor": st.none() | cursor_inputs(),
+                    "through_cursor": st.none() | cursor_inputs(),
+                    "page_token": st.none() | _TOKENISH,
+                    "limit": _LIMITS,
+                }[field]
             )
     else:
         params["after_cursor"] = draw(st.none() | cursor_inputs())
@@ -537,9 +598,20 @@ _JSON_VALUES = st.recursive(
     max_leaves=6,
 )
 _TIMES = st.one_of(
-    st.sampled_from(["2026-01-02T03:04:05Z", "2026-01-02T03:04:05.123456789+05:30", "0001-01-01T00:00:00Z",
-                     "9999-12-31T23:59:60Z", "2026-02-30T00:00:00Z", "2026-01-02 03:04:05z", "2026-01-02T03:04:05",
-                     "2026-01-02T03:04:05Z\n", "２０２６-01-02T03:04:05Z", "0001-01-01T00:00:00+01:00"]),
+    st.sampled_from(
+        [
+            "2026-01-02T03:04:05Z",
+            "2026-01-02T03:04:05.123456789+05:30",
+            "0001-01-01T00:00:00Z",
+            "9999-12-31T23:59:60Z",
+            "2026-02-30T00:00:00Z",
+            "2026-01-02 03:04:05z",
+            "2026-01-02T03:04:05",
+            "2026-01-02T03:04:05Z\n",
+            "２０２６-01-02T03:04:05Z",
+            "0001-01-01T00:00:00+01:00",
+        ]
+    ),
     st.text(max_size=30),
 )
 
@@ -600,11 +672,21 @@ def test_ingest_lines_parse_or_refuse(lines: list[bytes | str]) -> None:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
             doc = json.loads(text.lstrip("\ufeff"))
             rebuilt = build_turn(
-                project=doc["project"], host=doc["host"], thread=doc["thread"], turn_id=doc["turnId"],
-                completed_at_micros=parse_rfc3339(doc["completedAt"]), body=doc["body"], seq=doc.get("seq"),
+                project=doc["project"],
+                host=doc["host"],
+                thread=doc["thread"],
+                turn_id=doc["turnId"],
+                completed_at_micros=parse_rfc3339(doc["completedAt"]),
+                body=doc["body"],
+                seq=doc.get("seq"),
             )
             assert (turn.project, turn.host, turn.thread, turn.turn_id, turn.seq, turn.body, turn.content_digest) == (
-                rebuilt.project, rebuilt.host, rebuilt.thread, rebuilt.turn_id, rebuilt.seq, rebuilt.body,
+                rebuilt.project,
+                rebuilt.host,
+                rebuilt.thread,
+                rebuilt.turn_id,
+                rebuilt.seq,
+                rebuilt.body,
                 rebuilt.content_digest,
             )
         elif not refused:  # only a blank line parses to nothing
@@ -613,12 +695,39 @@ def test_ingest_lines_parse_or_refuse(lines: list[bytes | str]) -> None:
 
 
 VALID_LINES = [
-    json.dumps({"project": "/srv/p", "host": "h", "thread": "t", "turnId": "u-1", "completedAt": "2026-01-02T03:04:05Z",
-                "body": "hello ✓"}, ensure_ascii=False),
-    json.dumps({"project": "p", "host": "host", "thread": "main", "turnId": "x", "seq": 3,
-                "completedAt": "2026-01-02T03:04:05.123456+02:00", "body": ""}),
-    json.dumps({"seq": 1, "body": "a\nb\u0000c", "completedAt": "1999-12-31T23:59:59.9Z", "turnId": "t",
-                "thread": "s", "host": "h", "project": "/a/b/"}),
+    json.dumps(
+        {
+            "project": "/srv/p",
+            "host": "h",
+            "thread": "t",
+            "turnId": "u-1",
+            "completedAt": "2026-01-02T03:04:05Z",
+            "body": "hello ✓",
+        },
+        ensure_ascii=False,
+    ),
+    json.dumps(
+        {
+            "project": "p",
+            "host": "host",
+            "thread": "main",
+            "turnId": "x",
+            "seq": 3,
+            "completedAt": "2026-01-02T03:04:05.123456+02:00",
+            "body": "",
+        }
+    ),
+    json.dumps(
+        {
+            "seq": 1,
+            "body": "a\nb\u0000c",
+            "completedAt": "1999-12-31T23:59:59.9Z",
+            "turnId": "t",
+            "thread": "s",
+            "host": "h",
+            "project": "/a/b/",
+        }
+    ),
 ]
 
 
@@ -635,7 +744,11 @@ def test_every_single_bit_flip_and_byte_deletion_of_an_ingest_line() -> None:
             if turn is not None:
                 doc = json.loads(variant.decode("utf-8").lstrip("\ufeff"))
                 assert (turn.host, turn.thread, turn.turn_id, turn.body, turn.seq) == (
-                    doc["host"], doc["thread"], doc["turnId"], doc["body"], doc.get("seq")
+                    doc["host"],
+                    doc["thread"],
+                    doc["turnId"],
+                    doc["body"],
+                    doc.get("seq"),
                 )
             n += 1
     count("ingest_line", n)
@@ -669,8 +782,14 @@ def test_an_overlong_ingest_line_is_refused_without_parsing() -> None:
 # ------------------------------------------------------------------------------------------ topic records
 
 SAMPLE = build_turn(
-    project="/srv/fuzz", host="h", thread="t", turn_id="u-1", completed_at_micros=1_700_000_000_000_000,
-    body="body ✓", seq=1, attributes={"k": "v"},
+    project="/srv/fuzz",
+    host="h",
+    thread="t",
+    turn_id="u-1",
+    completed_at_micros=1_700_000_000_000_000,
+    body="body ✓",
+    seq=1,
+    attributes={"k": "v"},
 )
 
 
@@ -681,7 +800,11 @@ def _datum(draw: st.DrawFn, version: int) -> dict[str, Any]:
         datum["producer"] = {k: v for k, v in datum["producer"].items() if k != "attributes"}
     text = st.text(max_size=12) | st.sampled_from(["", "a\x00b", "/srv/fuzz/", "/srv/../srv/fuzz"])
     choices = {
-        "project": text, "host": text, "thread": text, "turnId": text, "body": st.text(max_size=30),
+        "project": text,
+        "host": text,
+        "thread": text,
+        "turnId": text,
+        "body": st.text(max_size=30),
         "projectSha256": st.binary(max_size=40) | st.just(SAMPLE.project_sha256),
         "contentDigest": st.binary(max_size=40) | st.just(SAMPLE.content_digest),
         "seq": st.none() | st.integers(-(2**63), 2**63 - 1),
@@ -716,7 +839,11 @@ def raw_records(draw: st.DrawFn) -> bytes | None:
         return bytes(data)
     if kind == 5:  # truncated or extended
         data = encode_turn(SAMPLE)
-        return data[: draw(st.integers(0, len(data) - 1))] if draw(st.booleans()) else data + draw(st.binary(min_size=1, max_size=8))
+        return (
+            data[: draw(st.integers(0, len(data) - 1))]
+            if draw(st.booleans())
+            else data + draw(st.binary(min_size=1, max_size=8))
+        )
     return None  # a tombstone
 
 
@@ -751,9 +878,15 @@ def _apply_and_compare(projection: DuckProjection, records: list[LogRecord]) -> 
         assert view.applied_offset(0) == (records[-1].offset + 1 if records else 0)
         for source, turns in book.live.items():
             info = view.source(source)
-            assert info is not None and info.length == len(turns) and (info.broken_reason is not None) == (source in book.broken)
+            assert (
+                info is not None
+                and info.length == len(turns)
+                and (info.broken_reason is not None) == (source in book.broken)
+            )
             rows = view.turns(source, 1, max(1, len(turns)))
-            assert [(r.seq, r.turn_id, r.chain_digest) for r in rows] == [(t.seq, t.turn_id, t.chain_digest) for t in turns]
+            assert [(r.seq, r.turn_id, r.chain_digest) for r in rows] == [
+                (t.seq, t.turn_id, t.chain_digest) for t in turns
+            ]
             previous = CHAIN_ORIGIN
             for row in rows:  # the stored chain is a real chain of the stored content
                 previous = next_chain_digest(previous, content_digest(row.turn_id, row.completed_at_micros, row.body))
@@ -777,8 +910,15 @@ def record_batches(draw: st.DrawFn) -> list[LogRecord]:
         seq = draw(st.none() | st.integers(1, length + 2))
         tid = draw(st.sampled_from([f"id-{offset}", "id-0", "id-1"]))
         body = draw(st.sampled_from(["a", "b", f"body {offset}"]))
-        turn = build_turn(project="/srv/fuzz", host=host, thread=thread, turn_id=tid,
-                          completed_at_micros=1_700_000_000_000_000, body=body, seq=seq)
+        turn = build_turn(
+            project="/srv/fuzz",
+            host=host,
+            thread=thread,
+            turn_id=tid,
+            completed_at_micros=1_700_000_000_000_000,
+            body=body,
+            seq=seq,
+        )
         lengths[(host, thread)] = seq if seq is not None and seq <= length + 1 else length + 1
         key = turn.project_sha256 if draw(st.integers(0, 9)) else draw(st.binary(min_size=32, max_size=32))
         out.append(LogRecord(0, offset, key, encode_turn(turn)))
@@ -855,17 +995,27 @@ _PARAM_NAMES = st.sampled_from(
 
 @st.composite
 def param_values(draw: st.DrawFn) -> str:
-    return str(draw(st.one_of(
-        st.sampled_from([PROJECT, OTHER_PROJECT, *CURSORS[:5], *(t[0] for t in TOKENS[:5])]),
-        cursor_inputs().filter(lambda v: isinstance(v, str)),
-        st.sampled_from(["1", "10", "100", "0", "-1", "1e3", "0.001", "0.00", "99999999999999999999", "nan", "inf"]),
-        st.text(max_size=30),
-    )))
+    return str(
+        draw(
+            st.one_of(
+                st.sampled_from([PROJECT, OTHER_PROJECT, *CURSORS[:5], *(t[0] for t in TOKENS[:5])]),
+                cursor_inputs().filter(lambda v: isinstance(v, str)),
+                st.sampled_from(
+                    ["1", "10", "100", "0", "-1", "1e3", "0.001", "0.00", "99999999999999999999", "nan", "inf"]
+                ),
+                st.text(max_size=30),
+            )
+        )
+    )
 
 
 _JSON_PARAM_VALUES = st.one_of(
-    param_values(), st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-    st.floats(max_value=0.01) | st.floats(allow_nan=True), st.lists(st.integers(), max_size=2),
+    param_values(),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(max_value=0.01) | st.floats(allow_nan=True),
+    st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
 
@@ -873,9 +1023,24 @@ _JSON_PARAM_VALUES = st.one_of(
 @st.composite
 def http_requests(draw: st.DrawFn) -> dict[str, Any]:
     method = draw(st.sampled_from(["GET", "GET", "POST", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"]))
-    path = draw(st.sampled_from([READ_PATH, READ_PATH, READ_PATH, "/healthz", "/readyz", "/metrics", "/openapi.json",
-                                 READ_PATH + "/", "/v1/projects", "/", "/v1/projects/read/x"])
-                | st.text("/abc%.", max_size=12).map(lambda s: "/v1/" + s))  # (httpx refuses a path that starts "//")
+    path = draw(
+        st.sampled_from(
+            [
+                READ_PATH,
+                READ_PATH,
+                READ_PATH,
+                "/healthz",
+                "/readyz",
+                "/metrics",
+                "/openapi.json",
+                READ_PATH + "/",
+                "/v1/projects",
+                "/",
+                "/v1/projects/read/x",
+            ]
+        )
+        | st.text("/abc%.", max_size=12).map(lambda s: "/v1/" + s)
+    )  # (httpx refuses a path that starts "//")
     headers: dict[str, str] = {}
     auth = draw(st.sampled_from(["none", "good", "bad", "scheme", "junk"]))
     if auth == "good":
@@ -885,7 +1050,9 @@ def http_requests(draw: st.DrawFn) -> dict[str, Any]:
     elif auth == "scheme":
         headers["Authorization"] = f"Basic {AUTH}"
     elif auth == "junk":
-        headers["Authorization"] = draw(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=30))
+        headers["Authorization"] = draw(
+            st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=30)
+        )
     request: dict[str, Any] = {"method": method, "url": path, "headers": headers}
     if draw(st.booleans()):
         pairs = draw(st.lists(st.tuples(_PARAM_NAMES, param_values()), max_size=6))
@@ -898,9 +1065,23 @@ def http_requests(draw: st.DrawFn) -> dict[str, Any]:
         elif body_kind == 3:
             request["content"] = draw(st.binary(max_size=200))
         else:
-            request["content"] = draw(st.sampled_from([b"[" * 3000, b"{" * 3000, b'{"project":' * 2000, b"null", b"[]",
-                                                      b'{"project": "\\ud800"}', b"x" * 70_000, b'{"limit": 1' + b"0" * 5000 + b"}"]))
-        headers["Content-Type"] = draw(st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded", ""]))
+            request["content"] = draw(
+                st.sampled_from(
+                    [
+                        b"[" * 3000,
+                        b"{" * 3000,
+                        b'{"project":' * 2000,
+                        b"null",
+                        b"[]",
+                        b'{"project": "\\ud800"}',
+                        b"x" * 70_000,
+                        b'{"limit": 1' + b"0" * 5000 + b"}",
+                    ]
+                )
+            )
+        headers["Content-Type"] = draw(
+            st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded", ""])
+        )
     return request
 
 
@@ -930,43 +1111,67 @@ def clients() -> Iterator[tuple[TestClient, TestClient]]:
     auth_app = create_app(
         projection=WORLD.projection, log=WORLD.log, token_key=KEY, settings=ApiSettings(auth_token=AUTH, **api)
     )
-    with TestClient(open_app, raise_server_exceptions=False) as a, TestClient(auth_app, raise_server_exceptions=False) as b:
+    with (
+        TestClient(open_app, raise_server_exceptions=False) as a,
+        TestClient(auth_app, raise_server_exceptions=False) as b,
+    ):
         yield a, b
 
 
 @fuzz_settings(1500)
 @given(http_requests(), st.booleans())
-def test_http_requests_never_fail_the_server(clients: tuple[TestClient, TestClient], request: dict[str, Any], auth_on: bool) -> None:
+def test_http_requests_never_fail_the_server(
+    clients: tuple[TestClient, TestClient], request: dict[str, Any], auth_on: bool
+) -> None:
     client = clients[1] if auth_on else clients[0]
     response = client.request(**request)
     _check_http(response, request, auth_on=auth_on)
     count("http_testclient")
 
 
-_RAW_METHODS = st.sampled_from(["GET", "POST", "HEAD", "PUT", "OPTIONS"]) | st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=7)
+_RAW_METHODS = st.sampled_from(["GET", "POST", "HEAD", "PUT", "OPTIONS"]) | st.text(
+    alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=7
+)
 
 
 @st.composite
 def asgi_requests(draw: st.DrawFn) -> tuple[dict[str, Any], list[bytes]]:
-    path = draw(st.sampled_from([READ_PATH, "/healthz", "/readyz", "/metrics"]) | st.text(max_size=20).map(lambda s: "/" + s))
-    query = draw(st.one_of(
-        st.binary(max_size=120),
-        st.lists(st.tuples(_PARAM_NAMES, param_values()), max_size=5).map(
-            lambda pairs: "&".join(f"{k}={v}" for k, v in pairs).encode("utf-8", "surrogateescape")
-        ),
-        st.integers(16 * 1024, 17 * 1024).map(lambda n: b"project=" + b"a" * n),
-    ))
-    headers = draw(st.lists(
-        st.tuples(st.sampled_from([b"content-length", b"content-type", b"authorization", b"host", b"transfer-encoding"])
-                  | st.binary(min_size=1, max_size=10).map(bytes.lower),
-                  st.binary(max_size=40) | st.sampled_from([b"0", b"10", b"99999999999999999999", b"-1", b"1 ", b"\xff"])),
-        max_size=4,
-    ))
+    path = draw(
+        st.sampled_from([READ_PATH, "/healthz", "/readyz", "/metrics"]) | st.text(max_size=20).map(lambda s: "/" + s)
+    )
+    query = draw(
+        st.one_of(
+            st.binary(max_size=120),
+            st.lists(st.tuples(_PARAM_NAMES, param_values()), max_size=5).map(
+                lambda pairs: "&".join(f"{k}={v}" for k, v in pairs).encode("utf-8", "surrogateescape")
+            ),
+            st.integers(16 * 1024, 17 * 1024).map(lambda n: b"project=" + b"a" * n),
+        )
+    )
+    headers = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([b"content-length", b"content-type", b"authorization", b"host", b"transfer-encoding"])
+                | st.binary(min_size=1, max_size=10).map(bytes.lower),
+                st.binary(max_size=40) | st.sampled_from([b"0", b"10", b"99999999999999999999", b"-1", b"1 ", b"\xff"]),
+            ),
+            max_size=4,
+        )
+    )
     chunks = draw(st.lists(st.binary(max_size=100) | st.sampled_from([b'{"project": "/p"}', b"[" * 2000]), max_size=3))
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": draw(_RAW_METHODS),
-        "scheme": "http", "path": path, "raw_path": path.encode("utf-8", "surrogateescape"), "query_string": query,
-        "root_path": "", "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8787),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": draw(_RAW_METHODS),
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode("utf-8", "surrogateescape"),
+        "query_string": query,
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8787),
     }
     return scope, chunks
 
@@ -974,7 +1179,9 @@ def asgi_requests(draw: st.DrawFn) -> tuple[dict[str, Any], list[bytes]]:
 @pytest.fixture(scope="module")
 def asgi_loop() -> Iterator[tuple[asyncio.AbstractEventLoop, Any]]:
     loop = asyncio.new_event_loop()
-    app = create_app(projection=WORLD.projection, log=WORLD.log, token_key=KEY, settings=ApiSettings(read_wait=0.0, max_wait=0.01))
+    app = create_app(
+        projection=WORLD.projection, log=WORLD.log, token_key=KEY, settings=ApiSettings(read_wait=0.0, max_wait=0.01)
+    )
     try:
         yield loop, app
     finally:

@@ -93,8 +93,9 @@ def test_the_generated_token_key_file_is_private(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    app = create_app(projection=WORLD.projection, log=WORLD.log, token_key=KEY,
-                     settings=ApiSettings(read_wait=0.0, auth_token=AUTH))
+    app = create_app(
+        projection=WORLD.projection, log=WORLD.log, token_key=KEY, settings=ApiSettings(read_wait=0.0, auth_token=AUTH)
+    )
     with TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
@@ -123,18 +124,33 @@ def test_oversized_requests_are_refused(client: TestClient) -> None:
     checked("oversized_refused")
 
 
-@pytest.mark.parametrize("body", [b"[" * 5_000, b"{" * 5_000, b'{"project":' * 3_000 + b'"/p"', b'{"project": [' * 2_000])
+@pytest.mark.parametrize(
+    "body", [b"[" * 5_000, b"{" * 5_000, b'{"project":' * 3_000 + b'"/p"', b'{"project": [' * 2_000]
+)
 def test_a_deeply_nested_json_body_is_a_400_not_a_500(client: TestClient, body: bytes) -> None:
     # Found by test_fuzz_inputs: json.loads raises RecursionError (not ValueError) on deep nesting,
     # which request_from_json does not catch, so the server answers 500 internal_error.
-    response = client.post(READ, content=body, headers={"Authorization": f"Bearer {AUTH}", "Content-Type": "application/json"})
+    response = client.post(
+        READ, content=body, headers={"Authorization": f"Bearer {AUTH}", "Content-Type": "application/json"}
+    )
     assert response.status_code == 400, response.text
     assert _code(response) == "invalid_arguments"
     checked("nested_json_refused")
 
 
-@pytest.mark.parametrize("header", [None, "", "Bearer", f"Bearer {AUTH}x", f"bearer {AUTH[:-1]}", f"Basic {AUTH}",
-                                    f"Bearer  {AUTH} extra", "Bearer " + "a" * 5000])
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "Bearer",
+        f"Bearer {AUTH}x",
+        f"bearer {AUTH[:-1]}",
+        f"Basic {AUTH}",
+        f"Bearer  {AUTH} extra",
+        "Bearer " + "a" * 5000,
+    ],
+)
 def test_missing_or_wrong_credentials_are_refused(client: TestClient, header: str | None) -> None:
     headers = {} if header is None else {"Authorization": header}
     for method, path in (("GET", READ + f"?project={PROJECT}"), ("POST", READ), ("GET", "/metrics")):
@@ -156,8 +172,23 @@ def test_missing_or_wrong_credentials_are_refused(client: TestClient, header: st
 def test_serve_refuses_a_non_loopback_address_without_a_token(tmp_path: Path) -> None:
     for host in ("0.0.0.0", "::", "192.0.2.1", "example.org"):
         done = subprocess.run(
-            [sys.executable, "-m", "throughline.cli", "serve", "--host", host, "--port", "0", "--db", str(tmp_path / "x.duckdb")],
-            capture_output=True, text=True, timeout=120, env=rel_support.child_env(), check=False,
+            [
+                sys.executable,
+                "-m",
+                "throughline.cli",
+                "serve",
+                "--host",
+                host,
+                "--port",
+                "0",
+                "--db",
+                str(tmp_path / "x.duckdb"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=rel_support.child_env(),
+            check=False,
         )
         assert done.returncode == 2, done.stderr
         assert rel_support.last_error(done.stderr) is not None
@@ -183,14 +214,31 @@ def _listening(port: int) -> list[str]:
 
 
 @pytest.mark.integration
-def test_a_real_serve_binds_loopback_and_authenticates(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path) -> None:
+def test_a_real_serve_binds_loopback_and_authenticates(
+    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+) -> None:
     ensure_topic(kafka_bootstrap, kafka_topic_name, partitions=1)
     token_file = tmp_path / "auth.token"
     token_file.write_text(AUTH + "\n")
     port = free_port()
     env = rel_support.child_env(THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap, THROUGHLINE_TOPIC=kafka_topic_name)
-    serve = Child("serve", ["serve", "--port", str(port), "--db", str(tmp_path / "s.duckdb"), "--access-log",
-                            "--auth-token-file", str(token_file), "--log-level", "info"], tmp_path, env).start()
+    serve = Child(
+        "serve",
+        [
+            "serve",
+            "--port",
+            str(port),
+            "--db",
+            str(tmp_path / "s.duckdb"),
+            "--access-log",
+            "--auth-token-file",
+            str(token_file),
+            "--log-level",
+            "info",
+        ],
+        tmp_path,
+        env,
+    ).start()
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: "http://" in serve.stdout() or not serve.alive(), timeout=120, what="serve to start")

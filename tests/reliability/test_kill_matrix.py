@@ -114,8 +114,11 @@ class Readers:
                     if not page.ok or page.page.complete:
                         break
                     page = reader.read_observer_turn_page(
-                        project=project, after_cursor=after[project], through_cursor=page.throughCursor,
-                        page_token=page.page.nextToken, limit=4,
+                        project=project,
+                        after_cursor=after[project],
+                        through_cursor=page.throughCursor,
+                        page_token=page.page.nextToken,
+                        limit=4,
                     )
                     pages.append(page)
                 self.bump(page.status)
@@ -188,14 +191,33 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
     children = {
         "projector": Child("projector", ["project", "--db", str(db_proj)], tmp_path, env),
         "serve": Child(
-            "serve", ["serve", "--host", "127.0.0.1", "--port", str(port), "--db", str(db_serve), "--read-wait", "2"],
-            tmp_path, env,
+            "serve",
+            ["serve", "--host", "127.0.0.1", "--port", str(port), "--db", str(db_serve), "--read-wait", "2"],
+            tmp_path,
+            env,
         ),
         "observer": Child(
             "observer",
-            ["observe", "--follow", "--url", url, "--project", OBSERVED, "--state", str(state), "--exec", audit_cmd,
-             "--limit", "3", "--interval", "0.1", "--max-pending-wait", "600"],
-            tmp_path, env,
+            [
+                "observe",
+                "--follow",
+                "--url",
+                url,
+                "--project",
+                OBSERVED,
+                "--state",
+                str(state),
+                "--exec",
+                audit_cmd,
+                "--limit",
+                "3",
+                "--interval",
+                "0.1",
+                "--max-pending-wait",
+                "600",
+            ],
+            tmp_path,
+            env,
         ),
     }
     # The observed project never switches or rolls back, so its chain is exactly its audit trail.
@@ -216,7 +238,9 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
         children["observer"].start()
         wait_until(lambda: state.exists() and _saved_length(state) == 2, timeout=120, what="the first saved cursor")
         threads = [threading.Thread(target=ingest.run, name="ingest", daemon=True)]
-        threads += [threading.Thread(target=readers.run, args=(seed + i,), name=f"reader-{i}", daemon=True) for i in range(2)]
+        threads += [
+            threading.Thread(target=readers.run, args=(seed + i,), name=f"reader-{i}", daemon=True) for i in range(2)
+        ]
         for t in threads:
             t.start()
 
@@ -226,7 +250,9 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
             child = children[target]
             due = child.started_at + rng.uniform(0.2, 3.0)
             time.sleep(max(0.0, due - time.monotonic()))
-            assert child.alive(), f"{target} ended on its own (exit {child.proc.poll() if child.proc else None}):\n{child.stderr()}"
+            assert child.alive(), (
+                f"{target} ended on its own (exit {child.proc.poll() if child.proc else None}):\n{child.stderr()}"
+            )
             assert ingest.error is None, ingest.error
             assert child.sigkill()
             if target == "projector":
@@ -245,8 +271,14 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
 
         # Stop producing; let everything catch up; stop gracefully.
         stored, ends, fold, head = stop_and_fold(ingest, threads[0], kafka_bootstrap, topic, PARTITIONS)
-        wait_until(lambda: rel_support.readyz_lag(url, timeout=10) == 0, timeout=CATCH_UP_TIMEOUT, what="serve to apply the whole log")
-        wait_until(lambda: _saved_length(state) == head, timeout=CATCH_UP_TIMEOUT, what="the Observer to reach the head")
+        wait_until(
+            lambda: rel_support.readyz_lag(url, timeout=10) == 0,
+            timeout=CATCH_UP_TIMEOUT,
+            what="serve to apply the whole log",
+        )
+        wait_until(
+            lambda: _saved_length(state) == head, timeout=CATCH_UP_TIMEOUT, what="the Observer to reach the head"
+        )
         readers.stop.set()
         for t in threads[1:]:
             t.join(timeout=60)
@@ -277,15 +309,30 @@ def test_kill_matrix(kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
             child.stop_quietly()
 
     kills = {name: c.kills for name, c in children.items()}
-    print(f"kill matrix: kills {kills}, records {len(stored)}, acknowledged {len(ingest.acked)}, reads {readers.counts}, "
-          f"audited {audited} (re-audited after a kill: {reaudited}, cut lines: {partial})")
+    print(
+        f"kill matrix: kills {kills}, records {len(stored)}, acknowledged {len(ingest.acked)}, reads {readers.counts}, "
+        f"audited {audited} (re-audited after a kill: {reaudited}, cut lines: {partial})"
+    )
     for name, c in children.items():
         rel_support.record("kill", name, kills=c.kills, restarts=c.starts - 1)
     rel_support.record(
-        "kill", "invariants", seed=seed, records=len(stored), acknowledged=len(ingest.acked), lost=0, doubled=0,
-        unhandled=len(readers.failures), prefix_checks=prefix_checks, live_turns=compared["live_turns"], audited_turns=audited,
-        audit_gaps=0, audit_duplicates=0, reaudited_after_kill=reaudited, http_reads=sum(readers.counts.values()),
-        http_unavailable=readers.counts.get("unavailable", 0), http_errors=len(readers.failures),
+        "kill",
+        "invariants",
+        seed=seed,
+        records=len(stored),
+        acknowledged=len(ingest.acked),
+        lost=0,
+        doubled=0,
+        unhandled=len(readers.failures),
+        prefix_checks=prefix_checks,
+        live_turns=compared["live_turns"],
+        audited_turns=audited,
+        audit_gaps=0,
+        audit_duplicates=0,
+        reaudited_after_kill=reaudited,
+        http_reads=sum(readers.counts.values()),
+        http_unavailable=readers.counts.get("unavailable", 0),
+        http_errors=len(readers.failures),
     )
     # Recorded first (the log and projection invariants above all held); an HTTP read that failed in a
     # way the Observer cannot retry (a serve killed mid-answer, see test_an_answer_cut_...) fails here.
@@ -343,7 +390,7 @@ def _check_audit(
 
 _CUT_ANSWERS = {
     "status line cut": b"HTTP/1.1 2",
-    "body cut": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{\"schema\": \"thr",
+    "body cut": b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{"schema": "thr',
 }
 
 

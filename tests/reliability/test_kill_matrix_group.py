@@ -101,26 +101,60 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
     dbs = [tmp_path / f"m{i}.duckdb" for i in range(MEMBERS)]
     state, audit = tmp_path / "observer.state", tmp_path / "audit.jsonl"
     env = rel_support.child_env(
-        THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap, THROUGHLINE_TOPIC=topic, THROUGHLINE_TOKEN_KEY=km.KEY_HEX,
-        THROUGHLINE_GROUP=kafka_group_id, THROUGHLINE_GROUP_SESSION_TIMEOUT_MS=str(SESSION_TIMEOUT_MS),
+        THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        THROUGHLINE_TOPIC=topic,
+        THROUGHLINE_TOKEN_KEY=km.KEY_HEX,
+        THROUGHLINE_GROUP=kafka_group_id,
+        THROUGHLINE_GROUP_SESSION_TIMEOUT_MS=str(SESSION_TIMEOUT_MS),
     )
     members = [
         Child(
             f"m{i}",
-            ["serve", "--host", "127.0.0.1", "--port", str(ports[i]), "--db", str(dbs[i]), "--read-wait", "2",
-             "--advertise", urls[i]],
-            tmp_path, env,
+            [
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports[i]),
+                "--db",
+                str(dbs[i]),
+                "--read-wait",
+                "2",
+                "--advertise",
+                urls[i],
+            ],
+            tmp_path,
+            env,
         )
         for i in range(MEMBERS)
     ]
     audit_cmd = f"cat >> {shlex.quote(str(audit))}; echo >> {shlex.quote(str(audit))}"
     observer = Child(
         "observer",
-        ["observe", "--follow", "--url", ",".join(urls), "--project", km.OBSERVED, "--state", str(state),
-         "--exec", audit_cmd, "--limit", "3", "--interval", "0.1", "--max-pending-wait", "600"],
-        tmp_path, env,
+        [
+            "observe",
+            "--follow",
+            "--url",
+            ",".join(urls),
+            "--project",
+            km.OBSERVED,
+            "--state",
+            str(state),
+            "--exec",
+            audit_cmd,
+            "--limit",
+            "3",
+            "--interval",
+            "0.1",
+            "--max-pending-wait",
+            "600",
+        ],
+        tmp_path,
+        env,
     )
-    workload = Workload(seed, (km.OBSERVED, *km.OTHERS), switch_every=6, rollback_every=8, steady=frozenset({km.OBSERVED}))
+    workload = Workload(
+        seed, (km.OBSERVED, *km.OTHERS), switch_every=6, rollback_every=8, steady=frozenset({km.OBSERVED})
+    )
     ingest = km.Ingest(kafka_bootstrap, topic, workload, partitions=PARTITIONS)
     readers = GroupReaders(",".join(urls))
     threads: list[threading.Thread] = []
@@ -136,7 +170,9 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
         observer.start()
         wait_until(lambda: state.exists() and km._saved_length(state) == 2, timeout=120, what="the first saved cursor")
         threads = [threading.Thread(target=ingest.run, name="ingest", daemon=True)]
-        threads += [threading.Thread(target=readers.run, args=(seed + i,), name=f"reader-{i}", daemon=True) for i in range(2)]
+        threads += [
+            threading.Thread(target=readers.run, args=(seed + i,), name=f"reader-{i}", daemon=True) for i in range(2)
+        ]
         for t in threads:
             t.start()
 
@@ -156,7 +192,9 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
 
         stored, ends, fold, head = km.stop_and_fold(ingest, threads[0], kafka_bootstrap, topic, PARTITIONS)
         wait_until(lambda: _settled(urls), timeout=CATCH_UP_TIMEOUT, what="the group to settle and catch up")
-        wait_until(lambda: km._saved_length(state) == head, timeout=CATCH_UP_TIMEOUT, what="the Observer to reach the head")
+        wait_until(
+            lambda: km._saved_length(state) == head, timeout=CATCH_UP_TIMEOUT, what="the Observer to reach the head"
+        )
         readers.stop.set()
         for t in threads[1:]:
             t.join(timeout=60)
@@ -192,13 +230,30 @@ def test_kill_matrix_group(kafka_bootstrap: str, kafka_topic_name: str, kafka_gr
             m.stop_quietly()
 
     took = time.monotonic() - started
-    print(f"kill matrix (group): kills {kills}, records {len(stored)}, reads {readers.counts}, audited {audited}, {took:.0f} s")
+    print(
+        f"kill matrix (group): kills {kills}, records {len(stored)}, reads {readers.counts}, audited {audited}, {took:.0f} s"
+    )
     rel_support.record("kill", "group", kills=sum(kills), restarts=sum(kills))
     rel_support.record(
-        "kill", "group_invariants", seed=seed, members=MEMBERS, kills=sum(kills), records=len(stored),
-        acknowledged=len(ingest.acked), lost=0, doubled=0, unhandled=len(readers.failures), prefix_checks=prefix_checks,
-        audited_turns=audited, audit_gaps=0, audit_duplicates=0, reaudited=reaudited, cut_lines=partial,
-        http_reads=sum(readers.counts.values()), http_unavailable=readers.counts.get("unavailable", 0),
-        http_retriable=sum(v for k, v in readers.counts.items() if k.startswith("retriable:")), seconds=round(took),
+        "kill",
+        "group_invariants",
+        seed=seed,
+        members=MEMBERS,
+        kills=sum(kills),
+        records=len(stored),
+        acknowledged=len(ingest.acked),
+        lost=0,
+        doubled=0,
+        unhandled=len(readers.failures),
+        prefix_checks=prefix_checks,
+        audited_turns=audited,
+        audit_gaps=0,
+        audit_duplicates=0,
+        reaudited=reaudited,
+        cut_lines=partial,
+        http_reads=sum(readers.counts.values()),
+        http_unavailable=readers.counts.get("unavailable", 0),
+        http_retriable=sum(v for k, v in readers.counts.items() if k.startswith("retriable:")),
+        seconds=round(took),
     )
     assert not readers.failures, readers.failures[:5]

@@ -68,7 +68,10 @@ def _reader(url: str, seed: int, stop: threading.Event, tally: Tally) -> None:
             for _ in range(1000):
                 started = time.perf_counter()
                 page = reader.read_observer_turn_page(
-                    project=project, after_cursor=after[project], through_cursor=through, page_token=token,
+                    project=project,
+                    after_cursor=after[project],
+                    through_cursor=through,
+                    page_token=token,
                     limit=rng.choice((5, 10, 25)),
                 )
                 tally.add(time.perf_counter() - started, page.status, len(page.turns))
@@ -108,8 +111,9 @@ def test_many_readers_and_steady_ingest(kafka_bootstrap: str, kafka_topic_name: 
     ensure_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = rel_support.child_env(THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap, THROUGHLINE_TOPIC=topic,
-                                THROUGHLINE_TOKEN_KEY="5a" * 32)
+    env = rel_support.child_env(
+        THROUGHLINE_BOOTSTRAP_SERVERS=kafka_bootstrap, THROUGHLINE_TOPIC=topic, THROUGHLINE_TOKEN_KEY="5a" * 32
+    )
     serve = Child("serve", ["serve", "--port", str(port), "--db", str(tmp_path / "serve.duckdb")], tmp_path, env)
     workload = Workload(21, PROJECTS, switch_every=9, rollback_every=25)
     stop = threading.Event()
@@ -124,8 +128,12 @@ def test_many_readers_and_steady_ingest(kafka_bootstrap: str, kafka_topic_name: 
                 batch = max(1, INGEST_PER_SECOND // 10)
                 while not stop.is_set():
                     began = time.monotonic()
-                    producer.send_many([workload.next_turn(rng.choice(PROJECTS), body_bytes=rng.randrange(0, 600))
-                                        for _ in range(batch)])
+                    producer.send_many(
+                        [
+                            workload.next_turn(rng.choice(PROJECTS), body_bytes=rng.randrange(0, 600))
+                            for _ in range(batch)
+                        ]
+                    )
                     produced[0] += batch
                     stop.wait(max(0.0, 0.1 - (time.monotonic() - began)))
         except BaseException as exc:
@@ -141,13 +149,18 @@ def test_many_readers_and_steady_ingest(kafka_bootstrap: str, kafka_topic_name: 
     rng = random.Random(5)
     try:
         serve.start()
-        wait_until(lambda: rel_support.http_json(url + "/readyz")[0] == 200 if _up(url) else False, timeout=120,
-                   what="serve to be ready")
+        wait_until(
+            lambda: rel_support.http_json(url + "/readyz")[0] == 200 if _up(url) else False,
+            timeout=120,
+            what="serve to be ready",
+        )
         with TurnProducer(kafka_bootstrap, topic, partitions=PARTITIONS) as producer:  # some history first
             producer.send_many([workload.next_turn(p) for p in PROJECTS for _ in range(20)])
         assert serve.proc is not None
-        threads = [threading.Thread(target=ingest, daemon=True),
-                   threading.Thread(target=sample, args=(serve.proc.pid,), daemon=True)]
+        threads = [
+            threading.Thread(target=ingest, daemon=True),
+            threading.Thread(target=sample, args=(serve.proc.pid,), daemon=True),
+        ]
         threads += [threading.Thread(target=_reader, args=(url, i, stop, tally), daemon=True) for i in range(READERS)]
         began = time.monotonic()
         for t in threads:
@@ -174,17 +187,31 @@ def test_many_readers_and_steady_ingest(kafka_bootstrap: str, kafka_topic_name: 
     last = statistics.median(values[-fifth:])
     growth = (last - warm) / warm
     p = {q: _percentile(tally.latencies, q) * 1000 for q in (0.5, 0.9, 0.99)}
-    print(f"\nload: {READERS} readers, {elapsed:.0f}s, {reads} reads ({reads / elapsed:.0f}/s), statuses {tally.statuses}, "
-          f"{tally.turns} turns served, {produced[0]} turns produced; latency p50 {p[0.5]:.1f} ms, p90 {p[0.9]:.1f} ms, "
-          f"p99 {p[0.99]:.1f} ms, max {max(tally.latencies) * 1000:.0f} ms; RSS {warm / 2**20:.0f} MB -> "
-          f"{last / 2**20:.0f} MB ({growth * 100:+.1f}%, {len(values)} samples over {times[-1] if times else 0:.0f}s)")
+    print(
+        f"\nload: {READERS} readers, {elapsed:.0f}s, {reads} reads ({reads / elapsed:.0f}/s), statuses {tally.statuses}, "
+        f"{tally.turns} turns served, {produced[0]} turns produced; latency p50 {p[0.5]:.1f} ms, p90 {p[0.9]:.1f} ms, "
+        f"p99 {p[0.99]:.1f} ms, max {max(tally.latencies) * 1000:.0f} ms; RSS {warm / 2**20:.0f} MB -> "
+        f"{last / 2**20:.0f} MB ({growth * 100:+.1f}%, {len(values)} samples over {times[-1] if times else 0:.0f}s)"
+    )
     rel_support.record(
-        "load", "http_readers_and_ingest", readers=READERS, seconds=round(elapsed, 1), reads=reads,
-        reads_per_second=round(reads / elapsed, 1), errors=0, statuses=dict(sorted(tally.statuses.items())),
-        turns_served=tally.turns, turns_produced=produced[0], latency_ms_p50=round(p[0.5], 2),
-        latency_ms_p90=round(p[0.9], 2), latency_ms_p99=round(p[0.99], 2),
-        latency_ms_max=round(max(tally.latencies) * 1000, 1), rss_mb_warm=round(warm / 2**20, 1),
-        rss_mb_end=round(last / 2**20, 1), rss_growth_percent=round(growth * 100, 1), rss_samples=len(values),
+        "load",
+        "http_readers_and_ingest",
+        readers=READERS,
+        seconds=round(elapsed, 1),
+        reads=reads,
+        reads_per_second=round(reads / elapsed, 1),
+        errors=0,
+        statuses=dict(sorted(tally.statuses.items())),
+        turns_served=tally.turns,
+        turns_produced=produced[0],
+        latency_ms_p50=round(p[0.5], 2),
+        latency_ms_p90=round(p[0.9], 2),
+        latency_ms_p99=round(p[0.99], 2),
+        latency_ms_max=round(max(tally.latencies) * 1000, 1),
+        rss_mb_warm=round(warm / 2**20, 1),
+        rss_mb_end=round(last / 2**20, 1),
+        rss_growth_percent=round(growth * 100, 1),
+        rss_samples=len(values),
     )
     assert last <= warm * (1 + MAX_RSS_GROWTH) + RSS_SLACK_BYTES, f"RSS grew from {warm} to {last} bytes"
 

@@ -53,7 +53,12 @@ from throughline.serve.app import ApiSettings, create_app
 
 WORLD: FixedWorld = build_world()
 RAW: tuple[str, ...] = (
-    PROJECT, OTHER_PROJECT, *HOSTS, *THREADS, *(r.turn_id for r, _, _ in WORLD.records), *SECRET_MARKERS,
+    PROJECT,
+    OTHER_PROJECT,
+    *HOSTS,
+    *THREADS,
+    *(r.turn_id for r, _, _ in WORLD.records),
+    *SECRET_MARKERS,
 )
 CHECKED: dict[str, int] = {}
 
@@ -82,7 +87,10 @@ def duck() -> Iterator[DuckProjection]:
 def read(projection: Any, log: Any = None, **params: Any) -> ObserverRead | ThroughlineError:
     try:
         return read_observer_turn_page(
-            projection=projection, log=log or WORLD.log, token_key=KEY, wait_timeout=params.pop("wait_timeout", 0.0),
+            projection=projection,
+            log=log or WORLD.log,
+            token_key=KEY,
+            wait_timeout=params.pop("wait_timeout", 0.0),
             **params,
         )
     except ThroughlineError as exc:
@@ -115,7 +123,10 @@ def check_opaque(text: str) -> None:
         clean(payload, "token payload")
         document = json.loads(payload)
         assert set(document) == {"afterSha256", "offset", "projectSha256", "schema", "throughSha256"}
-        assert all(len(document[k]) == 64 and int(document[k], 16) >= 0 for k in ("afterSha256", "projectSha256", "throughSha256"))
+        assert all(
+            len(document[k]) == 64 and int(document[k], 16) >= 0
+            for k in ("afterSha256", "projectSha256", "throughSha256")
+        )
         assert type(document["offset"]) is int
 
 
@@ -141,8 +152,12 @@ def test_every_series_over_both_projections_leaks_nothing(duck: DuckProjection) 
                         if not isinstance(page, ObserverRead) or not page.ok or page.page.complete:
                             break
                         page = read(
-                            projection, project=project, after_cursor=after, through_cursor=page.throughCursor,
-                            page_token=page.page.nextToken, limit=limit,
+                            projection,
+                            project=project,
+                            after_cursor=after,
+                            through_cursor=page.throughCursor,
+                            page_token=page.page.nextToken,
+                            limit=limit,
                         )
                         check_outcome(page, name)
 
@@ -160,12 +175,22 @@ def test_every_error_of_the_read_path_leaks_nothing() -> None:
     token_ok = issue_page_token(KEY, SeriesBinding.of(project_sha256(PROJECT), None, head), 0)
     bait = f"{PROJECT}|{HOSTS[0]}|{THREADS[0]}|{WORLD.records[0][0].turn_id}"
     broken_cursor = next(
-        c for c in WORLD.all_cursors() if decode_cursor(c).source_sha256 in WORLD.projection.book.broken  # type: ignore[union-attr]
+        c
+        for c in WORLD.all_cursors()
+        if decode_cursor(c).source_sha256 in WORLD.projection.book.broken  # type: ignore[union-attr]
     )
     cases: list[dict[str, Any]] = [
-        {"limit": 0}, {"limit": 101}, {"limit": "ten"}, {"limit": True},
-        {"project": ""}, {"project": "\x00" + PROJECT}, {"project": PROJECT * 2000}, {"project": None},
-        {"after_cursor": bait}, {"through_cursor": bait}, {"after_cursor": "tlc1." + bait},
+        {"limit": 0},
+        {"limit": 101},
+        {"limit": "ten"},
+        {"limit": True},
+        {"project": ""},
+        {"project": "\x00" + PROJECT},
+        {"project": PROJECT * 2000},
+        {"project": None},
+        {"after_cursor": bait},
+        {"through_cursor": bait},
+        {"after_cursor": "tlc1." + bait},
         {"page_token": bait},
         {"page_token": bait, "through_cursor": head},
         {"page_token": "tlp1." + bait + "." + bait, "through_cursor": head},
@@ -173,10 +198,14 @@ def test_every_error_of_the_read_path_leaks_nothing() -> None:
         {"page_token": "x" * 5000, "through_cursor": head},
         {"page_token": token_ok[:-2] + ("AA" if not token_ok.endswith("AA") else "BA"), "through_cursor": head},
         {"page_token": token_ok, "through_cursor": head, "after_cursor": WORLD.all_cursors()[3]},
-        {"page_token": issue_page_token(KEY, SeriesBinding.of(project_sha256(PROJECT), None, head), 999), "through_cursor": head},
+        {
+            "page_token": issue_page_token(KEY, SeriesBinding.of(project_sha256(PROJECT), None, head), 999),
+            "through_cursor": head,
+        },
         {"through_cursor": broken_cursor},
         {"after_cursor": broken_cursor},
-        {"body_limit": -1}, {"wait_timeout": -1.0},
+        {"body_limit": -1},
+        {"wait_timeout": -1.0},
     ]
     codes = set()
     for case in cases:
@@ -191,9 +220,20 @@ def test_every_error_of_the_read_path_leaks_nothing() -> None:
         check_outcome(exc, "token key")
         codes.add(exc.code)
     expected = {
-        "invalid_limit", "invalid_project", "invalid_cursor", "page_token_unbound", "page_token_malformed",
-        "page_token_version", "page_token_oversize", "page_token_tampered", "page_token_mismatch", "page_token_offset",
-        "source_quarantined", "invalid_body_limit", "invalid_wait", "token_key_unavailable",
+        "invalid_limit",
+        "invalid_project",
+        "invalid_cursor",
+        "page_token_unbound",
+        "page_token_malformed",
+        "page_token_version",
+        "page_token_oversize",
+        "page_token_tampered",
+        "page_token_mismatch",
+        "page_token_offset",
+        "source_quarantined",
+        "invalid_body_limit",
+        "invalid_wait",
+        "token_key_unavailable",
     }
     assert expected <= codes, expected - codes
 
@@ -204,7 +244,9 @@ def test_every_error_of_the_read_path_leaks_nothing() -> None:
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     app = create_app(
-        projection=WORLD.projection, log=WORLD.log, token_key=KEY,
+        projection=WORLD.projection,
+        log=WORLD.log,
+        token_key=KEY,
         settings=ApiSettings(read_wait=0.0, max_wait=0.01, auth_token="leak-test-token-0123456789"),
     )
     with TestClient(app, raise_server_exceptions=False) as c:
@@ -225,18 +267,34 @@ def test_http_answers_leak_nothing(client: TestClient) -> None:
     bait = f"{PROJECT}/{HOSTS[1]}/{THREADS[1]}"
     statuses = set()
     for params in (
-        {"project": PROJECT}, {"project": PROJECT, "limit": 1, "afterCursor": WORLD.all_cursors()[2]},
-        {"project": PROJECT, "afterCursor": WORLD.all_cursors()[-1]}, {"project": OTHER_PROJECT, "afterCursor": head},
-        {"project": PROJECT, "throughCursor": bait}, {"project": PROJECT, "limit": "ten"}, {"project": PROJECT, "pageToken": bait},
-        {"project": PROJECT, "throughCursor": head, "pageToken": bait}, {"project": ""},
-        {"project": PROJECT, "throughCursor": next(c for c in WORLD.all_cursors()
-                                                   if decode_cursor(c).source_sha256 in WORLD.projection.book.broken)},  # type: ignore[union-attr]
+        {"project": PROJECT},
+        {"project": PROJECT, "limit": 1, "afterCursor": WORLD.all_cursors()[2]},
+        {"project": PROJECT, "afterCursor": WORLD.all_cursors()[-1]},
+        {"project": OTHER_PROJECT, "afterCursor": head},
+        {"project": PROJECT, "throughCursor": bait},
+        {"project": PROJECT, "limit": "ten"},
+        {"project": PROJECT, "pageToken": bait},
+        {"project": PROJECT, "throughCursor": head, "pageToken": bait},
+        {"project": ""},
+        {
+            "project": PROJECT,
+            "throughCursor": next(
+                c for c in WORLD.all_cursors() if decode_cursor(c).source_sha256 in WORLD.projection.book.broken
+            ),
+        },  # type: ignore[union-attr]
     ):
         statuses.add(_http(client, "GET", "/v1/projects/read", params=params).status_code)
         statuses.add(_http(client, "POST", "/v1/projects/read", json=params).status_code)
     statuses.add(_http(client, "GET", "/v1/projects/read", params={"project": PROJECT}, headers={}).status_code)
-    statuses.add(_http(client, "GET", "/v1/projects/read", params={"project": PROJECT},
-                       headers={"Authorization": f"Bearer {bait}".encode()}).status_code)
+    statuses.add(
+        _http(
+            client,
+            "GET",
+            "/v1/projects/read",
+            params={"project": PROJECT},
+            headers={"Authorization": f"Bearer {bait}".encode()},
+        ).status_code
+    )
     statuses.add(_http(client, "POST", "/v1/projects/read", content=b"x" * 70_000).status_code)
     statuses.add(_http(client, "GET", "/v1/projects/read?project=" + "a" * 17_000).status_code)
     statuses.add(_http(client, "GET", "/nowhere/" + THREADS[0]).status_code)
@@ -251,20 +309,43 @@ def test_http_answers_leak_nothing(client: TestClient) -> None:
 
 def test_quarantine_reasons_leak_nothing(tmp_path: Path) -> None:
     project = PROJECT
-    good = build_turn(project=project, host=HOSTS[0], thread=THREADS[0], turn_id="SECRETTURN-q1",
-                      completed_at_micros=1, body="x", seq=1)
-    conflicting = build_turn(project=project, host=HOSTS[0], thread=THREADS[0], turn_id="SECRETTURN-q1",
-                             completed_at_micros=2, body="y")
-    gap = build_turn(project=project, host=HOSTS[1], thread=THREADS[1], turn_id="SECRETTURN-q2",
-                     completed_at_micros=3, body="z", seq=9)
+    good = build_turn(
+        project=project,
+        host=HOSTS[0],
+        thread=THREADS[0],
+        turn_id="SECRETTURN-q1",
+        completed_at_micros=1,
+        body="x",
+        seq=1,
+    )
+    conflicting = build_turn(
+        project=project, host=HOSTS[0], thread=THREADS[0], turn_id="SECRETTURN-q1", completed_at_micros=2, body="y"
+    )
+    gap = build_turn(
+        project=project,
+        host=HOSTS[1],
+        thread=THREADS[1],
+        turn_id="SECRETTURN-q2",
+        completed_at_micros=3,
+        body="z",
+        seq=9,
+    )
     datum = turn_to_avro(good)
     datum["host"] = HOSTS[0] + "\x00"  # unsound: NUL in a name
     unsound = encode_datum(datum, 2)
     datum = turn_to_avro(good)
     datum["contentDigest"] = bytes(32)  # a digest that does not match
     forged = encode_datum(datum, 2)
-    values = [encode_turn(good), encode_turn(conflicting), encode_turn(gap), unsound, forged,
-              encode_turn(good)[:-3], b"\xc3\x01" + bytes(8) + b"junk", None]
+    values = [
+        encode_turn(good),
+        encode_turn(conflicting),
+        encode_turn(gap),
+        unsound,
+        forged,
+        encode_turn(good)[:-3],
+        b"\xc3\x01" + bytes(8) + b"junk",
+        None,
+    ]
     records = [LogRecord(0, i, good.project_sha256, v) for i, v in enumerate(values)]
     records.append(LogRecord(0, len(records), project_sha256(OTHER_PROJECT), encode_turn(good)))  # wrong key
     with DuckProjection.open(tmp_path / "q.duckdb", topic=TOPIC) as projection:

@@ -49,7 +49,11 @@ _SQL_TEXT = re.compile(
 CONSTANT_PARAMETERS: dict[tuple[str, str, str], str] = {
     ("projector/store/view.py", "_bucket_sql", "columns"): "a tuple of fixed column names of the turns table",
     ("projector/store/view.py", "turn_rows", "columns"): "a tuple of fixed column names of the turns table",
-    ("projector/store/writes.py", "execute_over", "sql"): "the statement of a write, built by its caller from constants",
+    (
+        "projector/store/writes.py",
+        "execute_over",
+        "sql",
+    ): "the statement of a write, built by its caller from constants",
 }
 #: (module path, function) -> why its result may enter SQL text.
 SANITIZERS: dict[tuple[str, str], str] = {
@@ -118,15 +122,21 @@ def _collect(body: Iterable[ast.AST], scope: _Scope) -> None:
             elif isinstance(sub, ast.AugAssign):
                 scope.bind(sub.target, ast.BinOp(left=sub.target, op=sub.op, right=sub.value))
             elif isinstance(sub, ast.For | ast.AsyncFor):
-                scope.bind(sub.target, None if _is_range_like(sub.iter) else sub.iter, element=not _is_range_like(sub.iter))
+                scope.bind(
+                    sub.target, None if _is_range_like(sub.iter) else sub.iter, element=not _is_range_like(sub.iter)
+                )
             elif isinstance(sub, ast.comprehension):
-                scope.bind(sub.target, None if _is_range_like(sub.iter) else sub.iter, element=not _is_range_like(sub.iter))
+                scope.bind(
+                    sub.target, None if _is_range_like(sub.iter) else sub.iter, element=not _is_range_like(sub.iter)
+                )
             elif isinstance(sub, ast.withitem) and sub.optional_vars is not None:
                 scope.bind(sub.optional_vars, ast.Call(func=ast.Name(id="__unknown__"), args=[], keywords=[]))
             elif isinstance(sub, ast.NamedExpr):
                 scope.bind(sub.target, sub.value)
             elif isinstance(sub, ast.ExceptHandler) and sub.name:
-                scope.bindings.setdefault(sub.name, []).append(ast.Call(func=ast.Name(id="__unknown__"), args=[], keywords=[]))
+                scope.bindings.setdefault(sub.name, []).append(
+                    ast.Call(func=ast.Name(id="__unknown__"), args=[], keywords=[])
+                )
 
 
 def _walk_local(node: ast.AST) -> Iterator[ast.AST]:
@@ -236,7 +246,9 @@ class ModuleScan:
             return self._call_const(node, scope, seen)
         return False  # attributes, awaits, lambdas...: data
 
-    def _comprehension_scope(self, node: ast.GeneratorExp | ast.ListComp | ast.SetComp | ast.DictComp, scope: _Scope) -> _Scope:
+    def _comprehension_scope(
+        self, node: ast.GeneratorExp | ast.ListComp | ast.SetComp | ast.DictComp, scope: _Scope
+    ) -> _Scope:
         inner = _Scope(scope.name, scope.params, {k: list(v) for k, v in scope.bindings.items()})
         for gen in node.generators:
             ranged = _is_range_like(gen.iter)
@@ -317,7 +329,9 @@ class ModuleScan:
             return
         if not self.const(sql, scope):
             self.violations.append(
-                Violation(self.path, node.lineno, f".{node.func.attr}() with SQL built from data: {ast.unparse(sql)[:120]}")
+                Violation(
+                    self.path, node.lineno, f".{node.func.attr}() with SQL built from data: {ast.unparse(sql)[:120]}"
+                )
             )
 
     def _check_sql_text(self, node: ast.expr, scope: _Scope) -> None:
@@ -331,7 +345,9 @@ class ModuleScan:
         else:
             built_from = [node]
         if not all(self.const(part, scope) for part in built_from):
-            self.violations.append(Violation(self.path, node.lineno, f"SQL text built from data: {ast.unparse(node)[:120]}"))
+            self.violations.append(
+                Violation(self.path, node.lineno, f"SQL text built from data: {ast.unparse(node)[:120]}")
+            )
 
     def _check_constant_parameters(self) -> None:
         for (path, function, parameter), _why in self.constant_parameters.items():
@@ -362,8 +378,11 @@ class ModuleScan:
                         for value in given:
                             if not self.const(value, scope):
                                 self.violations.append(
-                                    Violation(self.path, node.lineno, f"{function}({parameter}=...) called with data: "
-                                              f"{ast.unparse(value)[:80]}")
+                                    Violation(
+                                        self.path,
+                                        node.lineno,
+                                        f"{function}({parameter}=...) called with data: {ast.unparse(value)[:80]}",
+                                    )
                                 )
 
     def _imported_function(self, path: str, function: str) -> tuple[str, ast.FunctionDef | ast.AsyncFunctionDef] | None:
@@ -438,10 +457,13 @@ def test_no_sql_is_built_from_data_anywhere() -> None:
         scan = ModuleScan(rel, path.read_text(encoding="utf-8"))
         violations.extend(scan.scan())
         sql_calls += sum(
-            1 for n in ast.walk(scan.tree)
+            1
+            for n in ast.walk(scan.tree)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in SQL_CALLS
         )
-    rel_support.record("security", "sql_parameterised", files=len(files), sql_calls=sql_calls, violations=len(violations))
+    rel_support.record(
+        "security", "sql_parameterised", files=len(files), sql_calls=sql_calls, violations=len(violations)
+    )
     assert not violations, "SQL built from data:\n" + "\n".join(map(str, violations))
     assert sql_calls >= 30  # the projection's queries were found (the scan is not looking at nothing)
 
@@ -452,7 +474,7 @@ BAD = {
     "f-string": "def f(cur, project):\n    cur.execute(f\"SELECT * FROM t WHERE p = '{project}'\")\n",
     "percent": "def f(cur, project):\n    cur.execute(\"SELECT * FROM t WHERE p = '%s'\" % project)\n",
     "format": "def f(cur, project):\n    cur.execute(\"SELECT * FROM t WHERE p = '{}'\".format(project))\n",
-    "concatenation": "def f(cur, project):\n    cur.execute(\"SELECT * FROM t WHERE p = '\" + project + \"'\")\n",
+    "concatenation": 'def f(cur, project):\n    cur.execute("SELECT * FROM t WHERE p = \'" + project + "\'")\n',
     "via a local": "def f(cur, req):\n    sql = 'DELETE FROM t WHERE id = ' + req.args['id']\n    cur.execute(sql)\n",
     "in a helper": "def where(project):\n    return f\"SELECT x FROM t WHERE p = '{project}'\"\n",
     "helper call": "def q(x):\n    return x\ndef f(cur, request):\n    cur.execute(q(request.body))\n",

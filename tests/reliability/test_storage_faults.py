@@ -192,7 +192,9 @@ def _stopped_clearly(child: Child) -> dict[str, str]:
     code = child.wait(FAIL_TIMEOUT)
     stderr = child.stderr(limit=20_000)
     assert code not in (0, -signal.SIGKILL), f"projector exit {code}:\n{stderr}"
-    assert "Traceback" not in stderr, f"the projector stopped with a traceback, not an error document:\n{stderr[-3000:]}"
+    assert "Traceback" not in stderr, (
+        f"the projector stopped with a traceback, not an error document:\n{stderr[-3000:]}"
+    )
     error = last_error(stderr)
     assert error is not None, f"the projector stopped without a JSON error on stderr:\n{stderr[-3000:]}"
     text = f"{error['code']} {error['message']}".lower()
@@ -213,8 +215,11 @@ def _status_says_behind(folder: Path, env: dict[str, str], db: Path, applied: in
 
 
 def _running(child: Child) -> Child:
-    wait_until(lambda: "projecting topic" in child.stderr(limit=200_000) or not child.alive(), timeout=60,
-               what=f"{child.name} to run")
+    wait_until(
+        lambda: "projecting topic" in child.stderr(limit=200_000) or not child.alive(),
+        timeout=60,
+        what=f"{child.name} to run",
+    )
     assert child.alive(), child.stderr()
     return child
 
@@ -276,9 +281,21 @@ def test_disk_full_stops_the_projector_cleanly_and_it_resumes(
             _umount(disk)
     assert records > applied_at_failure  # the resumed run applied what the full disk had refused
     print(f"\ndisk full ({mechanism}): stopped with {error['code']}: {error['message'][:200]}")
-    rel_support.record("storage", "disk_full", mechanism=mechanism, faults=1, stopped_cleanly=1,
-                       offsets_advanced_past_rows=0, resumed=1, lost=0, doubled=0, unhandled=0,
-                       error_codes=[error["code"]], records=records, status_lag_after_failure=behind)
+    rel_support.record(
+        "storage",
+        "disk_full",
+        mechanism=mechanism,
+        faults=1,
+        stopped_cleanly=1,
+        offsets_advanced_past_rows=0,
+        resumed=1,
+        lost=0,
+        doubled=0,
+        unhandled=0,
+        error_codes=[error["code"]],
+        records=records,
+        status_lag_after_failure=behind,
+    )
 
 
 def test_read_only_projection_stops_the_projector_cleanly_and_it_resumes(
@@ -320,7 +337,18 @@ def test_read_only_projection_stops_the_projector_cleanly_and_it_resumes(
         with contextlib.suppress(Exception):
             read_only.off()
     print(f"\nread-only ({read_only.description}): " + "; ".join(f"{e['code']}: {e['message'][:160]}" for e in errors))
-    rel_support.record("storage", "read_only", mechanism=read_only.description, faults=len(errors),
-                       stopped_cleanly=len(errors), offsets_advanced_past_rows=0, resumed=1, lost=0, doubled=0,
-                       unhandled=0, error_codes=sorted({e["code"] for e in errors}), records=records,
-                       status_lag_after_failure=behind)
+    rel_support.record(
+        "storage",
+        "read_only",
+        mechanism=read_only.description,
+        faults=len(errors),
+        stopped_cleanly=len(errors),
+        offsets_advanced_past_rows=0,
+        resumed=1,
+        lost=0,
+        doubled=0,
+        unhandled=0,
+        error_codes=sorted({e["code"] for e in errors}),
+        records=records,
+        status_lag_after_failure=behind,
+    )

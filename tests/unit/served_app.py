@@ -69,7 +69,11 @@ class Answer:
 
 def error_answer(status: int, code: str, message: str = "scripted", **headers: str) -> Answer:
     """A throughline error document."""
-    return Answer(status, json.dumps({"error": {"code": code, "message": message}}).encode(), {"Content-Type": "application/json", **headers})
+    return Answer(
+        status,
+        json.dumps({"error": {"code": code, "message": message}}).encode(),
+        {"Content-Type": "application/json", **headers},
+    )
 
 
 class ScriptedServer:
@@ -130,7 +134,6 @@ def closed_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-
 def rest_of_series(reader: HttpReader, project: str, after: str | None, page: ObserverRead, limit: int) -> list[int]:
     """The seqs of ``page`` and of every later page of its series, read as an Observer reads them."""
     seqs = [t.seq for t in page.turns]
@@ -138,7 +141,11 @@ def rest_of_series(reader: HttpReader, project: str, after: str | None, page: Ob
         if page.page.complete:
             return seqs
         page = reader.read_observer_turn_page(
-            project=project, after_cursor=after, through_cursor=page.throughCursor, page_token=page.page.nextToken, limit=limit
+            project=project,
+            after_cursor=after,
+            through_cursor=page.throughCursor,
+            page_token=page.page.nextToken,
+            limit=limit,
         )
         seqs += [t.seq for t in page.turns]
     raise AssertionError("the series did not complete")

@@ -15,7 +15,9 @@ from throughline.core.owner_map import MemberSubscription, OwnerMap
 
 
 @st.composite
-def groups(draw: st.DrawFn, max_members: int = 5, max_partitions: int = 8) -> tuple[dict[str, MemberSubscription], int, int | None]:
+def groups(
+    draw: st.DrawFn, max_members: int = 5, max_partitions: int = 8
+) -> tuple[dict[str, MemberSubscription], int, int | None]:
     """Subscriptions of 1..max_members members (any held/stored claims, even contradictory ones),
     a partition count and a requested K."""
     partitions = draw(st.integers(0, max_partitions))
@@ -263,7 +265,9 @@ def test_three_members_six_partitions_two_copies_then_a_fourth() -> None:
     urls = {f"m{i}": f"http://127.0.0.1:{8000 + i}" for i in range(4)}
     three = assign_owners({m: MemberSubscription(url=urls[m]) for m in ("m0", "m1", "m2")}, 6)
     assert three.loads() == {"m0": 4, "m1": 4, "m2": 4}
-    joined = _previous(three, {m: MemberSubscription(url=u) for m, u in urls.items()}) | {"m3": MemberSubscription(url=urls["m3"])}
+    joined = _previous(three, {m: MemberSubscription(url=u) for m, u in urls.items()}) | {
+        "m3": MemberSubscription(url=urls["m3"])
+    }
     four = assign_owners(joined, 6)
     assert four.loads() == {"m0": 3, "m1": 3, "m2": 3, "m3": 3}
     assert _kept(joined, four) == 9  # three slots moved, all to the joiner

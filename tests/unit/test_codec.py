@@ -136,7 +136,15 @@ _digests = st.binary(min_size=32, max_size=32)
 #: given; checking turns is build_turn's and verify_turn's job).
 _any_fields = st.builds(
     TurnRecord,
-    _text, _digests, _text, _text, _text, st.none() | _longs, _longs, _text, _digests,
+    _text,
+    _digests,
+    _text,
+    _text,
+    _text,
+    st.none() | _longs,
+    _longs,
+    _text,
+    _digests,
     st.builds(ProducerStamp, _text, _text, _longs, st.dictionaries(_text, _text, max_size=4)),
 )
 

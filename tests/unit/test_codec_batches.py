@@ -97,9 +97,7 @@ FRAMINGS = {
     "snappy (xerial, Java)": lambda: _reframed(2, _xerial),
     "lz4 (64 KiB independent blocks, Java)": lambda: _reframed(
         3,
-        lambda b: lz4.frame.compress(
-            b, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, store_size=False
-        ),
+        lambda b: lz4.frame.compress(b, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, store_size=False),
     ),
     # librdkafka: raw snappy (no framing), LZ4F frames with the content size and checksum, zstd
     # streaming frames without the content size, and a payload of two frames.

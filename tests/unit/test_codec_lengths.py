@@ -112,12 +112,8 @@ def _damages(size: int, width: int) -> st.SearchStrategy[bytes]:
         st.just(bytes([2 * size + 1])) if size < 64 else st.just(_zigzag(-size - 1)),  # the sign bit alone
         st.integers(1, 1 << 20).map(lambda k: _zigzag(size + k)),  # longer than the bytes that follow
         st.integers(1, max(1, size)).map(lambda k: _zigzag(max(0, size - k))),  # shorter
-        st.integers(1, max(1, 9 - width)).map(
-            lambda k: _pad(_zigzag(size), k)
-        ),  # the same length in more bytes
-        st.integers(0, 4).map(
-            lambda k: _pad(_zigzag(size), 10 - len(_zigzag(size)) + k)
-        ),  # ten bytes or more
+        st.integers(1, max(1, 9 - width)).map(lambda k: _pad(_zigzag(size), k)),  # the same length in more bytes
+        st.integers(0, 4).map(lambda k: _pad(_zigzag(size), 10 - len(_zigzag(size)) + k)),  # ten bytes or more
         st.integers(1 << 62, (1 << 70) - 1).map(_zigzag),  # past what a record holds, or past 64 bits
         st.sampled_from([b"", b"\x80", b"\xff"]),  # cut short: the varint runs into the next field
     )

@@ -117,9 +117,7 @@ def test_single_replica_internal_topics(env: dict[str, str]) -> None:
     assert env.get("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS") == "0"
 
 
-def test_data_volume_and_healthcheck(
-    compose: dict[str, Any], kafka: dict[str, Any], env: dict[str, str]
-) -> None:
+def test_data_volume_and_healthcheck(compose: dict[str, Any], kafka: dict[str, Any], env: dict[str, str]) -> None:
     log_dir = env["KAFKA_LOG_DIRS"]
     mounts = [str(v).split(":") for v in kafka.get("volumes", [])]
     named = [m for m in mounts if len(m) >= 2 and m[1] == log_dir and not m[0].startswith((".", "/"))]
@@ -165,10 +163,14 @@ def test_serve_uses_the_in_network_listener(serve_env: dict[str, str], env: dict
     assert _listeners(env["KAFKA_LISTENERS"])[name].endswith(":" + bootstrap.rsplit(":", 1)[1])
 
 
-def test_serve_keeps_its_projection_on_a_volume(compose: dict[str, Any], serve: dict[str, Any], serve_env: dict[str, str]) -> None:
+def test_serve_keeps_its_projection_on_a_volume(
+    compose: dict[str, Any], serve: dict[str, Any], serve_env: dict[str, str]
+) -> None:
     db = serve_env["THROUGHLINE_DB"]
     mounts = [str(v).split(":") for v in serve.get("volumes", [])]
-    named = [m for m in mounts if len(m) >= 2 and db.startswith(m[1].rstrip("/") + "/") and not m[0].startswith((".", "/"))]
+    named = [
+        m for m in mounts if len(m) >= 2 and db.startswith(m[1].rstrip("/") + "/") and not m[0].startswith((".", "/"))
+    ]
     assert named, f"{db} should live on a named volume: {serve.get('volumes')}"
     assert named[0][0] in (compose.get("volumes") or {})
 

@@ -55,7 +55,10 @@ def test_threads_adding_at_once_lose_no_key() -> None:
     # Two writers setting bits of the same bytes: a lost read-modify-write would be a false negative.
     f = KeyFilter(64)  # small: both threads also grow it
     parts = [_digests(f"t{t}-", 20_000) for t in range(2)]
-    threads = [threading.Thread(target=lambda ks=ks: [f.add_many(ks[i : i + 50]) for i in range(0, len(ks), 50)]) for ks in parts]
+    threads = [
+        threading.Thread(target=lambda ks=ks: [f.add_many(ks[i : i + 50]) for i in range(0, len(ks), 50)])
+        for ks in parts
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -133,9 +133,7 @@ def test_decoded_numbers_out_of_range_are_input_errors() -> None:
     payload = b"a" * 32 + b"b" * 32 + (0).to_bytes(8, "big") + b"c" * 32 + (0).to_bytes(4, "big") + bytes(8)
     with pytest.raises(InvalidCursorError):
         decode_cursor("tlc1." + b64url_encode(payload))
-    payload = (
-        b"a" * 32 + b"b" * 32 + (1).to_bytes(8, "big") + b"c" * 32 + (2**31).to_bytes(4, "big") + bytes(8)
-    )
+    payload = b"a" * 32 + b"b" * 32 + (1).to_bytes(8, "big") + b"c" * 32 + (2**31).to_bytes(4, "big") + bytes(8)
     with pytest.raises(InvalidCursorError):
         decode_cursor("tlc1." + b64url_encode(payload))
 

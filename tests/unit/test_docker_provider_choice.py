@@ -57,7 +57,9 @@ def engine_that_cannot_run_the_image(monkeypatch: pytest.MonkeyPatch) -> list[st
 
     def refuse(self: Any) -> Any:
         attempts.append(self.image)
-        raise DockerUnavailableError(f"image {self.image} is not on the Docker engine and could not be pulled (no such host)")
+        raise DockerUnavailableError(
+            f"image {self.image} is not on the Docker engine and could not be pulled (no such host)"
+        )
 
     monkeypatch.setenv("THROUGHLINE_KAFKA_IMAGE", "example/kafka:9")
     monkeypatch.delenv("THROUGHLINE_TEST_BOOTSTRAP_SERVERS", raising=False)

@@ -97,9 +97,7 @@ def test_a_code_declared_twice_fails_at_class_creation() -> None:
 
 def test_the_error_modules_are_production_modules_and_the_checkout_names_pyprojects() -> None:
     assert set(ERROR_MODULES) <= set(MODULES)
-    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"][
-        "package-dir"
-    ]
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-dir"]
     checkout = {folder for name, folder in package_dir.items() if name != folder and "/" not in folder}
     assert checkout == set(_CHECKOUT_PACKAGES)
 
@@ -132,9 +130,7 @@ def test_the_same_declaration_imported_under_the_checkout_name_keeps_its_first_o
     assert installed is not None and installed.__module__ == "throughline.reader.exceptions"
 
     def body(namespace: dict[str, object]) -> None:
-        namespace.update(
-            code="page_token_unbound", __module__="reader.exceptions", __qualname__=installed.__qualname__
-        )
+        namespace.update(code="page_token_unbound", __module__="reader.exceptions", __qualname__=installed.__qualname__)
 
     again = types.new_class(installed.__name__, (InputError,), exec_body=body)
     assert again.code == "page_token_unbound"
@@ -232,9 +228,7 @@ def test_the_scan_finds_a_code_without_its_class() -> None:
         "class ElsewhereError(InputError):\n    code = 'elsewhere'\n"
         "class UnknownCodeError(ServeError):\n    def __init__(self, code):\n        self.code = code\n"
     )
-    found = [
-        line.split(": ", 1)[1] for line in _codes_without_a_class("throughline.probe", source, "probe.py")
-    ]
+    found = [line.split(": ", 1)[1] for line in _codes_without_a_class("throughline.probe", source, "probe.py")]
     assert sorted(found) == sorted(
         [
             "InputError(..., code=...) sets a code per instance",
@@ -246,9 +240,7 @@ def test_the_scan_finds_a_code_without_its_class() -> None:
         ]
     )
     assert not list(
-        _codes_without_a_class(
-            "throughline.core.exceptions", "class AError(InputError):\n    code = 'a'\n", "x"
-        )
+        _codes_without_a_class("throughline.core.exceptions", "class AError(InputError):\n    code = 'a'\n", "x")
     )
 
 
@@ -289,9 +281,7 @@ def _documented_codes() -> dict[str, set[str]]:
 
 def test_the_docs_list_codes() -> None:
     documented = _documented_codes()
-    assert {"invalid_limit", "page_token_*", "token_expired", "kafka_tls_failed", "not_found"} <= set(
-        documented
-    )
+    assert {"invalid_limit", "page_token_*", "token_expired", "kafka_tls_failed", "not_found"} <= set(documented)
 
 
 def test_every_documented_code_has_exactly_one_class() -> None:

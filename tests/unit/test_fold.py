@@ -64,7 +64,10 @@ def fold_records(state: FoldState, records: list[TurnRecord]) -> list[Outcome]:
             p = placed[0]
             placement = Placement(p, placed[1], p <= len(chain.ids) and chain.ids[p - 1] == r.turn_id)
         outcome = fold_turn(
-            head, r, applied=placement, digest_at=lambda k, d=digests: d[k - 1],
+            head,
+            r,
+            applied=placement,
+            digest_at=lambda k, d=digests: d[k - 1],
             completed_at=lambda k, t=chain.times: t[k - 1],
         )
         if isinstance(outcome, Append | Amend):
@@ -100,7 +103,9 @@ def snapshot(book: ChainBook) -> ChainBook:
 
 
 @given(histories(), st.data())
-def test_folding_a_prefix_then_the_rest_equals_folding_everything(records: list[TurnRecord], data: st.DataObject) -> None:
+def test_folding_a_prefix_then_the_rest_equals_folding_everything(
+    records: list[TurnRecord], data: st.DataObject
+) -> None:
     cut = data.draw(st.integers(0, len(records)))
     whole = FoldState()
     all_outcomes = fold_records(whole, records)

@@ -69,7 +69,8 @@ def test_what_repairs_do_in_any_history(entries: list[Entry]) -> None:
     # Each quarantined record is marked by the first sound repair of its source after it on its partition.
     for (partition, offset), (project, source) in book.quarantine_identity.items():
         later = [
-            r for r in book.repairs
+            r
+            for r in book.repairs
             if (r.project_sha256, r.source_sha256, r.partition) == (project, source, partition) and r.offset > offset
         ]
         assert book.repaired.get((partition, offset)) == ((later[0].partition, later[0].offset) if later else None)
@@ -99,7 +100,8 @@ def test_after_a_repair_the_next_seq_appends_and_the_source_is_served_again(
     assert source not in book.broken
     assert chains(book) == chains(before)  # the chain as applied is what the repair accepted
     assert (book.repairs[-1].length, book.repairs[-1].chain_digest) == (
-        book.head_of(source).length, book.head_of(source).chain_digest,
+        book.head_of(source).length,
+        book.head_of(source).chain_digest,
     )
     # A turn of that source with the next seq folds onto the accepted chain.
     some = next(e.record for e in entries if isinstance(e.record, TurnRecord) and e.record.source_sha256 == source)

@@ -45,9 +45,7 @@ def book(*batches: list[Spec]) -> ChainBook:
 
 def live(b: ChainBook) -> list[Spec]:
     (chain,) = b.live.values() or [[]]
-    return [
-        (t.turn_id, t.seq, t.record.body, t.record.completed_at_micros - 1_700_000_000_000_000) for t in chain
-    ]
+    return [(t.turn_id, t.seq, t.record.body, t.record.completed_at_micros - 1_700_000_000_000_000) for t in chain]
 
 
 OLD = [("t1", 1, "one", 10), ("t2", 2, "two", 20), ("t3", 3, "three", 30)]
@@ -55,9 +53,7 @@ OLD = [("t1", 1, "one", 10), ("t2", 2, "two", 20), ("t3", 3, "three", 30)]
 
 def test_an_exact_resend_is_applied_once() -> None:
     b = book(OLD, OLD)
-    assert (
-        live(b) == [("t1", 1, "one", 10), ("t2", 2, "two", 20), ("t3", 3, "three", 30)] and not b.quarantined
-    )
+    assert live(b) == [("t1", 1, "one", 10), ("t2", 2, "two", 20), ("t3", 3, "three", 30)] and not b.quarantined
 
 
 def test_an_extra_turn_shifts_the_rest_and_the_next_turn_appends() -> None:
@@ -182,7 +178,9 @@ def agree(*batches: list[Spec]) -> None:
     """``ChainBook`` folds the records as the model does: the same live chain, the same refusals."""
     model, b = oracle(*batches), book(*batches)
     assert [(i, f"{body}@{at}") for i, _, body, at in live(b)] == model.chain
-    assert [r.split(" after")[0] for _, _, r in b.quarantined] == [f"seq {seq} leaves a gap" for _, seq in model.rejected]
+    assert [r.split(" after")[0] for _, _, r in b.quarantined] == [
+        f"seq {seq} leaves a gap" for _, seq in model.rejected
+    ]
 
 
 def proposed(*batches: list[Spec]) -> Proposed:

@@ -25,10 +25,14 @@ class _Cluster:
 def _member(member_id: str, subscription: ConsumerProtocolSubscription) -> Any:
     # What kafka-python's coordinator hands assign(): the JoinGroup member with its decoded metadata.
     wire = subscription.encode()
-    return SimpleNamespace(member_id=member_id, group_instance_id=None, metadata=ConsumerProtocolSubscription.decode(wire))
+    return SimpleNamespace(
+        member_id=member_id, group_instance_id=None, metadata=ConsumerProtocolSubscription.decode(wire)
+    )
 
 
-def _assignor(url: str, stored: frozenset[int] = frozenset(), copies: int | None = None) -> tuple[OwnerAssignor, list[tuple]]:
+def _assignor(
+    url: str, stored: frozenset[int] = frozenset(), copies: int | None = None
+) -> tuple[OwnerAssignor, list[tuple]]:
     seen: list[tuple] = []
     assignor = OwnerAssignor(
         TOPIC,
@@ -77,8 +81,16 @@ def test_a_member_the_leader_cannot_read_gets_nothing_but_the_map() -> None:
     members = [
         _member("good", good.metadata({TOPIC})),
         _member("garbage", ConsumerProtocolSubscription(version=0, topics=[TOPIC], user_data=b"\x00\x01")),
-        _member("newer", ConsumerProtocolSubscription(version=0, topics=[TOPIC], user_data=b'{"schema":"throughline.group_member.v2"}')),
-        _member("elsewhere", ConsumerProtocolSubscription(version=0, topics=["other"], user_data=good.metadata({TOPIC}).user_data)),
+        _member(
+            "newer",
+            ConsumerProtocolSubscription(
+                version=0, topics=[TOPIC], user_data=b'{"schema":"throughline.group_member.v2"}'
+            ),
+        ),
+        _member(
+            "elsewhere",
+            ConsumerProtocolSubscription(version=0, topics=["other"], user_data=good.metadata({TOPIC}).user_data),
+        ),
     ]
     result = good.assign(_Cluster(3), members)
     owner_map = OwnerMap.decode(bytes(result["good"].user_data))
@@ -97,7 +109,9 @@ def test_a_topic_without_metadata_gives_an_empty_map() -> None:
 
 def test_a_map_the_member_cannot_read_is_reported_with_the_partitions_kafka_gave() -> None:
     assignor, seen = _assignor("http://127.0.0.1:8001")
-    assignor.on_assignment(ConsumerProtocolAssignment(0, [(TOPIC, [1]), ("other", [0])], b'{"schema":"throughline.owner_map.v9"}'), 4)
+    assignor.on_assignment(
+        ConsumerProtocolAssignment(0, [(TOPIC, [1]), ("other", [0])], b'{"schema":"throughline.owner_map.v9"}'), 4
+    )
     generation, owner_map, error, assigned = seen[-1]
     assert (generation, owner_map, assigned) == (4, None, frozenset({1}))
     assert error is not None and error.startswith("group_data_version")

@@ -67,7 +67,9 @@ def member(http_world: World) -> Iterator[Member]:
 
 @pytest.fixture
 def holder() -> Iterator[ScriptedServer]:
-    with ScriptedServer(Answer(200, HOLDER_ANSWER, {"Content-Type": "application/json", "Throughline-Reason": "r"})) as s:
+    with ScriptedServer(
+        Answer(200, HOLDER_ANSWER, {"Content-Type": "application/json", "Throughline-Reason": "r"})
+    ) as s:
         yield s
 
 
@@ -77,7 +79,9 @@ def _local(member: Member) -> bytes:
     return body
 
 
-def test_a_read_of_a_partition_it_does_not_hold_is_forwarded_and_answered_unchanged(member: Member, holder: ScriptedServer) -> None:
+def test_a_read_of_a_partition_it_does_not_hold_is_forwarded_and_answered_unchanged(
+    member: Member, holder: ScriptedServer
+) -> None:
     member.membership.on_change(_view([holder.url], mine=False))
     status, headers, body = member.get(headers={"Authorization": "Bearer shared-token"})
     assert (status, body, headers["throughline-reason"]) == (200, HOLDER_ANSWER, "r")
@@ -140,7 +144,12 @@ def test_a_forwarded_read_is_never_forwarded_again(member: Member, holder: Scrip
 
 def test_readyz_shows_the_group_and_counts_only_held_lag(member: Member, holder: ScriptedServer) -> None:
     joining = member.readyz()
-    assert joining["status"] == "not_ready" and joining["group"] == {"name": "g", "url": ME, "copies": None, "joined": False}
+    assert joining["status"] == "not_ready" and joining["group"] == {
+        "name": "g",
+        "url": ME,
+        "copies": None,
+        "joined": False,
+    }
     member.world.append(apply=False)
     member.membership.on_change(_view([holder.url], mine=False))
     report = member.readyz()
@@ -166,7 +175,9 @@ def test_status_url_renders_the_group(member: Member, holder: ScriptedServer) ->
     assert text.splitlines()[-1].split() == ["0", "3", "3", "0", "yes"]
 
 
-def test_a_member_dropped_from_the_group_holds_nothing_until_its_next_generation(member: Member, holder: ScriptedServer) -> None:
+def test_a_member_dropped_from_the_group_holds_nothing_until_its_next_generation(
+    member: Member, holder: ScriptedServer
+) -> None:
     member.membership.on_change(_view([holder.url], mine=True))
     assert member.get()[2] != HOLDER_ANSWER and member.membership.live() == {0}
     member.membership.on_leave()  # session expired, or the projector's run ended

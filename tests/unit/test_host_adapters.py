@@ -186,9 +186,7 @@ class TestOpenCode(HostAdapterContract):
     def _store(self) -> Path:
         if TestOpenCode.store is None:
             folder = Path(tempfile.mkdtemp(prefix="opencode-"))
-            TestOpenCode.store = build_store(
-                folder / "opencode.db", ADAPTED / EXPECTED["sessions"]["opencode"]
-            )
+            TestOpenCode.store = build_store(folder / "opencode.db", ADAPTED / EXPECTED["sessions"]["opencode"])
         return TestOpenCode.store
 
     def sessions(self) -> list[str]:

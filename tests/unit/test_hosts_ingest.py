@@ -22,22 +22,53 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 
 
 def prompt(uuid: str, text: str, parent: str | None, session: str = "S", cwd: str = "/w") -> bytes:
-    return json.dumps({"type": "user", "uuid": uuid, "parentUuid": parent, "sessionId": session, "cwd": cwd,
-                       "timestamp": "2026-01-01T00:00:00Z", "message": {"role": "user", "content": text}}).encode() + b"\n"
+    return (
+        json.dumps(
+            {
+                "type": "user",
+                "uuid": uuid,
+                "parentUuid": parent,
+                "sessionId": session,
+                "cwd": cwd,
+                "timestamp": "2026-01-01T00:00:00Z",
+                "message": {"role": "user", "content": text},
+            }
+        ).encode()
+        + b"\n"
+    )
 
 
 def reply(uuid: str, text: str, parent: str, session: str = "S") -> bytes:
-    return json.dumps({"type": "assistant", "uuid": uuid, "parentUuid": parent, "sessionId": session,
-                       "timestamp": "2026-01-01T00:00:01Z",
-                       "message": {"id": f"m-{uuid}", "content": [{"type": "text", "text": text}],
-                                   "stop_reason": "end_turn"}}).encode() + b"\n"
+    return (
+        json.dumps(
+            {
+                "type": "assistant",
+                "uuid": uuid,
+                "parentUuid": parent,
+                "sessionId": session,
+                "timestamp": "2026-01-01T00:00:01Z",
+                "message": {"id": f"m-{uuid}", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn"},
+            }
+        ).encode()
+        + b"\n"
+    )
 
 
-def run(files: SessionFiles, sender: FakeSender, state: str | None = None, saved: dict | None = None,
-        max_idle: float | None = None) -> tuple[Ingest, SessionDecoder]:
+def run(
+    files: SessionFiles,
+    sender: FakeSender,
+    state: str | None = None,
+    saved: dict | None = None,
+    max_idle: float | None = None,
+) -> tuple[Ingest, SessionDecoder]:
     decoder = SessionDecoder(files, warn=lambda m: None)
     ingest = Ingest(
-        files, sender, state_path=state, decoder=decoder, max_idle=max_idle, err=io.StringIO(),
+        files,
+        sender,
+        state_path=state,
+        decoder=decoder,
+        max_idle=max_idle,
+        err=io.StringIO(),
         state=SessionsState(state, files, saved or {}) if state else None,
     )
     return ingest, decoder
@@ -69,8 +100,11 @@ def test_one_shot_reads_every_session_and_resumes_without_sending_again(tmp_path
     # a new turn in one file: only it is sent (the file is parsed again, its old turns skipped)
     path = root / "-work-app" / "c1a1e000-0000-4000-8000-000000000004.jsonl"
     with open(path, "ab") as f:
-        f.write(b"\n" + prompt("w-u3", "Third?", "w-a2", "c1a1e000-0000-4000-8000-000000000004") +
-                reply("w-a3", "Yes, third.", "w-u3", "c1a1e000-0000-4000-8000-000000000004"))
+        f.write(
+            b"\n"
+            + prompt("w-u3", "Third?", "w-a2", "c1a1e000-0000-4000-8000-000000000004")
+            + reply("w-a3", "Yes, third.", "w-u3", "c1a1e000-0000-4000-8000-000000000004")
+        )
     third = FakeSender()
     saved = load_session_states(state, format="claude-code")
     ingest, _ = run(SessionFiles("claude-code", [str(root)], states=saved, settle=0.0), third, state, saved)
@@ -136,11 +170,39 @@ def test_a_replaced_or_truncated_file_is_read_again_from_its_start(tmp_path: Pat
 
 def test_a_huge_tool_output_line_is_read_and_not_rendered(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
-    big = json.dumps({"type": "user", "uuid": "r", "parentUuid": "t", "sessionId": "S", "timestamp": "2026-01-01T00:00:00Z",
-                      "toolUseResult": {}, "message": {"role": "user", "content": [
-                          {"type": "tool_result", "tool_use_id": "x", "content": "y" * 5_000_000}]}}).encode() + b"\n"
-    tool = json.dumps({"type": "assistant", "uuid": "t", "parentUuid": "u1", "sessionId": "S", "timestamp": "2026-01-01T00:00:00Z",
-                       "message": {"id": "m", "content": [{"type": "tool_use", "id": "x", "name": "Bash", "input": {"command": "cat big"}}]}}).encode() + b"\n"
+    big = (
+        json.dumps(
+            {
+                "type": "user",
+                "uuid": "r",
+                "parentUuid": "t",
+                "sessionId": "S",
+                "timestamp": "2026-01-01T00:00:00Z",
+                "toolUseResult": {},
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "x", "content": "y" * 5_000_000}],
+                },
+            }
+        ).encode()
+        + b"\n"
+    )
+    tool = (
+        json.dumps(
+            {
+                "type": "assistant",
+                "uuid": "t",
+                "parentUuid": "u1",
+                "sessionId": "S",
+                "timestamp": "2026-01-01T00:00:00Z",
+                "message": {
+                    "id": "m",
+                    "content": [{"type": "tool_use", "id": "x", "name": "Bash", "input": {"command": "cat big"}}],
+                },
+            }
+        ).encode()
+        + b"\n"
+    )
     path.write_bytes(prompt("u1", "cat it", None) + tool + big + reply("a", "It is big.", "r"))
     sender = FakeSender()
     ingest, decoder = run(SessionFiles("claude-code", [str(path)], settle=0.0), sender)

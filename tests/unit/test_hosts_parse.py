@@ -42,8 +42,14 @@ def feed_all(parser: ClaudeCodeSession | CodexSession, lines: list[bytes]) -> li
 
 def record(t: HostTurn) -> Any:
     return build_turn(
-        project=t.project, host=t.host, thread=t.thread, turn_id=t.turn_id,
-        completed_at_micros=t.completed_at_micros, body=t.body, seq=t.seq, attributes=t.attributes,
+        project=t.project,
+        host=t.host,
+        thread=t.thread,
+        turn_id=t.turn_id,
+        completed_at_micros=t.completed_at_micros,
+        body=t.body,
+        seq=t.seq,
+        attributes=t.attributes,
     )
 
 
@@ -107,7 +113,8 @@ def test_default_roots_follow_the_hosts_variables(tmp_path: Path) -> None:
     assert default_roots("claude-code", {"CLAUDE_CONFIG_DIR": "/cfg"}) == ["/cfg/projects"]
     (tmp_path / "archived_sessions").mkdir()
     assert default_roots("codex", {"CODEX_HOME": str(tmp_path)}) == [
-        str(tmp_path / "sessions"), str(tmp_path / "archived_sessions")
+        str(tmp_path / "sessions"),
+        str(tmp_path / "archived_sessions"),
     ]
     assert default_roots("claude-code", {})[0].endswith("/.claude/projects")
 
@@ -126,10 +133,29 @@ def test_a_corrupt_line_changes_nothing_else() -> None:
 
 def test_non_utf8_bytes_and_lone_surrogates_become_replacement_text() -> None:
     p = ClaudeCodeSession("s")
-    p.feed(1, json.dumps({"type": "user", "uuid": "u", "sessionId": "s", "cwd": "/w", "timestamp": "2026-01-01T00:00:00Z",
-                          "message": {"role": "user", "content": "bad \ud800 surrogate"}}).encode())
-    raw = json.dumps({"type": "assistant", "uuid": "a", "parentUuid": "u", "sessionId": "s", "timestamp": "2026-01-01T00:00:01Z",
-                      "message": {"id": "m", "content": [{"type": "text", "text": "x YY y"}], "stop_reason": "end_turn"}})
+    p.feed(
+        1,
+        json.dumps(
+            {
+                "type": "user",
+                "uuid": "u",
+                "sessionId": "s",
+                "cwd": "/w",
+                "timestamp": "2026-01-01T00:00:00Z",
+                "message": {"role": "user", "content": "bad \ud800 surrogate"},
+            }
+        ).encode(),
+    )
+    raw = json.dumps(
+        {
+            "type": "assistant",
+            "uuid": "a",
+            "parentUuid": "u",
+            "sessionId": "s",
+            "timestamp": "2026-01-01T00:00:01Z",
+            "message": {"id": "m", "content": [{"type": "text", "text": "x YY y"}], "stop_reason": "end_turn"},
+        }
+    )
     assert p.feed(2, raw.encode().replace(b"YY", b"\xc3\x28")) == []  # its message may have more blocks
     (turn,) = p.settle()
     assert "bad ? surrogate" in turn.body and "x \ufffd( y" in turn.body
@@ -142,10 +168,30 @@ def test_a_multi_block_message_written_as_cumulative_snapshots_is_rendered_once(
     p.feed(1, json.dumps({**base, "type": "user", "uuid": "u", "message": {"role": "user", "content": "hi"}}).encode())
     one = [{"type": "text", "text": "part one"}]
     two = [*one, {"type": "text", "text": "part two"}]
-    p.feed(2, json.dumps({**base, "type": "assistant", "uuid": "a1", "parentUuid": "u",
-                          "message": {"id": "m", "content": one, "stop_reason": None}}).encode())
-    p.feed(3, json.dumps({**base, "type": "assistant", "uuid": "a2", "parentUuid": "a1",
-                          "message": {"id": "m", "content": two, "stop_reason": "end_turn"}}).encode())
+    p.feed(
+        2,
+        json.dumps(
+            {
+                **base,
+                "type": "assistant",
+                "uuid": "a1",
+                "parentUuid": "u",
+                "message": {"id": "m", "content": one, "stop_reason": None},
+            }
+        ).encode(),
+    )
+    p.feed(
+        3,
+        json.dumps(
+            {
+                **base,
+                "type": "assistant",
+                "uuid": "a2",
+                "parentUuid": "a1",
+                "message": {"id": "m", "content": two, "stop_reason": "end_turn"},
+            }
+        ).encode(),
+    )
     (turn,) = p.feed(4, json.dumps({**base, "type": "system", "subtype": "turn_duration", "uuid": "d"}).encode())
     assert turn.body.endswith("## Reply\n\npart one\n\npart two")
 
@@ -208,19 +254,44 @@ def claude_lines(actions: list[tuple[str, int]]) -> list[bytes]:
         if kind in ("prompt", "rewind"):
             entry = {**base, "type": "user", "parentUuid": parent, "message": {"role": "user", "content": f"q{i}"}}
         elif kind in ("reply", "end"):
-            entry = {**base, "type": "assistant", "parentUuid": parent,
-                     "message": {"id": f"m{arg % 3}", "content": [{"type": "text", "text": f"r{i}"}],
-                                 "stop_reason": "end_turn" if kind == "end" else None}}
+            entry = {
+                **base,
+                "type": "assistant",
+                "parentUuid": parent,
+                "message": {
+                    "id": f"m{arg % 3}",
+                    "content": [{"type": "text", "text": f"r{i}"}],
+                    "stop_reason": "end_turn" if kind == "end" else None,
+                },
+            }
         elif kind == "tool":
-            entry = {**base, "type": "assistant", "parentUuid": parent,
-                     "message": {"id": f"t{i}", "content": [{"type": "tool_use", "id": f"tu{i}", "name": "Bash",
-                                                             "input": {"command": "ls"}}]}}
+            entry = {
+                **base,
+                "type": "assistant",
+                "parentUuid": parent,
+                "message": {
+                    "id": f"t{i}",
+                    "content": [{"type": "tool_use", "id": f"tu{i}", "name": "Bash", "input": {"command": "ls"}}],
+                },
+            }
         elif kind == "duration":
             entry = {**base, "type": "system", "subtype": "turn_duration", "parentUuid": parent}
         elif kind == "meta":
-            entry = {**base, "type": "user", "parentUuid": parent, "isMeta": True, "message": {"role": "user", "content": "ctx"}}
+            entry = {
+                **base,
+                "type": "user",
+                "parentUuid": parent,
+                "isMeta": True,
+                "message": {"role": "user", "content": "ctx"},
+            }
         elif kind == "side":
-            entry = {**base, "type": "user", "isSidechain": True, "parentUuid": parent, "message": {"role": "user", "content": "s"}}
+            entry = {
+                **base,
+                "type": "user",
+                "isSidechain": True,
+                "parentUuid": parent,
+                "message": {"role": "user", "content": "s"},
+            }
         else:  # corrupt
             out.append(b'{"type": "assistant", "mess')
             continue
@@ -249,7 +320,10 @@ def codex_lines(actions: list[tuple[str, int]]) -> list[bytes]:
                 {"type": "turn_context", "payload": {"cwd": f"/c/{arg % 2}"}},
                 {"type": "event_msg", "payload": {"type": "user_message", "message": f"q{i}"}},
                 {"type": "event_msg", "payload": {"type": "agent_message", "message": f"a{i}"}},
-                {"type": "event_msg", "payload": {"type": "task_complete" if arg % 4 else "turn_aborted", "turn_id": f"t{i}"}},
+                {
+                    "type": "event_msg",
+                    "payload": {"type": "task_complete" if arg % 4 else "turn_aborted", "turn_id": f"t{i}"},
+                },
             ]
         elif kind == "rollback":
             out.append({"type": "event_msg", "payload": {"type": "thread_rolled_back", "num_turns": arg % 4 + 1}})
@@ -275,7 +349,9 @@ CODEX_ACTIONS = st.lists(
 # A rewind onto the turn the first rewind abandoned while it was open.
 @example(actions=[("prompt", 0)] * 4 + [("rewind", 0), ("prompt", 0), ("rewind", 3), ("prompt", 0)], cut=0)
 @settings(max_examples=300, deadline=None)
-def test_claude_code_turns_are_prefix_stable_and_fold_without_a_reject(actions: list[tuple[str, int]], cut: int) -> None:
+def test_claude_code_turns_are_prefix_stable_and_fold_without_a_reject(
+    actions: list[tuple[str, int]], cut: int
+) -> None:
     lines = claude_lines(actions)
     full = feed_all(ClaudeCodeSession("S"), lines)
     prefix = feed_all(ClaudeCodeSession("S"), lines[:cut])

@@ -77,9 +77,7 @@ def differences(turns: list[HostTurn], expected: list[dict[str, Any]]) -> list[s
         elif not reply.startswith(want["replyStartsWith"]):
             out.append(f"{where}: reply starts {reply[:60]!r}, expected {want['replyStartsWith']!r}")
     if len(turns) != len(expected):
-        extra = [
-            f"seq {t.seq} line {t.line} {t.body[len(PROMPT_HEAD) :][:40]!r}" for t in turns[len(expected) :]
-        ]
+        extra = [f"seq {t.seq} line {t.line} {t.body[len(PROMPT_HEAD) :][:40]!r}" for t in turns[len(expected) :]]
         missing = [f"seq {w['seq']} {w['promptStartsWith'][:40]!r}" for w in expected[len(turns) :]]
         out.insert(0, f"{len(turns)} turns, expected {len(expected)}; extra {extra}, missing {missing}")
     return out
@@ -101,9 +99,7 @@ def test_every_prefix_yields_the_first_turns_of_the_file(rel: str) -> None:
     whole = feed(spec["format"], rel, lines, settle=False)
     for cut in range(len(lines) + 1):
         head = feed(spec["format"], rel, lines[:cut], settle=False)
-        assert head == whole[: len(head)], (
-            f"the first {cut} lines yield turns that are not the file's first turns"
-        )
+        assert head == whole[: len(head)], f"the first {cut} lines yield turns that are not the file's first turns"
 
 
 def test_the_corpus_is_what_sources_md_lists() -> None:

@@ -60,9 +60,15 @@ class Claude:
         self.n += 1
         entry = {
             "parentUuid": self.lines[-1]["uuid"] if self.lines else None,
-            "isSidechain": False, "userType": "external", "cwd": "/w", "sessionId": "S",
-            "version": self.version, "type": kind, "uuid": f"u{self.n}",
-            "timestamp": f"2026-02-01T10:00:{self.n:02d}.000Z", **extra,
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": "/w",
+            "sessionId": "S",
+            "version": self.version,
+            "type": kind,
+            "uuid": f"u{self.n}",
+            "timestamp": f"2026-02-01T10:00:{self.n:02d}.000Z",
+            **extra,
         }
         self.lines.append(entry)
         return entry
@@ -71,11 +77,16 @@ class Claude:
         return self._line("user", message={"role": "user", "content": content}, **extra)
 
     def block(self, msg: str, block: dict[str, Any], stop: str | None, **extra: Any) -> dict[str, Any]:
-        return self._line("assistant", message={"id": msg, "type": "message", "role": "assistant",
-                                                "content": [block], "stop_reason": stop}, **extra)
+        return self._line(
+            "assistant",
+            message={"id": msg, "type": "message", "role": "assistant", "content": [block], "stop_reason": stop},
+            **extra,
+        )
 
     def result(self, tool_id: str) -> dict[str, Any]:
-        return self.user([{"type": "tool_result", "tool_use_id": tool_id, "content": "ok"}], toolUseResult={"stdout": "ok"})
+        return self.user(
+            [{"type": "tool_result", "tool_use_id": tool_id, "content": "ok"}], toolUseResult={"stdout": "ok"}
+        )
 
     def system(self, subtype: str, **extra: Any) -> dict[str, Any]:
         return self._line("system", subtype=subtype, level="info", **extra)
@@ -106,7 +117,11 @@ def test_a_thinking_block_line_with_end_turn_does_not_end_the_turn_before_its_te
     parser = ClaudeCodeSession("S")
     assert feed(parser, c.lines[:3]) == []
     (hooked,) = parser.settle()
-    assert (hooked.body, hooked.completed_at_micros, hooked.turn_id) == (turn.body, turn.completed_at_micros, turn.turn_id)
+    assert (hooked.body, hooked.completed_at_micros, hooked.turn_id) == (
+        turn.body,
+        turn.completed_at_micros,
+        turn.turn_id,
+    )
 
 
 def test_older_hosts_without_stop_reason_end_a_turn_at_stop_hook_summary_and_the_last_turn_at_settle() -> None:
@@ -157,11 +172,24 @@ def test_an_interrupted_turn_is_a_turn_with_its_partial_reply_whether_or_not_a_p
     c.user("Refactor the module.", promptId="p1")
     c.block("m1", text("Starting with the imports"), None)
     c.block("m1", tool("t1"), None)
-    c.user([{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
-             "content": "The user doesn't want to proceed with this tool use."}], toolUseResult="Error")
+    c.user(
+        [
+            {
+                "type": "tool_result",
+                "tool_use_id": "t1",
+                "is_error": True,
+                "content": "The user doesn't want to proceed with this tool use.",
+            }
+        ],
+        toolUseResult="Error",
+    )
     c.user([text("[Request interrupted by user for tool use]")])
     (turn,) = feed(ClaudeCodeSession("S"), c.lines)  # the last line of the file: still a turn
-    assert (outcome(turn), reply(turn), at(turn)) == ("interrupted", "Starting with the imports", "2026-02-01T10:00:05.000000Z")
+    assert (outcome(turn), reply(turn), at(turn)) == (
+        "interrupted",
+        "Starting with the imports",
+        "2026-02-01T10:00:05.000000Z",
+    )
     c.user("Only rename it.", promptId="p2")
     c.block("m2", text("Renamed."), "end_turn")
     turns = feed(ClaudeCodeSession("S"), c.lines, settle=True)
@@ -170,10 +198,14 @@ def test_an_interrupted_turn_is_a_turn_with_its_partial_reply_whether_or_not_a_p
 
 def test_a_custom_slash_command_the_model_works_on_is_a_turn_and_a_built_in_one_is_not() -> None:
     c = Claude()
-    c.user("<command-message>model</command-message>\n<command-name>/model</command-name>\n<command-args></command-args>")
+    c.user(
+        "<command-message>model</command-message>\n<command-name>/model</command-name>\n<command-args></command-args>"
+    )
     c.user("<local-command-stdout>Set model to opus</local-command-stdout>")
-    c.user("<command-message>review is running…</command-message>\n<command-name>/review</command-name>\n"
-           "<command-args>the parser, carefully</command-args>")
+    c.user(
+        "<command-message>review is running…</command-message>\n<command-name>/review</command-name>\n"
+        "<command-args>the parser, carefully</command-args>"
+    )
     c.user("Review the code below ...", isMeta=True)
     c.block("m1", text("Looks fine."), "end_turn")
     c.user("<command-name>/cost</command-name>\n<command-message>cost</command-message>\n<command-args></command-args>")
@@ -200,8 +232,10 @@ def test_a_reply_that_opens_with_a_whitespace_only_block_and_an_api_error() -> N
 
 def rollout(*events: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
     meta = ("session_meta", {"id": "T", "cwd": "/c", "cli_version": "0.40.0", "originator": "codex_vscode"})
-    return [{"timestamp": f"2026-02-01T10:00:{i:02d}.000Z", "type": k, "payload": p}
-            for i, (k, p) in enumerate([meta, *events])]
+    return [
+        {"timestamp": f"2026-02-01T10:00:{i:02d}.000Z", "type": k, "payload": p}
+        for i, (k, p) in enumerate([meta, *events])
+    ]
 
 
 def ev(event: str, **payload: Any) -> tuple[str, dict[str, Any]]:
@@ -215,7 +249,11 @@ def item(**payload: Any) -> tuple[str, dict[str, Any]]:
 def test_a_rollout_without_task_started_makes_a_turn_of_each_prompt() -> None:
     lines = rollout(
         ("turn_context", {"cwd": "/c"}),
-        item(type="message", role="user", content=[{"type": "input_text", "text": "<environment_context>x</environment_context>"}]),
+        item(
+            type="message",
+            role="user",
+            content=[{"type": "input_text", "text": "<environment_context>x</environment_context>"}],
+        ),
         ev("user_message", message="List files", kind="plain", images=[]),
         item(type="function_call", name="shell", arguments='{"command":["ls"]}', call_id="c1"),
         item(type="function_call_output", call_id="c1", output="a b"),
@@ -230,7 +268,8 @@ def test_a_rollout_without_task_started_makes_a_turn_of_each_prompt() -> None:
     parser = CodexSession("T")
     turns = feed(parser, lines)
     assert [(prompt(t), t.seq, outcome(t), reply(t)) for t in turns] == [
-        ("List files", 1, "answered", "a and b"), ("Delete b", 2, "interrupted", "Deleting"),
+        ("List files", 1, "answered", "a and b"),
+        ("Delete b", 2, "interrupted", "Deleting"),
     ]
     assert at(turns[0]) == "2026-02-01T10:00:06.000000Z"  # its last agent line, not the next prompt's
     (last,) = parser.settle()
@@ -253,21 +292,27 @@ def test_an_aborted_codex_turn_is_a_turn_and_a_replaced_one_is_aborted() -> None
     parser = CodexSession("T")
     turns = feed(parser, lines)
     assert [(t.turn_id, t.seq, outcome(t), prompt(t)) for t in turns] == [
-        ("t1", 1, "interrupted", "Build it\n\n[image]"), ("t2", 2, "aborted", "Test it"), ("t3", 3, "answered", "Lint it"),
+        ("t1", 1, "interrupted", "Build it\n\n[image]"),
+        ("t2", 2, "aborted", "Test it"),
+        ("t3", 3, "answered", "Lint it"),
     ]
     assert parser.settle() == []
 
 
 def test_settle_never_ends_a_started_codex_turn() -> None:
-    lines = rollout(ev("task_started", turn_id="t1"), ev("user_message", message="Go"), ev("agent_message", message="Done"))
+    lines = rollout(
+        ev("task_started", turn_id="t1"), ev("user_message", message="Go"), ev("agent_message", message="Done")
+    )
     assert feed(CodexSession("T"), lines, settle=True) == []
 
 
 # ------------------------------------------------------------------------------------------ the hook's view
 
 
-CLAUDE_STEPS = st.lists(st.sampled_from(["prompt", "think", "text", "tool", "result", "end", "summary", "duration",
-                                         "interrupt", "notify"]), max_size=30)
+CLAUDE_STEPS = st.lists(
+    st.sampled_from(["prompt", "think", "text", "tool", "result", "end", "summary", "duration", "interrupt", "notify"]),
+    max_size=30,
+)
 
 
 def claude_run(steps: list[str], version: str) -> Claude:
@@ -298,7 +343,9 @@ def claude_run(steps: list[str], version: str) -> Claude:
 
 @given(steps=CLAUDE_STEPS, version=st.sampled_from(["2.0.50", "2.1.30", "2.1.250"]))
 @settings(max_examples=300, deadline=None)
-def test_a_hook_called_before_each_stop_hook_summary_sends_what_a_later_reader_sends(steps: list[str], version: str) -> None:
+def test_a_hook_called_before_each_stop_hook_summary_sends_what_a_later_reader_sends(
+    steps: list[str], version: str
+) -> None:
     """The host calls its Stop hook after the turn's last line and before ``stop_hook_summary``: the turns
     the hook sends (the prefix, settled) are the later reader's first turns, byte for byte."""
     lines = claude_run(steps, version).lines

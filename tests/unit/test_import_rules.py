@@ -43,9 +43,21 @@ RULES = (
 #: What the pure core never imports (third-party edges and throughline's own edge packages).
 CORE = "throughline.core"
 CORE_FORBIDDEN = (
-    "kafka", "duckdb", "fastavro", "pydantic", "pyarrow", "fastapi", "uvicorn", "starlette",
-    "throughline.log", "throughline.projector", "throughline.reader", "throughline.schemas",
-    "throughline.serve", "throughline.producers", "throughline.testing",
+    "kafka",
+    "duckdb",
+    "fastavro",
+    "pydantic",
+    "pyarrow",
+    "fastapi",
+    "uvicorn",
+    "starlette",
+    "throughline.log",
+    "throughline.projector",
+    "throughline.reader",
+    "throughline.schemas",
+    "throughline.serve",
+    "throughline.producers",
+    "throughline.testing",
 )
 
 
@@ -95,7 +107,9 @@ def violations(module: str, path: Path, source: str | None = None) -> list[str]:
     for line, name in imported(module, path, source):
         for rule in RULES:
             if _within(name, rule.imports) and not _within(module, rule.only_in):
-                found.setdefault((line, rule.name), f"{where}:{line} imports {name} ({rule.name}: only {', '.join(rule.only_in)})")
+                found.setdefault(
+                    (line, rule.name), f"{where}:{line} imports {name} ({rule.name}: only {', '.join(rule.only_in)})"
+                )
         if _within(module, (CORE,)) and _within(name, CORE_FORBIDDEN):
             found.setdefault((line, "core"), f"{where}:{line} imports {name} (the core stays pure)")
     return [found[k] for k in sorted(found)]
@@ -106,9 +120,16 @@ MODULES = production_modules()
 
 def test_the_scan_sees_every_production_package() -> None:
     assert len(MODULES) > 60
-    for name in ("throughline.log.clients", "throughline.projector.feed.poller", "throughline.core.memory",
-                 "throughline.serve.app", "throughline.reader.page", "throughline.producers.producer",
-                 "throughline.schemas.codec", "throughline.testing.pytest_plugin"):
+    for name in (
+        "throughline.log.clients",
+        "throughline.projector.feed.poller",
+        "throughline.core.memory",
+        "throughline.serve.app",
+        "throughline.reader.page",
+        "throughline.producers.producer",
+        "throughline.schemas.codec",
+        "throughline.testing.pytest_plugin",
+    ):
         assert name in MODULES, name
     assert MODULES["throughline.projector.runner"] == ROOT / "projector" / "runner.py"
 
@@ -132,15 +153,39 @@ def test_the_rules_hold_where_they_are_meant_to() -> None:
     ("module", "file", "source", "rule"),
     [
         ("throughline.projector.runner", "projector/runner.py", "import kafka\n", "one Kafka edge"),
-        ("throughline.reader.page", "reader/page.py", "def f():\n    from kafka.errors import KafkaError\n", "one Kafka edge"),
-        ("throughline.producers.producer", "producers/producer.py", "from kafka import KafkaProducer as P\n", "one Kafka edge"),
+        (
+            "throughline.reader.page",
+            "reader/page.py",
+            "def f():\n    from kafka.errors import KafkaError\n",
+            "one Kafka edge",
+        ),
+        (
+            "throughline.producers.producer",
+            "producers/producer.py",
+            "from kafka import KafkaProducer as P\n",
+            "one Kafka edge",
+        ),
         ("throughline.projector.status", "projector/status.py", "import duckdb\n", "DuckDB behind the store"),
-        ("throughline.reader.cli", "reader/cli.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pyarrow as pa\n",
-         "DuckDB behind the store"),
-        ("throughline.reader.wire", "reader/wire.py", "from starlette.responses import Response\n", "HTTP behind serve"),
+        (
+            "throughline.reader.cli",
+            "reader/cli.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pyarrow as pa\n",
+            "DuckDB behind the store",
+        ),
+        (
+            "throughline.reader.wire",
+            "reader/wire.py",
+            "from starlette.responses import Response\n",
+            "HTTP behind serve",
+        ),
         ("throughline.core.ports", "throughline/core/ports.py", "import fastavro\n", "the core stays pure"),
         ("throughline.core.ports", "throughline/core/ports.py", "from throughline import log\n", "the core stays pure"),
-        ("throughline.core.ports", "throughline/core/ports.py", "from ..projector import store\n", "the core stays pure"),
+        (
+            "throughline.core.ports",
+            "throughline/core/ports.py",
+            "from ..projector import store\n",
+            "the core stays pure",
+        ),
         ("throughline.core.ports", "throughline/core/ports.py", "import pydantic.dataclasses\n", "the core stays pure"),
     ],
 )

@@ -20,7 +20,9 @@ A, B = b"a" * 32, b"b" * 32
 MARKER = "marker"  # an offset that holds no record
 
 slots = st.sampled_from([A, B, UNKNOWN, MARKER])
-steps = st.lists(st.tuples(st.sampled_from(["fetch", "apply", "apply_unfetched", "restart"]), st.integers(0, 4)), max_size=25)
+steps = st.lists(
+    st.tuples(st.sampled_from(["fetch", "apply", "apply_unfetched", "restart"]), st.integers(0, 4)), max_size=25
+)
 
 
 def _expected(log: list[object], project: bytes, below: int, applied: int, fetched: int) -> bool:

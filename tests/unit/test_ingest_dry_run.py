@@ -26,9 +26,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text("utf-8"))
 
 
-def cli(
-    *args: str, stdin: bytes | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[bytes]:
+def cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "THROUGHLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     env.pop("THROUGHLINE_KAFKA_CONFIG", None)
     return subprocess.run(
@@ -53,15 +51,10 @@ def test_dry_run_prints_the_host_turns_in_file_order_and_feeds_back_unchanged(tm
     turns = out_lines(proc)
     assert len(turns) == 13
     assert all(
-        list(t) == ["project", "host", "thread", "turnId", "seq", "completedAt", "body", "attributes"]
-        for t in turns
+        list(t) == ["project", "host", "thread", "turnId", "seq", "completedAt", "body", "attributes"] for t in turns
     )
     first = turns[0]
-    assert (
-        first["turnId"] == "p-1"
-        and first["seq"] == 1
-        and first["completedAt"] == "2026-03-01T10:00:12.000000Z"
-    )
+    assert first["turnId"] == "p-1" and first["seq"] == 1 and first["completedAt"] == "2026-03-01T10:00:12.000000Z"
     # ended by the line after its end_turn message's last line (line 14)
     assert first["attributes"] == {"ingest.format": "claude-code", "ingest.line": "15", "turn.outcome": "answered"}
     # the same order on every run, and the same lines through the jsonl format
@@ -98,10 +91,7 @@ def test_dry_run_exit_codes_are_ingests(tmp_path: Path) -> None:
     assert missing.returncode == 2 and missing.stdout == b""
     assert json.loads(missing.stderr.splitlines()[-1])["error"]["code"] == "file_not_found"
     follow = cli("--format", "codex", str(tmp_path), "--dry-run", "--follow")
-    assert (
-        follow.returncode == 2
-        and json.loads(follow.stderr.splitlines()[-1])["error"]["code"] == "invalid_arguments"
-    )
+    assert follow.returncode == 2 and json.loads(follow.stderr.splitlines()[-1])["error"]["code"] == "invalid_arguments"
     bad = tmp_path / "bad.jsonl"
     bad.write_text(
         '{"project": "/p", "host": "h", "thread": "t", "turnId": "a", "completedAt": '

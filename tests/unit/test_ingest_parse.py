@@ -181,15 +181,26 @@ def test_roundtrip_of_valid_fields(
         canonical = canonical_project(project)
     except InputError:
         return
-    doc = {"project": project, "host": host, "thread": thread, "turnId": turn_id, "completedAt": format_rfc3339(micros),
-           "body": body}
+    doc = {
+        "project": project,
+        "host": host,
+        "thread": thread,
+        "turnId": turn_id,
+        "completedAt": format_rfc3339(micros),
+        "body": body,
+    }
     if seq is not None:
         doc["seq"] = seq  # type: ignore[assignment]
     for ensure_ascii in (True, False):
         turn = parse_turn_line(json.dumps(doc, ensure_ascii=ensure_ascii).encode("utf-8"))
         assert turn is not None
         assert (turn.project, turn.host, turn.thread, turn.turn_id, turn.body, turn.seq) == (
-            canonical, host, thread, turn_id, body, seq
+            canonical,
+            host,
+            thread,
+            turn_id,
+            body,
+            seq,
         )
         assert turn.completed_at_micros == micros
 

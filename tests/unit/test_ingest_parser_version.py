@@ -55,9 +55,7 @@ def sent(sender: FakeSender) -> list[tuple[str, int | None]]:
     return [(p.turn.turn_id, p.turn.seq) for p in sender.sent]
 
 
-FILE = lines(
-    {"p": "t1"}, {"r": "one"}, {"end": True}, {"x": "stop"}, {"p": "t2"}, {"r": "two"}, {"end": True}
-)
+FILE = lines({"p": "t1"}, {"r": "one"}, {"end": True}, {"x": "stop"}, {"p": "t2"}, {"r": "two"}, {"end": True})
 MORE = lines({"p": "t3"}, {"r": "three"}, {"end": True})
 
 

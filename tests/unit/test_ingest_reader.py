@@ -111,7 +111,10 @@ def test_following_a_rotated_file_finishes_the_old_one_first(tmp_path: Path) -> 
         f.write(b"old-2\nold-3-unterminated")
     path.write_bytes(b"new-1\n")
     finished = list(reader.check_file())
-    assert [(ln.number, ln.data, ln.file) for ln in finished] == [(2, b"old-2", old_id), (3, b"old-3-unterminated", old_id)]
+    assert [(ln.number, ln.data, ln.file) for ln in finished] == [
+        (2, b"old-2", old_id),
+        (3, b"old-3-unterminated", old_id),
+    ]
     new = list(reader.lines())
     assert [(ln.number, ln.data, ln.file) for ln in new] == [(1, b"new-1", file_id(path))]
 

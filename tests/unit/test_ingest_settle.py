@@ -226,9 +226,7 @@ def test_an_evicted_parser_is_rebuilt_with_its_settles(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(FIRST)
     age(path, 1)
-    files = SessionFiles(
-        FORMAT, [str(path)], follow=True, poll_interval=0.01, settle=0.3, parsers=toy, evict_after=0.0
-    )
+    files = SessionFiles(FORMAT, [str(path)], follow=True, poll_interval=0.01, settle=0.3, parsers=toy, evict_after=0.0)
     sender = FakeSender()
     ingest = Ingest(files, sender, decoder=SessionDecoder(files, warn=lambda m: None), err=io.StringIO())
     files.covered = ingest.covered_line

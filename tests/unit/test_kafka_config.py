@@ -109,7 +109,9 @@ def test_kafka_python_settings_of_a_config(tmp_path: Path) -> None:
     }
     assert PASSWORD not in repr(settings)  # kafka-python's admin client logs its configuration
     assert clients.kafka_settings(PLAINTEXT, "x") == {"security_protocol": "PLAINTEXT", "client_id": "x"}
-    tls = clients.kafka_settings(KafkaClientConfig(security_protocol="SSL", ssl_check_hostname=False, client_id="mine"), "x")
+    tls = clients.kafka_settings(
+        KafkaClientConfig(security_protocol="SSL", ssl_check_hostname=False, client_id="mine"), "x"
+    )
     assert tls["client_id"] == "mine" and tls["security_protocol"] == "SSL"
     context = tls["ssl_context"]
     assert isinstance(context, ssl.SSLContext)
@@ -118,7 +120,9 @@ def test_kafka_python_settings_of_a_config(tmp_path: Path) -> None:
 
 
 def test_an_empty_file_and_no_file_are_plaintext(tmp_path: Path) -> None:
-    assert load_kafka_config(write(tmp_path, "# nothing here\n\n")) == KafkaClientConfig(source=str(tmp_path / "client.properties"))
+    assert load_kafka_config(write(tmp_path, "# nothing here\n\n")) == KafkaClientConfig(
+        source=str(tmp_path / "client.properties")
+    )
     assert resolve_kafka_config(None, environ={}) is PLAINTEXT
     assert not PLAINTEXT.uses_tls and not PLAINTEXT.uses_sasl and PLAINTEXT.secrets() == ()
 
@@ -170,7 +174,9 @@ def test_librdkafka_spelling_and_a_pem_keystore(tmp_path: Path) -> None:
     )
     assert config.ssl_certificate_location == config.ssl_key_location == str(both.resolve())
     assert config.ssl_check_hostname is False and config.ssl_ca_location is None
-    rd = config_from_properties({"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username": "u", "sasl.password": "p"})
+    rd = config_from_properties(
+        {"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username": "u", "sasl.password": "p"}
+    )
     assert rd.sasl_mechanism == "PLAIN"
 
 
@@ -212,25 +218,43 @@ def test_properties_syntax() -> None:
         ("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=u\n", "sasl.password is required"),
         ("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.password=p\n", "sasl.username is required"),
         ("sasl.username=u\n", "SASL settings need SASL_SSL or SASL_PLAINTEXT"),
-        ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\nssl.ca.location=x\n",
-         "TLS settings need SSL or SASL_SSL"),
+        (
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\nssl.ca.location=x\n",
+            "TLS settings need SSL or SASL_SSL",
+        ),
         ("a=1\na=2\n", "'a' is set twice"),
-        ("security.protocol=SSL\nssl.endpoint.identification.algorithm=strict\n", "ssl.endpoint.identification.algorithm"),
+        (
+            "security.protocol=SSL\nssl.endpoint.identification.algorithm=strict\n",
+            "ssl.endpoint.identification.algorithm",
+        ),
         ("security.protocol=SSL\nssl.key.password=k\n", "ssl.key.password is set without ssl.key.location"),
         ("security.protocol=SSL\nssl.ca.location=/nonexistent/ca.pem\n", "ssl.ca.location: cannot read"),
         ("client.id=\n", "client.id is empty"),
-        ("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config="
-         "org.apache.kafka.common.security.plain.PlainLoginModule required username=u password=p;\n",
-         "does not log in with sasl.mechanism SCRAM-SHA-256"),
-        ("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.jaas.config="
-         "com.example.LoginModule required username=u password=p;\n", "login module 'com.example.LoginModule'"),
-        ("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.jaas.config="
-         "org.apache.kafka.common.security.plain.PlainLoginModule required username=u password=p\n", "semicolon"),
-        ("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config="
-         "org.apache.kafka.common.security.scram.ScramLoginModule required username=u password=p tokenauth=true;\n",
-         "option 'tokenauth'"),
-        ("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\nsasl.jaas.config="
-         "org.apache.kafka.common.security.plain.PlainLoginModule required username=u password=p;\n", "keep one"),
+        (
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config="
+            "org.apache.kafka.common.security.plain.PlainLoginModule required username=u password=p;\n",
+            "does not log in with sasl.mechanism SCRAM-SHA-256",
+        ),
+        (
+            "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+            "com.example.LoginModule required username=u password=p;\n",
+            "login module 'com.example.LoginModule'",
+        ),
+        (
+            "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+            "org.apache.kafka.common.security.plain.PlainLoginModule required username=u password=p\n",
+            "semicolon",
+        ),
+        (
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required username=u password=p tokenauth=true;\n",
+            "option 'tokenauth'",
+        ),
+        (
+            "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\nsasl.jaas.config="
+            "org.apache.kafka.common.security.plain.PlainLoginModule required username=u password=p;\n",
+            "keep one",
+        ),
     ],
 )
 def test_unknown_unsupported_and_contradictory_settings_are_refused(tmp_path: Path, text: str, names: str) -> None:
@@ -305,9 +329,22 @@ def test_a_broken_file_is_a_configuration_error_of_the_cli(tmp_path: Path) -> No
     env = {k: v for k, v in os.environ.items() if not k.startswith("THROUGHLINE_")}
     for command in (["status"], ["project", "--until-caught-up"], ["ingest", "-"], ["read", "--project", "p"]):
         done = subprocess.run(
-            [str(Path(os.sys.executable).with_name("throughline")), *command, "--bootstrap-servers", "127.0.0.1:9",
-             "--kafka-config", str(bad), "--db", str(tmp_path / "x.duckdb")],
-            capture_output=True, text=True, env=env, input="", timeout=60, check=False,
+            [
+                str(Path(os.sys.executable).with_name("throughline")),
+                *command,
+                "--bootstrap-servers",
+                "127.0.0.1:9",
+                "--kafka-config",
+                str(bad),
+                "--db",
+                str(tmp_path / "x.duckdb"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            input="",
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 2, (command, done.stderr)
         assert '"code": "configuration_error"' in done.stderr

@@ -34,7 +34,12 @@ def test_kafka_error_classes_are_read_only_by_the_translation() -> None:
     readers = []
     for path in (ROOT / "throughline" / "log").glob("*.py"):
         text = path.read_text("utf-8")
-        for name in ("SaslAuthenticationFailedError", "OffsetOutOfRangeError", "MessageSizeTooLargeError", "KafkaTimeoutError"):
+        for name in (
+            "SaslAuthenticationFailedError",
+            "OffsetOutOfRangeError",
+            "MessageSizeTooLargeError",
+            "KafkaTimeoutError",
+        ):
             if name in text:
                 readers.append(path.name)
     assert set(readers) == {"translate.py"}, readers
@@ -58,7 +63,16 @@ def test_kafka_errors_are_imported_only_by_the_translation_and_the_record_reader
 
 
 #: What builds Kafka clients outside ``throughline/log``; each call must say which settings it connects with.
-CONNECTING = {"TurnProducer", "KafkaLog", "Projector", "replay", "ensure_topic", "describe_topic", "PartitionConsumer", "GroupConsumer"}
+CONNECTING = {
+    "TurnProducer",
+    "KafkaLog",
+    "Projector",
+    "replay",
+    "ensure_topic",
+    "describe_topic",
+    "PartitionConsumer",
+    "GroupConsumer",
+}
 
 
 def test_every_connecting_call_passes_the_kafka_config() -> None:

@@ -79,12 +79,14 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 
 def _tls_or_close(context: ssl.SSLContext) -> Callable[[socket.socket], None]:
     """A TLS listener that closes plain text without a word, as a Kafka TLS listener may."""
+
     def handle(conn: socket.socket) -> None:
         if conn.recv(1, socket.MSG_PEEK) != b"\x16":
             conn.recv(4096)
             return
         with context.wrap_socket(conn, server_side=True) as channel:
             channel.recv(1)
+
     return handle
 
 

@@ -161,9 +161,7 @@ def test_turns_completed_mid_series_wait_for_the_next_series(world: World, state
 
 
 @pytest.mark.parametrize("fail_at", [1, 4, 9])
-def test_a_failed_audit_keeps_the_old_cursor_and_the_next_run_resumes(
-    world: World, state: Path, fail_at: int
-) -> None:
+def test_a_failed_audit_keeps_the_old_cursor_and_the_next_run_resumes(world: World, state: Path, fail_at: int) -> None:
     world.append_many(2)
     good = Audit()
     _observer(world, state, good, limit=4).run_series()
@@ -350,9 +348,7 @@ def test_run_forever_stops_when_asked(world: World, state: Path) -> None:
     stop = {"now": False}
     time = FakeTime()
     time.on_sleep = lambda: stop.update(now=True)
-    summaries = _observer(world, state, Audit(), time, should_stop=lambda: stop["now"]).run_forever(
-        interval=10
-    )
+    summaries = _observer(world, state, Audit(), time, should_stop=lambda: stop["now"]).run_forever(interval=10)
     assert len(summaries) == 1 and time.now < 10
 
 

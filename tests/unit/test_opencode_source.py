@@ -93,11 +93,7 @@ def test_a_message_still_streaming_holds_back_every_later_one(store: Path) -> No
     add_message(writer, message("msg_21", 61, "assistant"))  # no time.completed yet
     writer.close()
     src = source(store)
-    ids = [
-        json.loads(line.data).get("message", {}).get("id")
-        for line in src.lines()
-        if line.path.endswith("#ses_1")
-    ]
+    ids = [json.loads(line.data).get("message", {}).get("id") for line in src.lines() if line.path.endswith("#ses_1")]
     assert ids[-2:] == ["msg_09", "msg_20"]  # msg_20 is final (a later message exists), msg_21 is not
     src.close()
 

@@ -21,8 +21,7 @@ from throughline.core.owner_map import (
 )
 
 GOLDEN_SUBSCRIPTION = (
-    b'{"copies":2,"held":[0,3],"schema":"throughline.group_member.v1","stored":[0,3,5],'
-    b'"url":"http://127.0.0.1:8787"}'
+    b'{"copies":2,"held":[0,3],"schema":"throughline.group_member.v1","stored":[0,3,5],"url":"http://127.0.0.1:8787"}'
 )
 GOLDEN_DEFAULT_SUBSCRIPTION = (
     b'{"copies":null,"held":[],"schema":"throughline.group_member.v1","stored":[],"url":"http://a:1"}'
@@ -36,12 +35,16 @@ GOLDEN_OWNER_MAP = (
 
 
 def _three() -> OwnerMap:
-    subs = {f"throughline-serve-{c}": MemberSubscription(url=f"http://127.0.0.1:800{i + 1}") for i, c in enumerate("abc")}
+    subs = {
+        f"throughline-serve-{c}": MemberSubscription(url=f"http://127.0.0.1:800{i + 1}") for i, c in enumerate("abc")
+    }
     return assign_owners(subs, 6)
 
 
 def test_subscription_golden_bytes() -> None:
-    value = MemberSubscription(url="http://127.0.0.1:8787", held=frozenset({3, 0}), stored=frozenset({5, 0, 3}), copies=2)
+    value = MemberSubscription(
+        url="http://127.0.0.1:8787", held=frozenset({3, 0}), stored=frozenset({5, 0, 3}), copies=2
+    )
     assert value.encode() == GOLDEN_SUBSCRIPTION
     assert MemberSubscription.decode(GOLDEN_SUBSCRIPTION) == value
     assert MemberSubscription(url="http://a:1").encode() == GOLDEN_DEFAULT_SUBSCRIPTION
@@ -63,7 +66,9 @@ def test_owner_map_queries() -> None:
     assert owner_map.holders(6) == () and owner_map.urls(-1) == ()
     assert owner_map.partitions_of("throughline-serve-a") == frozenset({0, 1, 3, 4})
     assert owner_map.partitions_of("nobody") == frozenset()
-    assert owner_map.member("throughline-serve-c") == GroupMember(url="http://127.0.0.1:8003", member_id="throughline-serve-c")
+    assert owner_map.member("throughline-serve-c") == GroupMember(
+        url="http://127.0.0.1:8003", member_id="throughline-serve-c"
+    )
     assert owner_map.member("nobody") is None
     assert owner_map.loads() == {"throughline-serve-a": 4, "throughline-serve-b": 4, "throughline-serve-c": 4}
 

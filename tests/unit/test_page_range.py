@@ -103,9 +103,7 @@ def test_delta_pages_concatenate_to_exactly_the_range(through_len: int, after_le
 
 
 @given(st.integers(1, 400), st.integers(1, 400), st.integers(1, MAX_LIMIT))
-def test_switch_pages_concatenate_to_the_new_source_from_zero(
-    through_len: int, after_len: int, limit: int
-) -> None:
+def test_switch_pages_concatenate_to_the_new_source_from_zero(through_len: int, after_len: int, limit: int) -> None:
     pages = _walk(_cursor(A, after_len), _cursor(B, through_len), limit)
     served = [seq for page in pages for seq in page.seqs]
     assert served == list(range(1, through_len + 1))
@@ -131,9 +129,7 @@ def test_through_before_after_on_the_same_source(a: int, b: int) -> None:
 
 
 @given(st.integers(1, 300), st.integers(0, 300), st.integers(1, MAX_LIMIT), st.integers(0, 400))
-def test_offset_past_the_range_is_a_hard_error(
-    through_len: int, after_len: int, limit: int, offset: int
-) -> None:
+def test_offset_past_the_range_is_a_hard_error(through_len: int, after_len: int, limit: int, offset: int) -> None:
     after_len = max(1, min(after_len, through_len))
     size = through_len - after_len
     after, through = _cursor(A, after_len), _cursor(A, through_len)

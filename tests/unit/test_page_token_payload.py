@@ -41,7 +41,11 @@ hexes = st.one_of(
     st.none(),
 )
 offsets = st.one_of(
-    st.integers(-3, 3), st.integers(MAX_SAFE_INTEGER - 2, MAX_SAFE_INTEGER + 2), st.booleans(), st.floats(0, 10), st.text(max_size=3)
+    st.integers(-3, 3),
+    st.integers(MAX_SAFE_INTEGER - 2, MAX_SAFE_INTEGER + 2),
+    st.booleans(),
+    st.floats(0, 10),
+    st.text(max_size=3),
 )
 fields = st.fixed_dictionaries(
     {

@@ -17,7 +17,9 @@ from throughline.producers.producer import LogPosition, PendingSend, TurnProduce
 def _sends(count: int) -> tuple[FutureProduceResult, list[PendingSend]]:
     owner = TurnProducer.__new__(TurnProducer)  # no broker: acknowledged() reads only the future
     batch = FutureProduceResult(TopicPartition("t", 2))
-    return batch, [PendingSend(owner, FutureRecordMetadata(batch, i, -1, None, 1, 10, -1), f"t{i}") for i in range(count)]
+    return batch, [
+        PendingSend(owner, FutureRecordMetadata(batch, i, -1, None, 1, 10, -1), f"t{i}") for i in range(count)
+    ]
 
 
 def test_an_acknowledged_send_gives_its_position_without_waiting() -> None:

@@ -37,7 +37,9 @@ def projection(tmp_path: Path) -> Iterator[DuckProjection]:
         yield p
 
 
-def writer_for(projection: DuckProjection, *, interval: float = 0.0, bound: int = 1000) -> tuple[StagedWriter, list[ProgressUpdate]]:
+def writer_for(
+    projection: DuckProjection, *, interval: float = 0.0, bound: int = 1000
+) -> tuple[StagedWriter, list[ProgressUpdate]]:
     updates: list[ProgressUpdate] = []
     tally = Tally(projection, updates.append, None, {0: 0}, time.monotonic())
     return StagedWriter(projection, TOPIC, tally, max_queued_records=bound, commit_interval=interval), updates

@@ -78,7 +78,11 @@ def test_refusals_agree_with_record_problem_and_keep_the_bytes() -> None:
     wrong_key, garbage, tombstone = batch.items
     assert isinstance(wrong_key, RefusedRecord) and wrong_key.code == Q_INVALID
     assert wrong_key.reason == record_problem(turn, other_key)
-    assert (wrong_key.project_sha256, wrong_key.source, wrong_key.value) == (turn.project_sha256, turn.source_sha256, good)
+    assert (wrong_key.project_sha256, wrong_key.source, wrong_key.value) == (
+        turn.project_sha256,
+        turn.source_sha256,
+        good,
+    )
     assert isinstance(garbage, RefusedRecord) and garbage.value == b"\xc3\x01garbage"
     assert isinstance(tombstone, RefusedRecord) and tombstone.code == Q_UNDECODABLE
 

@@ -131,7 +131,9 @@ class ProjectionContract(abc.ABC):
 
     # -------------------------------------------------------------------------------------- tests
 
-    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+    @settings(
+        max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors]
+    )
     @given(histories(max_size=45), st.integers(1, 3), st.data())
     def test_views_agree_with_the_reference_fold(
         self, records: list[TurnRecord], partitions: int, data: st.DataObject
@@ -148,13 +150,22 @@ class ProjectionContract(abc.ABC):
         """The old parser's turns, then the new parser's, in polls cut anywhere: the new chain, nothing
         refused. First an extra (interrupted) turn and a fuller reply under a turn id sent before, then a
         turn the old parser made up, dropped, then both before the same turn."""
+
         def records(spec: list[tuple[str, str]]) -> list[TurnRecord]:
             return [turn(turn_id=t, seq=i + 1, body=body) for i, (t, body) in enumerate(spec)]
 
         cases = [
             (
                 records([("t1", "one"), ("t2", "two"), ("t3", "three, cut"), ("t4", "four")]),
-                records([("t1", "one"), ("x", "interrupted"), ("t2", "two"), ("t3", "three, the whole reply"), ("t4", "four")]),
+                records(
+                    [
+                        ("t1", "one"),
+                        ("x", "interrupted"),
+                        ("t2", "two"),
+                        ("t3", "three, the whole reply"),
+                        ("t4", "four"),
+                    ]
+                ),
             ),
             (
                 records([("t1", "one"), ("bogus", "made up"), ("t2", "two"), ("t3", "three")]),
@@ -197,9 +208,17 @@ class ProjectionContract(abc.ABC):
         with self.fed() as fed:
             fed.feed(place(records))
             with fed.projection.view() as v:
-                expected = (v.head(turn().project_sha256), v.source(source), v.turns_many([(source, 1, 5), (source, 2, 2)]))
+                expected = (
+                    v.head(turn().project_sha256),
+                    v.source(source),
+                    v.turns_many([(source, 1, 5), (source, 2, 2)]),
+                )
             with fed.projection.quiet_view() as q:
-                assert (q.head(turn().project_sha256), q.source(source), q.turns_many([(source, 1, 5), (source, 2, 2)])) == expected
+                assert (
+                    q.head(turn().project_sha256),
+                    q.source(source),
+                    q.turns_many([(source, 1, 5), (source, 2, 2)]),
+                ) == expected
             assert dict(fed.projection.readable_offsets()) == {0: 3}
             committed = fed.projection.committed_offsets()
             assert committed is None or all(0 <= o <= 3 for o in committed.values())
@@ -282,8 +301,9 @@ class ProjectionContract(abc.ABC):
     def test_a_project_change_wakes_only_that_projects_waiters(self) -> None:
         """What a long-poll waits on: another project's commits move neither the count nor the waiter."""
         alpha, beta = PROJECTS[0], PROJECTS[1]
-        placed = place([turn(alpha, turn_id="a1"), turn(beta, turn_id="b1"), turn(beta, turn_id="b2"),
-                        turn(alpha, turn_id="a2")])
+        placed = place(
+            [turn(alpha, turn_id="a1"), turn(beta, turn_id="b1"), turn(beta, turn_id="b2"), turn(alpha, turn_id="a2")]
+        )
         hashed = placed[0].record.project_sha256
         with self.fed() as fed:
             assert fed.projection.project_changes(hashed) == 0

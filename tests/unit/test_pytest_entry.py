@@ -24,7 +24,12 @@ def _fixtures(tmp_path: Path, *, block: bool, env: dict[str, str] | None = None)
     run_env = {k: v for k, v in os.environ.items() if k != "THROUGHLINE_PYTEST_PLUGIN"} | (env or {})
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, "block" if block else "allow", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=run_env, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=run_env,
+        check=False,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     return out.stdout

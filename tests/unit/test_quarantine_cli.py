@@ -33,8 +33,14 @@ PRODUCED_AT = 1_767_225_601_000_000
 
 def _turn(turn_id: str, seq: int | None, project: str = PROJECT, thread: str = THREAD) -> TurnRecord:
     return build_turn(
-        project=project, host=HOST, thread=thread, turn_id=f"turn-id-{turn_id}", completed_at_micros=1_767_225_600_000_000,
-        body="a body nobody may print", seq=seq, produced_at_micros=PRODUCED_AT,
+        project=project,
+        host=HOST,
+        thread=thread,
+        turn_id=f"turn-id-{turn_id}",
+        completed_at_micros=1_767_225_600_000_000,
+        body="a body nobody may print",
+        seq=seq,
+        produced_at_micros=PRODUCED_AT,
     )
 
 
@@ -43,10 +49,12 @@ def db_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("quarantine") / "q.duckdb"
     tampered = dataclasses.replace(_turn("t", None, project=OTHER), body="tampered")
     records = [
-        _turn("a", 1), _turn("b", 2), _turn("c", 3),
+        _turn("a", 1),
+        _turn("b", 2),
+        _turn("c", 3),
         _turn("h1", None, thread="healthy-thread"),
-        _turn("e", 5),                                   # offset 4: a gap, the source breaks
-        _turn("f", 6),                                   # offset 5: another gap
+        _turn("e", 5),  # offset 4: a gap, the source breaks
+        _turn("f", 6),  # offset 5: another gap
     ]
     log = [LogRecord(0, i, r.project_sha256, encode_turn(r)) for i, r in enumerate(records)]
     log += [LogRecord(0, 6, b"key", b"not avro"), LogRecord(0, 7, tampered.project_sha256, encode_turn(tampered))]
@@ -60,11 +68,18 @@ def test_the_document_lists_records_broken_sources_and_counts(db_path: str) -> N
     doc = collect_quarantine(db_path, TOPIC, None)
     assert doc["schema"] == QUARANTINE_SCHEMA and doc["topic"] == TOPIC and doc["projectSha256"] is None
     assert doc["counts"] == {
-        "records": 4, "unrepaired": 4, "repaired": 0, "brokenSources": 1, "repairs": 0,
+        "records": 4,
+        "unrepaired": 4,
+        "repaired": 0,
+        "brokenSources": 1,
+        "repairs": 0,
         "byCode": {"chain_rejected": 2, "record_invalid": 1, "record_undecodable": 1},
     }
     assert [(q["partition"], q["offset"], q["code"]) for q in doc["records"]] == [
-        (0, 4, "chain_rejected"), (0, 5, "chain_rejected"), (0, 6, "record_undecodable"), (0, 7, "record_invalid"),
+        (0, 4, "chain_rejected"),
+        (0, 5, "chain_rejected"),
+        (0, 6, "record_undecodable"),
+        (0, 7, "record_invalid"),
     ]
     gap = doc["records"][0]
     assert gap["reason"] == "seq 5 leaves a gap after length 3"
@@ -75,9 +90,13 @@ def test_the_document_lists_records_broken_sources_and_counts(db_path: str) -> N
     assert doc["records"][3]["projectSha256"] == project_sha256(OTHER).hex()
     (broken,) = doc["brokenSources"]
     assert broken == {
-        "sourceSha256": BROKEN.hex(), "projectSha256": project_sha256(PROJECT).hex(), "length": 3,
-        "code": "chain_rejected", "reason": "seq 5 leaves a gap after length 3",
-        "brokenAt": {"partition": 0, "offset": 4}, "unrepaired": 2,
+        "sourceSha256": BROKEN.hex(),
+        "projectSha256": project_sha256(PROJECT).hex(),
+        "length": 3,
+        "code": "chain_rejected",
+        "reason": "seq 5 leaves a gap after length 3",
+        "brokenAt": {"partition": 0, "offset": 4},
+        "unrepaired": 2,
     }
     assert doc["repairs"] == []
 
@@ -106,12 +125,18 @@ def test_dry_run_says_what_a_repair_would_change(db_path: str) -> None:
     doc = dry_run_document(db_path, TOPIC, repair)
     assert doc["dryRun"] is True and doc["repair"]["partition"] == 0
     assert doc["projection"] == {
-        "db": db_path, "appliedOffset": 8,
+        "db": db_path,
+        "appliedOffset": 8,
         "source": {"known": True, "length": 3, "broken": True, "reason": "seq 5 leaves a gap after length 3"},
     }
     assert doc["wouldChange"] == {
-        "outcome": "repaired", "clearsBrokenMark": True, "acceptedLength": 3,
-        "marks": [{"partition": 0, "offset": 4, "code": "chain_rejected"}, {"partition": 0, "offset": 5, "code": "chain_rejected"}],
+        "outcome": "repaired",
+        "clearsBrokenMark": True,
+        "acceptedLength": 3,
+        "marks": [
+            {"partition": 0, "offset": 4, "code": "chain_rejected"},
+            {"partition": 0, "offset": 5, "code": "chain_rejected"},
+        ],
     }
     healthy = dry_run_document(db_path, TOPIC, build_repair(project=PROJECT, source=HEALTHY, reason="why not"))
     assert healthy["wouldChange"]["outcome"] == "not_broken" and healthy["wouldChange"]["marks"] == []
@@ -131,7 +156,20 @@ def test_the_commands_print_hashes_only_and_exit_zero(db_path: str) -> None:
     outputs = [
         _run("quarantine", "--db", db_path),
         _run("quarantine", "--db", db_path, "--json", "--project", PROJECT),
-        _run("repair", "--db", db_path, "--project", PROJECT, "--host", HOST, "--thread", THREAD, "--reason", "r", "--dry-run"),
+        _run(
+            "repair",
+            "--db",
+            db_path,
+            "--project",
+            PROJECT,
+            "--host",
+            HOST,
+            "--thread",
+            THREAD,
+            "--reason",
+            "r",
+            "--dry-run",
+        ),
         _run("repair", "--db", db_path, "--project", PROJECT, "--source", BROKEN.hex(), "--reason", "r", "--dry-run"),
     ]
     for done in outputs:
@@ -152,7 +190,11 @@ def test_the_commands_print_hashes_only_and_exit_zero(db_path: str) -> None:
     [
         (["repair", "--project", PROJECT, "--host", HOST, "--reason", "r"], "invalid_arguments", 2),
         (["repair", "--project", PROJECT, "--source", "abc", "--reason", "r"], "invalid_source", 2),
-        (["repair", "--project", PROJECT, "--source", BROKEN.hex(), "--thread", THREAD, "--reason", "r"], "invalid_arguments", 2),
+        (
+            ["repair", "--project", PROJECT, "--source", BROKEN.hex(), "--thread", THREAD, "--reason", "r"],
+            "invalid_arguments",
+            2,
+        ),
         (["repair", "--project", PROJECT, "--source", BROKEN.hex(), "--reason", " "], "invalid_reason", 2),
         (["repair", "--project", "", "--source", BROKEN.hex(), "--reason", "r"], "invalid_project", 2),
         (["repair", "--project", PROJECT, "--source", BROKEN.hex()], "invalid_arguments", 2),
@@ -167,7 +209,10 @@ def test_input_errors_have_their_codes(db_path: str, args: list[str], code: str,
 
 
 def test_a_missing_projection_is_projection_missing(tmp_path: Path) -> None:
-    for args in (["quarantine"], ["repair", "--project", PROJECT, "--source", BROKEN.hex(), "--reason", "r", "--dry-run"]):
+    for args in (
+        ["quarantine"],
+        ["repair", "--project", PROJECT, "--source", BROKEN.hex(), "--reason", "r", "--dry-run"],
+    ):
         done = _run(*args, "--db", str(tmp_path / "none.duckdb"))
         assert done.returncode == 1
         assert json.loads(done.stderr.strip().splitlines()[-1])["error"]["code"] == "projection_missing"

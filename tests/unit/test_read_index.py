@@ -37,7 +37,13 @@ def test_the_read_state_publishes_an_immutable_snapshot_at_each_stage_and_commit
     value and leaves the one taken as it was (read-only mappings, tuples, a frozen dataclass)."""
     state = ReadState({0: 3})
     taken = state.snapshot
-    assert (taken.version, dict(taken.applied), taken.layers, dict(taken.readable), taken.quiet) == (3, {0: 3}, (), {0: 3}, True)
+    assert (taken.version, dict(taken.applied), taken.layers, dict(taken.readable), taken.quiet) == (
+        3,
+        {0: 3},
+        (),
+        {0: 3},
+        True,
+    )
     layer = Layer(1, {}, {b"p": b"s"}, {0: 5})  # moves project p's head
     assert state.stage(layer, state.epoch)
     staged = state.snapshot
@@ -262,7 +268,9 @@ def test_a_read_that_commits_overtake_is_read_again_quiet_then_in_a_snapshot(
     tmp_path: Path, overtaking: int, calls_made: list[str], seqs: list[int]
 ) -> None:
     projection, _log, _project, _source = _projected(tmp_path)
-    log = to_log(place([turn("/p/one", turn_id=f"t{i}", body=f"b{i}") for i in range(6)], 1))  # _projected's, and one more
+    log = to_log(
+        place([turn("/p/one", turn_id=f"t{i}", body=f"b{i}") for i in range(6)], 1)
+    )  # _projected's, and one more
     commits = iter(log[4 : 4 + overtaking])
     calls: list[str] = []
 

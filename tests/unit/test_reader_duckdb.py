@@ -45,9 +45,7 @@ class Twin(World):
         book = read_observer_turn_page(
             project=PROJECT, projection=self.projection, log=self.log, token_key=KEY, **kwargs
         )
-        duck = read_observer_turn_page(
-            project=PROJECT, projection=self.duck, log=self.log, token_key=KEY, **kwargs
-        )
+        duck = read_observer_turn_page(project=PROJECT, projection=self.duck, log=self.log, token_key=KEY, **kwargs)
         assert duck == book
         assert duck.reason == book.reason
         return duck
@@ -93,9 +91,7 @@ def test_quarantined_source_is_refused_by_both(twin: Twin) -> None:
     twin.append(seq=7)
     for projection in (twin.projection, twin.duck):
         with pytest.raises(Exception) as info:
-            read_observer_turn_page(
-                project=PROJECT, projection=projection, log=twin.log, token_key=KEY, wait_timeout=0
-            )
+            read_observer_turn_page(project=PROJECT, projection=projection, log=twin.log, token_key=KEY, wait_timeout=0)
         assert getattr(info.value, "code", None) == "source_quarantined"
 
 

@@ -187,9 +187,7 @@ def test_token_for_another_after(world: World) -> None:
     assert other_after == after
     shorter = world.series(limit=1)[0].throughCursor
     assert shorter != after
-    code = _code(
-        world, after_cursor=shorter, through_cursor=page.throughCursor, page_token=page.page.nextToken
-    )
+    code = _code(world, after_cursor=shorter, through_cursor=page.throughCursor, page_token=page.page.nextToken)
     assert code == "page_token_mismatch"
 
 
@@ -234,9 +232,7 @@ def test_token_under_another_key(world: World) -> None:
 
 def test_oversize_token(world: World) -> None:
     after, page = _paginated(world)
-    code = _code(
-        world, after_cursor=after, through_cursor=page.throughCursor, page_token="tlp1." + "A" * 5000
-    )
+    code = _code(world, after_cursor=after, through_cursor=page.throughCursor, page_token="tlp1." + "A" * 5000)
     assert code == "page_token_oversize"
 
 
@@ -268,9 +264,7 @@ def test_token_errors_win_over_resync(world: World) -> None:
     plain = world.read(after_cursor=after, through_cursor=page.throughCursor)
     assert plain.status == "resync_required"
     bad = (page.page.nextToken or "")[:-1] + "A"
-    assert _code(world, after_cursor=after, through_cursor=page.throughCursor, page_token=bad).startswith(
-        "page_token"
-    )
+    assert _code(world, after_cursor=after, through_cursor=page.throughCursor, page_token=bad).startswith("page_token")
 
 
 def test_malformed_cursors_are_hard_errors(world: World) -> None:
@@ -300,9 +294,7 @@ def test_a_token_keeps_working_across_a_restart_with_the_same_key(world: World) 
 
 def _replay(world: World) -> list:
     # Rebuild the log order from the book (the in-memory log keeps no records once applied).
-    turns = [
-        t for chain in world.projection.book.live.values() for t in chain
-    ] + world.projection.book.superseded
+    turns = [t for chain in world.projection.book.live.values() for t in chain] + world.projection.book.superseded
     return sorted(((t.record, t.partition, t.offset) for t in turns), key=lambda x: x[2])
 
 
@@ -369,9 +361,7 @@ def test_rollback_under_the_through_cursor_mid_series_is_resync(world: World) ->
     world.append_many(20)
     first = world.read(after_cursor=after, limit=5)
     world.append(seq=10)
-    nxt = world.read(
-        after_cursor=after, through_cursor=first.throughCursor, page_token=first.page.nextToken, limit=5
-    )
+    nxt = world.read(after_cursor=after, through_cursor=first.throughCursor, page_token=first.page.nextToken, limit=5)
     assert nxt.status == "resync_required" and nxt.throughCursor == first.throughCursor
 
 
@@ -415,9 +405,7 @@ def test_cursor_on_another_partition_is_resync() -> None:
     world = World(partitions=8)
     world.append_many(3)
     c = _cursor(world.read().throughCursor)
-    moved = Cursor(
-        c.project_sha256, c.source_sha256, c.length, c.chain_digest, (c.partition + 1) % 8, c.offset
-    )
+    moved = Cursor(c.project_sha256, c.source_sha256, c.length, c.chain_digest, (c.partition + 1) % 8, c.offset)
     assert world.read(after_cursor=moved.encode()).status == "resync_required"
 
 
@@ -548,9 +536,7 @@ def test_a_lagging_projection_is_pending_for_a_later_page(world: World) -> None:
     [
         pytest.param(lambda r: None if r.seq == 7 else r, id="missing-row"),
         pytest.param(lambda r: replace(r, body=r.body + "!") if r.seq == 7 else r, id="other-body"),
-        pytest.param(
-            lambda r: replace(r, content_digest=b"\0" * 32) if r.seq == 7 else r, id="content-digest"
-        ),
+        pytest.param(lambda r: replace(r, content_digest=b"\0" * 32) if r.seq == 7 else r, id="content-digest"),
         pytest.param(lambda r: replace(r, chain_digest=b"\0" * 32) if r.seq == 7 else r, id="chain-digest"),
         pytest.param(lambda r: replace(r, seq=r.seq + 1) if r.seq == 7 else r, id="wrong-seq"),
         pytest.param(lambda r: replace(r, body_bytes=1) if r.seq == 7 else r, id="body-bytes"),
@@ -567,9 +553,7 @@ def test_a_page_the_projection_lacks_or_disagrees_with_is_pending(world: World, 
 
 def test_a_wrong_link_row_before_the_page_is_pending(world: World) -> None:
     world.append_many(10)
-    doctored = DoctoredProjection(
-        world.projection, lambda r: replace(r, chain_digest=b"\0" * 32) if r.seq == 7 else r
-    )
+    doctored = DoctoredProjection(world.projection, lambda r: replace(r, chain_digest=b"\0" * 32) if r.seq == 7 else r)
     read = world.read(limit=3, projection=doctored)
     assert read.status == "projection_pending" and read.turns == ()
     assert world.read(limit=3).status == "ok"
@@ -579,9 +563,7 @@ def test_a_cursor_row_with_another_chain_digest_is_resync(world: World) -> None:
     world.append_many(4)
     after = world.read().throughCursor
     world.append_many(6)
-    doctored = DoctoredProjection(
-        world.projection, lambda r: replace(r, chain_digest=b"\0" * 32) if r.seq == 4 else r
-    )
+    doctored = DoctoredProjection(world.projection, lambda r: replace(r, chain_digest=b"\0" * 32) if r.seq == 4 else r)
     assert world.read(after_cursor=after, projection=doctored).status == "resync_required"
 
 
@@ -700,9 +682,7 @@ def test_a_short_token_key_is_refused(world: World) -> None:
 
 def test_nothing_raw_on_the_wire(world: World) -> None:
     world.append_many(3, body="visible body")
-    world.append_many(
-        2, project=OTHER_PROJECT, host="host-secret", thread="thread-secret", body="hidden body"
-    )
+    world.append_many(2, project=OTHER_PROJECT, host="host-secret", thread="thread-secret", body="hidden body")
     docs = [world.read(limit=2).to_json()]
     after = world.read(limit=1).throughCursor
     world.append_many(25, thread="thread-two")
@@ -738,9 +718,7 @@ def test_all_rows_of_a_page_come_from_one_view() -> None:
 def test_read_with_an_unknown_partition_count_log() -> None:
     log = FixedLog(partitions=3)
     projection = BookProjection()
-    read = read_observer_turn_page(
-        project=PROJECT, projection=projection, log=log, token_key=KEY, wait_timeout=0
-    )
+    read = read_observer_turn_page(project=PROJECT, projection=projection, log=log, token_key=KEY, wait_timeout=0)
     assert read.status == "ok" and read.throughCursor is None
 
 

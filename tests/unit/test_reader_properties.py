@@ -70,9 +70,7 @@ def test_series_serve_exactly_the_pinned_range(history: list[tuple]) -> None:
             head = model.head
             chain = list(model.chains[head]) if head is not None else []
             queue = list(mid_series)
-            pages = world.series(
-                after=after, limit=limit, between_pages=lambda q=queue: q and do_append(q.pop(0))
-            )
+            pages = world.series(after=after, limit=limit, between_pages=lambda q=queue: q and do_append(q.pop(0)))
             served = [t.body for p in pages for t in p.turns]
             event(f"pages={min(len(pages), 3)} status={pages[-1].status}")
             status = pages[-1].status

@@ -28,9 +28,7 @@ def test_env_hex_wins(tmp_path: Path) -> None:
     key_file = tmp_path / "k"
     key_file.write_text("ff" * 32)
     env = {ENV_TOKEN_KEY: HEX, ENV_TOKEN_KEY_FILE: str(key_file)}
-    assert resolve_token_key(db_path=tmp_path / "p.duckdb", key_file=key_file, environ=env) == bytes.fromhex(
-        HEX
-    )
+    assert resolve_token_key(db_path=tmp_path / "p.duckdb", key_file=key_file, environ=env) == bytes.fromhex(HEX)
     assert not (tmp_path / KEY_FILE_NAME).exists()
 
 
@@ -40,9 +38,7 @@ def test_env_base64url(tmp_path: Path) -> None:
         assert resolve_token_key(db_path=None, environ={ENV_TOKEN_KEY: text}) == raw
 
 
-@pytest.mark.parametrize(
-    "text", ["", "abc", "00" * 31, "zz" * 20, base64.urlsafe_b64encode(bytes(31)).decode(), "a b"]
-)
+@pytest.mark.parametrize("text", ["", "abc", "00" * 31, "zz" * 20, base64.urlsafe_b64encode(bytes(31)).decode(), "a b"])
 def test_malformed_key_text_is_refused(text: str) -> None:
     with pytest.raises(TokenKeyError) as info:
         parse_token_key(text, source="test")

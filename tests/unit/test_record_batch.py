@@ -169,7 +169,9 @@ def test_a_varint_longer_than_64_bits_is_refused():
 WIDE = bytes.fromhex("ffffffffffffffffff02")
 
 
-def _record(*, timestamp_delta: bytes = b"\x00", offset_delta: bytes = b"\x00", header_key: bytes | None = None) -> bytes:
+def _record(
+    *, timestamp_delta: bytes = b"\x00", offset_delta: bytes = b"\x00", header_key: bytes | None = None
+) -> bytes:
     """One v2 record built by hand (no key, no value), with the given raw varints."""
     headers = b"\x00" if header_key is None else b"\x02" + header_key + b"\x01"  # one header, no value
     body = b"\x00" + timestamp_delta + offset_delta + b"\x01" + b"\x01" + headers

@@ -54,8 +54,19 @@ def test_the_installed_kafka_python_is_in_the_tested_range() -> None:
 
 @pytest.mark.parametrize(
     ("version", "tested"),
-    [("3.0.11", False), ("3.0.12", True), ("3.0.99", True), ("3.1.0", False), ("3.1", False), ("2.2.15", False),
-     ("4.0.0", False), ("3.0.12.dev1", True), ("3.1.0rc1", False), ("", False), ("garbage", False)],
+    [
+        ("3.0.11", False),
+        ("3.0.12", True),
+        ("3.0.99", True),
+        ("3.1.0", False),
+        ("3.1", False),
+        ("2.2.15", False),
+        ("4.0.0", False),
+        ("3.0.12.dev1", True),
+        ("3.1.0rc1", False),
+        ("", False),
+        ("garbage", False),
+    ],
 )
 def test_tested_versions_are_the_half_open_range(version: str, tested: bool) -> None:
     assert fetch.tested_kafka_python(version) is tested
@@ -81,12 +92,23 @@ def test_a_tested_version_plugs_the_reader_in(consumer: KafkaConsumer) -> None:
 
 
 def test_the_plain_path_records_prepare_as_the_readers_do() -> None:
-    turns = [build_turn(project="/p", host="h", thread="t", turn_id=f"u{i}", completed_at_micros=1_700_000_000_000_000 + i, body=f"b{i}")
-             for i in range(3)]
+    turns = [
+        build_turn(
+            project="/p",
+            host="h",
+            thread="t",
+            turn_id=f"u{i}",
+            completed_at_micros=1_700_000_000_000_000 + i,
+            body=f"b{i}",
+        )
+        for i in range(3)
+    ]
     raw = [(t.project_sha256, encode_turn(t)) for t in turns] + [(b"k", b"not avro"), (b"k", None)]
     ours = [FetchedRecord(0, offset, key, value) for offset, (key, value) in enumerate(raw)]
     stock = [
-        ConsumerRecord("turns", 0, 0, offset, 0, 0, key, value, [], None, len(key), -1 if value is None else len(value), -1)
+        ConsumerRecord(
+            "turns", 0, 0, offset, 0, 0, key, value, [], None, len(key), -1 if value is None else len(value), -1
+        )
         for offset, (key, value) in enumerate(raw)
     ]
     assert prepare_batch(0, stock, partitions=1) == prepare_batch(0, ours, partitions=1)

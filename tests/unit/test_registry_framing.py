@@ -70,9 +70,7 @@ def test_confluent_golden_bytes_of_each_schema_version() -> None:
     assert encode_datum(DATUM_V1, 1, schema_id=7).hex() == CONFLUENT_V1
     assert encode_datum(DATUM_V2, 2, schema_id=7).hex() == CONFLUENT_V2
     assert confluent_header(7) == b"\x00\x00\x00\x00\x07"
-    assert (
-        confluent_header(0x01020304) == b"\x00\x01\x02\x03\x04"
-    )  # big-endian, as Confluent's serializer writes
+    assert confluent_header(0x01020304) == b"\x00\x01\x02\x03\x04"  # big-endian, as Confluent's serializer writes
     with pytest.raises(ValueError):
         confluent_header(1 << 32)
 
@@ -97,9 +95,7 @@ def test_both_framings_decode_to_the_same_datum(ids: registry.SchemaIds) -> None
     ids.remember(8, SCHEMAS[1])
     v1_framed = "0000000008" + GOLDEN_V1[20:]
     assert decode_log_datum(bytes.fromhex(CONFLUENT_V2)) == decode_log_datum(bytes.fromhex(GOLDEN_V2))
-    assert decode_turn(bytes.fromhex(v1_framed)) == decode_turn(
-        bytes.fromhex(GOLDEN_V1)
-    )  # v1 resolved into v2's shape
+    assert decode_turn(bytes.fromhex(v1_framed)) == decode_turn(bytes.fromhex(GOLDEN_V1))  # v1 resolved into v2's shape
     assert writer_schema(bytes.fromhex(v1_framed)).version == 1
 
 
@@ -172,9 +168,7 @@ def test_the_cache_is_bounded() -> None:
     assert len(ids._known) == 4
 
 
-TURN = build_turn(
-    project="/a/b", host="host", thread="thread", turn_id="x", completed_at_micros=42, body="body", seq=1
-)
+TURN = build_turn(project="/a/b", host="host", thread="thread", turn_id="x", completed_at_micros=42, body="body", seq=1)
 
 
 def _batch(values: list[bytes]) -> list[LogRecord]:
@@ -226,9 +220,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         self.seen.append((self.command, self.path, self.headers.get("Authorization")))
-        status, payload = self.answers.get(
-            (self.command, self.path.split("?")[0]), (404, {"error_code": 40403})
-        )
+        status, payload = self.answers.get((self.command, self.path.split("?")[0]), (404, {"error_code": 40403}))
         if isinstance(payload, dict) and payload.get("echo"):
             payload = {"schema": json.loads(body)["schema"]}
         data = json.dumps(payload).encode()
@@ -407,9 +399,7 @@ def test_https_with_the_properties_files_ca_and_an_untrusted_one(tmp_path: Path)
 
 @settings(max_examples=300)
 @given(st.binary(max_size=300), st.sampled_from([7, 8, 9, 255]))
-def test_random_bodies_behind_a_confluent_header_raise_only_record_decode_error(
-    body: bytes, schema_id: int
-) -> None:
+def test_random_bodies_behind_a_confluent_header_raise_only_record_decode_error(body: bytes, schema_id: int) -> None:
     before = codec.schema_ids()
     ids = registry.SchemaIds(None)
     ids.remember(7, SCHEMAS[2])

@@ -154,7 +154,13 @@ _text = st.text(st.characters(codec="utf-8"), max_size=40)
         st.binary(min_size=32, max_size=32),
         st.binary(min_size=32, max_size=32),
         _text,
-        st.builds(ProducerStamp, _text, _text, st.integers(-(1 << 63), (1 << 63) - 1), st.dictionaries(_text, _text, max_size=3)),
+        st.builds(
+            ProducerStamp,
+            _text,
+            _text,
+            st.integers(-(1 << 63), (1 << 63) - 1),
+            st.dictionaries(_text, _text, max_size=3),
+        ),
     )
 )
 def test_any_repair_roundtrips(record: RepairRecord) -> None:

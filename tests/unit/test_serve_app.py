@@ -32,7 +32,7 @@ from throughline.serve.params import request_from_json, request_from_query
 TOKEN = "s3cret-token-for-tests-0123456789"
 
 # A minimal parser of the Prometheus text format (independent of throughline.serve.metrics).
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$')
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -63,7 +63,9 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], flo
 
 def make_client(http_world: World, **overrides: Any) -> TestClient:
     options: dict[str, Any] = {"read_wait": 0.0, **overrides}
-    app = create_app(projection=http_world.projection, log=http_world.log, token_key=KEY, settings=ApiSettings(**options))
+    app = create_app(
+        projection=http_world.projection, log=http_world.log, token_key=KEY, settings=ApiSettings(**options)
+    )
     return TestClient(app, raise_server_exceptions=False)
 
 
@@ -269,7 +271,10 @@ def test_a_get_read_skips_the_framework_and_answers_as_it_would(http_world: Worl
 
     http_world.append(seq=9)  # a quarantined source: an error answer too
     app = create_app(
-        projection=http_world.projection, log=http_world.log, token_key=KEY, read_page=recording,
+        projection=http_world.projection,
+        log=http_world.log,
+        token_key=KEY,
+        read_page=recording,
         settings=ApiSettings(read_wait=0.0),
     )
     with TestClient(app, raise_server_exceptions=False) as c:
@@ -288,7 +293,9 @@ def test_a_get_read_skips_the_framework_and_answers_as_it_would(http_world: Worl
 
 
 def test_the_read_threads_go_with_the_lifespan_and_come_back_with_the_next(http_world: World) -> None:
-    app = create_app(projection=http_world.projection, log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
+    app = create_app(
+        projection=http_world.projection, log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0)
+    )
 
     def read_threads() -> set[str]:
         return {t.name for t in threading.enumerate() if t.name.startswith("read_")}
@@ -401,13 +408,20 @@ def test_a_long_poll_is_not_woken_by_other_projects_commits(http_world: World) -
         reads.append(request.project)
         return read_page(request, **handles)
 
-    app = create_app(projection=http_world.projection, log=http_world.log, token_key=KEY,
-                     settings=ApiSettings(read_wait=0.0), read_page=counting_read)
+    app = create_app(
+        projection=http_world.projection,
+        log=http_world.log,
+        token_key=KEY,
+        settings=ApiSettings(read_wait=0.0),
+        read_page=counting_read,
+    )
     with TestClient(app) as c:
         after = read(c, project=PROJECT).json()["throughCursor"]
         reads.clear()
         results: list[Any] = []
-        thread = threading.Thread(target=lambda: results.append(read(c, project=PROJECT, afterCursor=after, wait="20").json()))
+        thread = threading.Thread(
+            target=lambda: results.append(read(c, project=PROJECT, afterCursor=after, wait="20").json())
+        )
         thread.start()
         _wait_for(lambda: c.app.state.api.metrics.long_polls.value() == 1)  # type: ignore[attr-defined]
         for _ in range(5):
@@ -441,7 +455,12 @@ def test_pages_of_a_pinned_series_never_wait(http_world: World) -> None:
             waits.append((-1, seen))
             return http_world.projection.wait_project_changed(project, seen, timeout)
 
-    app = create_app(projection=Counting(http_world.projection), log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
+    app = create_app(
+        projection=Counting(http_world.projection),
+        log=http_world.log,
+        token_key=KEY,
+        settings=ApiSettings(read_wait=0.0),
+    )
     with TestClient(app) as c:
         first = read(c, project=PROJECT).json()
         waits.clear()
@@ -468,7 +487,11 @@ def test_too_many_waiters_get_503_server_busy(http_world: World) -> None:
 def test_stopping_releases_waiting_long_polls(http_world: World) -> None:
     stopping = threading.Event()
     app = create_app(
-        projection=http_world.projection, log=http_world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0), stopping=stopping
+        projection=http_world.projection,
+        log=http_world.log,
+        token_key=KEY,
+        settings=ApiSettings(read_wait=0.0),
+        stopping=stopping,
     )
     with TestClient(app) as c:
         after = read(c, project=PROJECT).json()["throughCursor"]
@@ -543,7 +566,16 @@ def test_openapi_documents_the_read_api(client: TestClient) -> None:
     assert {"/healthz", "/readyz", "/metrics"} <= set(document["paths"])
     wire = schemas["ObserverRead"]
     assert "reason" not in wire["properties"]  # the person's reason never reaches the wire
-    assert set(wire["required"]) == {"schema", "status", "thread", "afterCursor", "throughCursor", "turns", "historyTruncated", "page"}
+    assert set(wire["required"]) == {
+        "schema",
+        "status",
+        "thread",
+        "afterCursor",
+        "throughCursor",
+        "turns",
+        "historyTruncated",
+        "page",
+    }
 
 
 def test_the_committed_openapi_document_is_current() -> None:
@@ -555,7 +587,9 @@ def test_the_committed_openapi_document_is_current() -> None:
 
 # ------------------------------------------------------------------------------------------ parsing properties
 
-_NAMES = st.sampled_from(["project", "afterCursor", "after", "throughCursor", "through", "pageToken", "limit", "wait", "x", ""])
+_NAMES = st.sampled_from(
+    ["project", "afterCursor", "after", "throughCursor", "through", "pageToken", "limit", "wait", "x", ""]
+)
 
 
 @settings(max_examples=200, deadline=None)

@@ -46,7 +46,9 @@ def test_urls_come_as_a_list_a_comma_separated_string_or_a_mix() -> None:
     assert repr(HttpReader("http://a:1")) == "HttpReader('http://a:1', token=None)"
 
 
-@pytest.mark.parametrize("bad", ["", "http://a:1,", ",http://a:1", "http://a:1,,http://b:2", "ftp://a", "http://a:1,b:2", []])
+@pytest.mark.parametrize(
+    "bad", ["", "http://a:1,", ",http://a:1", "http://a:1,,http://b:2", "ftp://a", "http://a:1,b:2", []]
+)
 def test_a_bad_url_list_is_a_configuration_error(bad: Any) -> None:
     with pytest.raises(ConfigurationError) as caught:
         HttpReader(bad)
@@ -77,12 +79,20 @@ def test_each_member_gets_the_identical_request_with_the_original_authorization(
     with _busy() as one, ScriptedServer(error_answer(503, "projection_busy")) as two:
         reader = HttpReader([one.url, two.url], token=TOKEN, timeout=5)
         with pytest.raises(ProjectionBusyError) as caught:
-            reader.read_observer_turn_page(project=PROJECT, after_cursor="tlc1.A", through_cursor="tlc1.B", page_token="tlp1.x.y", limit=3)
+            reader.read_observer_turn_page(
+                project=PROJECT, after_cursor="tlc1.A", through_cursor="tlc1.B", page_token="tlp1.x.y", limit=3
+            )
         assert caught.value.retriable  # the last 503 answer, typed by its code
         sent = [r for s in (one, two) for r in s.received]
         assert len(sent) == 2  # each member once: bounded
         assert sent[0].body == sent[1].body
-        assert json.loads(sent[0].body) == {"project": PROJECT, "afterCursor": "tlc1.A", "throughCursor": "tlc1.B", "pageToken": "tlp1.x.y", "limit": 3}
+        assert json.loads(sent[0].body) == {
+            "project": PROJECT,
+            "afterCursor": "tlc1.A",
+            "throughCursor": "tlc1.B",
+            "pageToken": "tlp1.x.y",
+            "limit": 3,
+        }
         assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in sent)
 
 
@@ -157,7 +167,10 @@ def test_readiness_comes_from_the_first_ready_member() -> None:
     not_ready = Answer(503, json.dumps({"status": "not_ready", "lag": 500}).encode())
     ready = Answer(200, json.dumps({"status": "ready", "lag": 0}).encode())
     with ScriptedServer(not_ready) as a, ScriptedServer(ready) as b:
-        assert HttpReader([closed_url(), a.url, b.url], timeout=2).get_json("/readyz") == (200, {"status": "ready", "lag": 0})
+        assert HttpReader([closed_url(), a.url, b.url], timeout=2).get_json("/readyz") == (
+            200,
+            {"status": "ready", "lag": 0},
+        )
         assert HttpReader([a.url], timeout=2).get_json("/readyz") == (503, {"status": "not_ready", "lag": 500})
 
 
@@ -192,7 +205,9 @@ def test_status_asks_the_members_for_their_readiness(read_api: ServedApp, monkey
     assert code == 0 and json.loads(out)["url"] == read_api.url
 
 
-def test_status_with_no_member_reachable_fails(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_with_no_member_reachable_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("THROUGHLINE_URL", raising=False)
     assert main(["status", "--url", closed_url()]) == 1
     assert json.loads(capsys.readouterr().err)["error"]["code"] == "server_unavailable"
@@ -201,7 +216,9 @@ def test_status_with_no_member_reachable_fails(monkeypatch: pytest.MonkeyPatch, 
 def test_observe_takes_several_urls(read_api: ServedApp, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.delenv("THROUGHLINE_URL", raising=False)
     state = tmp_path / "observer.json"
-    code, out = _run(["observe", "--project", PROJECT, "--state", str(state), "--url", f"{closed_url()},{read_api.url}"])
+    code, out = _run(
+        ["observe", "--project", PROJECT, "--state", str(state), "--url", f"{closed_url()},{read_api.url}"]
+    )
     assert code == 0
     assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 2, 3]
     assert state.exists()

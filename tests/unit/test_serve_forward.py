@@ -28,14 +28,18 @@ def app(http_world: World) -> Iterator[ServedApp]:
         yield served
 
 
-def _direct(url: str, method: str, target: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+def _direct(
+    url: str, method: str, target: str, body: bytes | None, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
     return send(new_opener(), url, method, target, body, headers, 10.0)
 
 
 def test_a_forwarded_post_is_answered_byte_for_byte_as_the_holder_answers_it(app: ServedApp) -> None:
     body = json.dumps({"project": PROJECT, "limit": 2}).encode()
     incoming = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json", "Accept": "application/json"}
-    forwarded = forward_read([app.url], method="POST", target=READ_PATH, body=body, headers=incoming, via=ME, timeout=10)
+    forwarded = forward_read(
+        [app.url], method="POST", target=READ_PATH, body=body, headers=incoming, via=ME, timeout=10
+    )
     status, headers, direct = _direct(app.url, "POST", READ_PATH, body, incoming)
     assert (forwarded.url, forwarded.status, forwarded.body) == (app.url, status, direct)
     assert dict(forwarded.headers) == {k: headers[k] for k in ("content-type", "cache-control") if k in headers}
@@ -54,15 +58,33 @@ def test_a_forwarded_get_keeps_its_query_and_the_pending_reason(http_world: Worl
 
 def test_the_holders_refusals_come_back_unchanged(app: ServedApp) -> None:
     body = json.dumps({"project": PROJECT, "limit": 0}).encode()
-    refused = forward_read([app.url], method="POST", target=READ_PATH, body=body, headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}, via=ME, timeout=10)
+    refused = forward_read(
+        [app.url],
+        method="POST",
+        target=READ_PATH,
+        body=body,
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        via=ME,
+        timeout=10,
+    )
     assert refused.status == 400 and json.loads(refused.body)["error"]["code"] == "invalid_limit"
-    unauthorized = forward_read([app.url], method="POST", target=READ_PATH, body=body, headers={"Content-Type": "application/json"}, via=ME, timeout=10)
+    unauthorized = forward_read(
+        [app.url],
+        method="POST",
+        target=READ_PATH,
+        body=body,
+        headers={"Content-Type": "application/json"},
+        via=ME,
+        timeout=10,
+    )
     assert unauthorized.status == 401
     assert dict(unauthorized.headers)["www-authenticate"].lower().startswith("bearer")
 
 
 def test_one_hop_the_original_authorization_and_nothing_else() -> None:
-    with ScriptedServer(Answer(200, b'{"schema":"x"}', {"Content-Type": "application/json", "Set-Cookie": "a=b", "X-Internal": "1"})) as holder:
+    with ScriptedServer(
+        Answer(200, b'{"schema":"x"}', {"Content-Type": "application/json", "Set-Cookie": "a=b", "X-Internal": "1"})
+    ) as holder:
         incoming = {
             "Authorization": "Bearer original-caller-token-0123456789",
             "Content-Type": "application/json",
@@ -70,7 +92,9 @@ def test_one_hop_the_original_authorization_and_nothing_else() -> None:
             "X-Forwarded-For": "10.0.0.1",
             "Host": "member-a",
         }
-        answer = forward_read([holder.url], method="POST", target=READ_PATH, body=b'{"project":"p"}', headers=incoming, via=ME, timeout=10)
+        answer = forward_read(
+            [holder.url], method="POST", target=READ_PATH, body=b'{"project":"p"}', headers=incoming, via=ME, timeout=10
+        )
         assert answer.body == b'{"schema":"x"}'
         assert dict(answer.headers) == {"content-type": "application/json"}  # no cookie, no internal header
         (received,) = holder.received
@@ -86,7 +110,15 @@ def test_a_forwarded_request_is_never_forwarded_again() -> None:
     with ScriptedServer(Answer()) as holder:
         for marker in (FORWARDED_HEADER, FORWARDED_HEADER.lower(), FORWARDED_HEADER.upper()):
             with pytest.raises(AlreadyForwardedError) as caught:
-                forward_read([holder.url], method="GET", target=READ_PATH, body=None, headers={marker: "http://x:1"}, via=ME, timeout=5)
+                forward_read(
+                    [holder.url],
+                    method="GET",
+                    target=READ_PATH,
+                    body=None,
+                    headers={marker: "http://x:1"},
+                    via=ME,
+                    timeout=5,
+                )
             assert caught.value.retriable
         assert holder.received == []
     assert not is_forwarded({"Authorization": "Bearer x"})
@@ -95,7 +127,9 @@ def test_a_forwarded_request_is_never_forwarded_again() -> None:
 def test_a_member_never_forwards_to_itself() -> None:
     with ScriptedServer(Answer()) as me:
         with pytest.raises(ForwardFailedError):
-            forward_read([me.url, me.url + "/"], method="GET", target=READ_PATH, body=None, headers={}, via=me.url, timeout=5)
+            forward_read(
+                [me.url, me.url + "/"], method="GET", target=READ_PATH, body=None, headers={}, via=me.url, timeout=5
+            )
         assert me.received == []
 
 
@@ -103,9 +137,19 @@ def test_an_unreachable_or_503_holder_is_passed_over(app: ServedApp) -> None:
     body = json.dumps({"project": PROJECT}).encode()
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     with ScriptedServer(error_answer(503, "projection_pending_elsewhere")) as busy:
-        answer = forward_read([closed_url(), busy.url, app.url], method="POST", target=READ_PATH, body=body, headers=headers, via=ME, timeout=5)
+        answer = forward_read(
+            [closed_url(), busy.url, app.url],
+            method="POST",
+            target=READ_PATH,
+            body=body,
+            headers=headers,
+            via=ME,
+            timeout=5,
+        )
         assert answer.url == app.url and answer.status == 200 and len(busy.received) == 1
-        only_busy = forward_read([busy.url], method="POST", target=READ_PATH, body=body, headers=headers, via=ME, timeout=5)
+        only_busy = forward_read(
+            [busy.url], method="POST", target=READ_PATH, body=body, headers=headers, via=ME, timeout=5
+        )
         assert only_busy.status == 503  # the last 503 answer, unchanged
         assert json.loads(only_busy.body)["error"]["code"] == "projection_pending_elsewhere"
 
@@ -117,10 +161,21 @@ def test_forwarding_is_bounded_in_time() -> None:
             forward_read([slow.url], method="GET", target=READ_PATH, body=None, headers={}, via=ME, timeout=0.5)
         assert time.monotonic() - started < 4.5  # well before the slow holder's answer
         assert caught.value.retriable and caught.value.code == "forward_failed"
-        answer = forward_read([slow.url, fast.url], method="GET", target=READ_PATH, body=None, headers={}, via=ME, timeout=0.5)
+        answer = forward_read(
+            [slow.url, fast.url], method="GET", target=READ_PATH, body=None, headers={}, via=ME, timeout=0.5
+        )
         assert answer.url == fast.url and answer.body == b'{"fast":1}'
         with pytest.raises(ForwardFailedError):  # the deadline ends every attempt, the fast one's too
-            forward_read([slow.url, fast.url], method="GET", target=READ_PATH, body=None, headers={}, via=ME, timeout=0.5, deadline=time.monotonic() + 0.3)
+            forward_read(
+                [slow.url, fast.url],
+                method="GET",
+                target=READ_PATH,
+                body=None,
+                headers={},
+                via=ME,
+                timeout=0.5,
+                deadline=time.monotonic() + 0.3,
+            )
 
 
 @pytest.mark.parametrize(
@@ -130,4 +185,3 @@ def test_forwarding_is_bounded_in_time() -> None:
 def test_only_reads_are_forwarded(method: str, target: str) -> None:
     with pytest.raises(ValueError):
         forward_read(["http://127.0.0.1:2"], method=method, target=target, body=None, headers={}, via=ME, timeout=1)
-

@@ -11,7 +11,12 @@ from throughline.projector.group_runner import GroupSpec
 from throughline.serve.cli import _group_spec
 from throughline.serve.exceptions import InvalidGroupOptionError
 
-VARIABLES = ("THROUGHLINE_GROUP", "THROUGHLINE_ADVERTISE_URL", "THROUGHLINE_COPIES", "THROUGHLINE_GROUP_SESSION_TIMEOUT_MS")
+VARIABLES = (
+    "THROUGHLINE_GROUP",
+    "THROUGHLINE_ADVERTISE_URL",
+    "THROUGHLINE_COPIES",
+    "THROUGHLINE_GROUP_SESSION_TIMEOUT_MS",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +43,9 @@ def test_the_variables_make_the_same_member_and_flags_win(monkeypatch: pytest.Mo
     monkeypatch.setenv("THROUGHLINE_ADVERTISE_URL", "http://10.0.0.5:8080")
     monkeypatch.setenv("THROUGHLINE_COPIES", "2")
     assert _group_spec(_args()) == GroupSpec(group="g1", url="http://10.0.0.5:8080", copies=2)
-    assert _group_spec(_args("--copies", "1", "--group", "g2")) == GroupSpec(group="g2", url="http://10.0.0.5:8080", copies=1)
+    assert _group_spec(_args("--copies", "1", "--group", "g2")) == GroupSpec(
+        group="g2", url="http://10.0.0.5:8080", copies=1
+    )
     monkeypatch.setenv("THROUGHLINE_GROUP_SESSION_TIMEOUT_MS", "6000")
     spec = _group_spec(_args())
     assert spec is not None and spec.session_timeout_ms == 6000

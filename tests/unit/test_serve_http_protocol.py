@@ -33,7 +33,9 @@ def port(request: pytest.FixtureRequest) -> Iterator[int]:
     protocol: Any = http_protocol() if request.param == "bounded-httptools" else "h11"
     assert request.param == "h11" or not isinstance(protocol, str), "httptools is a dependency of serve"
     sock = bind_socket("127.0.0.1", 0)
-    config = uvicorn.Config(app, http=protocol, log_level="critical", lifespan="off", h11_max_incomplete_event_size=BOUND)
+    config = uvicorn.Config(
+        app, http=protocol, log_level="critical", lifespan="off", h11_max_incomplete_event_size=BOUND
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()

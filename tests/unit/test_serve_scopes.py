@@ -175,13 +175,9 @@ def test_a_page_token_is_refused_under_a_scope_that_does_not_cover_its_project(
 
 def test_a_long_poll_outside_the_scope_is_refused_at_once(client: TestClient, tokens: Tokens) -> None:
     started = time.monotonic()
-    refused = client.post(
-        READ_PATH, json={"project": OTHER_PROJECT, "wait": 5}, headers=tokens.header("read_a")
-    )
+    refused = client.post(READ_PATH, json={"project": OTHER_PROJECT, "wait": 5}, headers=tokens.header("read_a"))
     assert refused.status_code == 403 and time.monotonic() - started < 2.0
-    refused = client.get(
-        READ_PATH, params={"project": OTHER_PROJECT, "wait": "5"}, headers=tokens.header("read_a")
-    )
+    refused = client.get(READ_PATH, params={"project": OTHER_PROJECT, "wait": "5"}, headers=tokens.header("read_a"))
     assert refused.status_code == 403 and time.monotonic() - started < 4.0
 
 
@@ -196,9 +192,7 @@ def _hex(project: str) -> str:
     return project_sha256(project).hex()
 
 
-def test_a_token_for_a_finds_nothing_of_b(
-    world: World, tokens: Tokens, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_token_for_a_finds_nothing_of_b(world: World, tokens: Tokens, caplog: pytest.LogCaptureFixture) -> None:
     """Every way the API reads, with project A's token: no answer, header, metric or log line holds
     project B's name, its hash, its turns' bodies, or the token itself."""
     caplog.set_level(logging.DEBUG)
@@ -259,9 +253,7 @@ def test_the_client_sends_the_token_and_raises_the_typed_refusals(world: World, 
         read = HttpReader(served.url, token=tokens.by_kind["read_a"]).read_observer_turn_page(project=PROJECT)
         assert read.ok and read.turns
         with pytest.raises(ForbiddenProjectError):
-            HttpReader(served.url, token=tokens.by_kind["read_a"]).read_observer_turn_page(
-                project=OTHER_PROJECT
-            )
+            HttpReader(served.url, token=tokens.by_kind["read_a"]).read_observer_turn_page(project=OTHER_PROJECT)
         with pytest.raises(TokenExpiredError):
             HttpReader(served.url, token=tokens.by_kind["expired"]).read_observer_turn_page(project=PROJECT)
         with pytest.raises(TokenUnknownKeyError):

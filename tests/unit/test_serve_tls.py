@@ -44,9 +44,7 @@ class TlsServed:
     """The read API over ``world`` behind ``server_context(options)`` on a free loopback port."""
 
     def __init__(self, world: World, options: TlsOptions) -> None:
-        app = create_app(
-            projection=world.projection, log=world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0)
-        )
+        app = create_app(projection=world.projection, log=world.log, token_key=KEY, settings=ApiSettings(read_wait=0.0))
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -222,6 +220,4 @@ def test_a_member_advertises_the_scheme_it_serves(pki: Pki) -> None:
     tls = ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)]
     for extra in ([*tls, "--advertise", "http://127.0.0.1:9"], ["--advertise", "https://127.0.0.1:9"]):
         done = subprocess.run([*base, "--group", "g", *extra], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and json.loads(done.stderr)["error"]["code"] == "invalid_group_option", (
-            extra
-        )
+        assert done.returncode == 2 and json.loads(done.stderr)["error"]["code"] == "invalid_group_option", extra

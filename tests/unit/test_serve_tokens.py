@@ -66,9 +66,7 @@ def test_a_token_round_trips_with_its_scope(keys: tuple[Path, Path, KeyRing]) ->
     grant = verify_token(token, ring, now=NOW + 10)
     assert grant.scope == "read" and grant.kid == load_signing_key(signing).kid
     assert grant.covers("/srv/team-a/app") and grant.covers("/srv/team-b/x")
-    assert (
-        not grant.covers("/srv/team-a/app2") and not grant.covers("/srv/team-c/x") and not grant.covers(None)
-    )
+    assert not grant.covers("/srv/team-a/app2") and not grant.covers("/srv/team-c/x") and not grant.covers(None)
     with pytest.raises(ForbiddenProjectError) as refused:
         grant.require_project("/srv/secret/project")
     assert "/srv" not in refused.value.message
@@ -79,9 +77,7 @@ def test_a_token_round_trips_with_its_scope(keys: tuple[Path, Path, KeyRing]) ->
 
 def test_scope_is_judged_on_the_canonical_project(keys: tuple[Path, Path, KeyRing]) -> None:
     signing, _, ring = keys
-    grant = verify_token(
-        _token(signing, projects=["/srv/x/../team-c/app/"], prefixes=["/srv/team-a/"]), ring, now=NOW
-    )
+    grant = verify_token(_token(signing, projects=["/srv/x/../team-c/app/"], prefixes=["/srv/team-a/"]), ring, now=NOW)
     assert grant.covers("/srv/team-a/app") and grant.covers("/srv/team-a//app/./sub")
     assert grant.covers("/srv/team-c/app") and grant.covers("/srv//team-c/app/")  # the same project
     for escape in (
@@ -150,9 +146,7 @@ def test_issue_refuses_what_it_cannot_make(keys: tuple[Path, Path, KeyRing]) -> 
     ]
 
 
-def test_expired_wrong_audience_unknown_and_retired_keys(
-    tmp_path: Path, keys: tuple[Path, Path, KeyRing]
-) -> None:
+def test_expired_wrong_audience_unknown_and_retired_keys(tmp_path: Path, keys: tuple[Path, Path, KeyRing]) -> None:
     signing, folder, ring = keys
     token = _token(signing)
     with pytest.raises(TokenExpiredError):
@@ -165,9 +159,7 @@ def test_expired_wrong_audience_unknown_and_retired_keys(
     # Another key under this key's id: the signature is the check.
     other = load_signing_key(tmp_path / "other.json")
     mine = load_signing_key(signing)
-    forged = issue_token(
-        type(mine)(kid=mine.kid, private=other.private), projects=["/x"], expires_in=60, now=NOW
-    )
+    forged = issue_token(type(mine)(kid=mine.kid, private=other.private), projects=["/x"], expires_in=60, now=NOW)
     with pytest.raises(TokenSignatureError):
         verify_token(forged, ring, now=NOW)
     # Retire the key: its tokens are refused after the reload, not before.
@@ -244,10 +236,7 @@ def test_truncations_and_extensions_are_refused(keys: tuple[Path, Path, KeyRing]
     for extra in ("A", ".", ".x", "=", "==", "AA"):
         _refusal(token + extra, ring)
     assert _refusal("tl1." + "A" * MAX_TOKEN_CHARS, ring) in {"token_malformed", "unauthorized"}
-    assert (
-        _refusal(token[: len(token) - 1] + "A" * (MAX_TOKEN_CHARS - len(token) + 5), ring)
-        == "token_malformed"
-    )
+    assert _refusal(token[: len(token) - 1] + "A" * (MAX_TOKEN_CHARS - len(token) + 5), ring) == "token_malformed"
 
 
 def test_algorithm_confusion_is_refused(keys: tuple[Path, Path, KeyRing]) -> None:
@@ -262,10 +251,7 @@ def test_algorithm_confusion_is_refused(keys: tuple[Path, Path, KeyRing]) -> Non
     assert _refusal(f"{version}.{kid}.{claims}.{hs512}", ring) == "token_bad_signature"
     assert _refusal(f"{version}.{kid}.{claims}.", ring) == "token_malformed"  # alg none: no signature
     jwt_none = (
-        ".".join(
-            b64encode(json.dumps(part).encode())
-            for part in ({"alg": "none", "typ": "JWT"}, {"scope": "admin"})
-        )
+        ".".join(b64encode(json.dumps(part).encode()) for part in ({"alg": "none", "typ": "JWT"}, {"scope": "admin"}))
         + "."
     )
     assert _refusal(jwt_none, ring) == "unauthorized"
@@ -365,9 +351,7 @@ def test_cli_keygen_and_issue(tmp_path: Path) -> None:
     assert refused.returncode == 2 and json.loads(refused.stderr)["error"]["code"] == "invalid_token_request"
 
 
-def test_the_key_watcher_reloads_on_change_and_on_sighup(
-    tmp_path: Path, keys: tuple[Path, Path, KeyRing]
-) -> None:
+def test_the_key_watcher_reloads_on_change_and_on_sighup(tmp_path: Path, keys: tuple[Path, Path, KeyRing]) -> None:
     import time as _time
 
     from throughline.serve.security import KeyWatcher

@@ -17,7 +17,9 @@ from throughline.testing.kafka.support import run_tool
 
 
 def test_fetch_settings_never_commit_reset_or_create_and_bound_each_request() -> None:
-    settings = FetchSettings(max_poll_records=7, fetch_max_bytes=4096, max_partition_fetch_bytes=1024, fetch_max_wait_ms=250)
+    settings = FetchSettings(
+        max_poll_records=7, fetch_max_bytes=4096, max_partition_fetch_bytes=1024, fetch_max_wait_ms=250
+    )
     kafka = settings.kafka_settings(timeout=15.0)
     assert kafka["enable_auto_commit"] is False
     assert kafka["auto_offset_reset"] == "none"
@@ -60,12 +62,20 @@ def test_closed_on_failure_closes_only_when_the_block_raises() -> None:
 
 
 def test_run_tool_returns_the_finished_run_and_leaves_the_exit_code_to_the_caller(tmp_path: Path) -> None:
-    done = run_tool([sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], cwd=tmp_path, timeout_s=30, what="t")
+    done = run_tool(
+        [sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], cwd=tmp_path, timeout_s=30, what="t"
+    )
     assert (done.returncode, done.stdout.strip()) == (3, b"out")
 
 
 def test_run_tool_raises_the_callers_error_when_a_tool_overruns_or_cannot_start(tmp_path: Path) -> None:
     with pytest.raises(MavenFetchError, match="slow did not finish within 0s"):
-        run_tool([sys.executable, "-c", "import time; time.sleep(30)"], cwd=tmp_path, timeout_s=0.2, what="slow", error=MavenFetchError)
+        run_tool(
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            cwd=tmp_path,
+            timeout_s=0.2,
+            what="slow",
+            error=MavenFetchError,
+        )
     with pytest.raises(HarnessError, match="could not run"):
         run_tool([str(tmp_path / "no-such-tool")], cwd=tmp_path, timeout_s=5, what="missing")

@@ -175,17 +175,13 @@ def bare_citations(path: Path, text: str, sections: set[int]) -> list[str]:
             if path == SPEC and what in SPEC_MAY:
                 continue
             for match in pattern.finditer(line):
-                problems.append(
-                    f"{rel}:{lineno}: {what}: {line[max(0, match.start() - 30) : match.end() + 30]!r}"
-                )
+                problems.append(f"{rel}:{lineno}: {what}: {line[max(0, match.start() - 30) : match.end() + 30]!r}")
         for match in ITEM.finditer(line):
             numbers = {int(n) for n in re.findall(r"\d+", match.group(0))}
             if not BENCH_FILES.match(rel):
                 problems.append(f"{rel}:{lineno}: 'item N' outside the benchmark's files: {match.group(0)!r}")
             elif numbers - sections:
-                problems.append(
-                    f"{rel}:{lineno}: docs/benchmarks.md has no section {sorted(numbers - sections)}"
-                )
+                problems.append(f"{rel}:{lineno}: docs/benchmarks.md has no section {sorted(numbers - sections)}")
     return problems
 
 
@@ -206,9 +202,7 @@ def test_every_link_to_a_document_resolves() -> None:
 def test_no_bare_citation_of_a_document_outside_the_repository() -> None:
     sections = bench_sections()
     assert {1, 4, 8} <= sections
-    problems = [
-        p for path in scanned_files() for p in bare_citations(path, path.read_text("utf-8"), sections)
-    ]
+    problems = [p for path in scanned_files() for p in bare_citations(path, path.read_text("utf-8"), sections)]
     assert problems == []
 
 

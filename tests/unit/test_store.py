@@ -62,9 +62,21 @@ def rows(projection: DuckProjection, table: str, *columns: str) -> list[tuple[ob
 def assert_matches_book(projection: DuckProjection, book: ChainBook, applied: dict[int, int]) -> None:
     """The projection holds exactly what the reference fold holds."""
     live = {s: ts for s, ts in book.live.items() if ts}
-    stored = rows(projection, "turns", "source_sha256", "seq", "turn_id", "content_digest", "chain_digest", "log_partition", "log_offset")
+    stored = rows(
+        projection,
+        "turns",
+        "source_sha256",
+        "seq",
+        "turn_id",
+        "content_digest",
+        "chain_digest",
+        "log_partition",
+        "log_offset",
+    )
     assert sorted(stored) == sorted(
-        (s, t.seq, t.turn_id, t.content_digest, t.chain_digest, t.partition, t.offset) for s, ts in live.items() for t in ts
+        (s, t.seq, t.turn_id, t.content_digest, t.chain_digest, t.partition, t.offset)
+        for s, ts in live.items()
+        for t in ts
     )
     superseded = rows(projection, "superseded_turns", "source_sha256", "seq", "turn_id", "log_offset")
     assert sorted(superseded) == sorted((t.record.source_sha256, t.seq, t.turn_id, t.offset) for t in book.superseded)
@@ -74,9 +86,7 @@ def assert_matches_book(projection: DuckProjection, book: ChainBook, applied: di
             assert info is not None
             assert info.length == len(turns)
             assert (info.broken_reason is not None) == (source in book.broken)
-            assert v.turns(source, 1, len(turns) + 5) == [
-                _stored(t) for t in turns
-            ]
+            assert v.turns(source, 1, len(turns) + 5) == [_stored(t) for t in turns]
         for project, source in book.heads.items():
             head = v.head(project)
             last = book.live[source][-1]
@@ -117,7 +127,9 @@ def test_any_batching_folds_like_the_reference_book(records: list, partitions: i
     placed = place(records, partitions)
     log = to_log(placed)
     with tempfile.TemporaryDirectory() as tmp:
-        projection = DuckProjection.open(Path(tmp) / "p.duckdb", topic=TOPIC, source_cache=data.draw(st.sampled_from([1, 1000])))
+        projection = DuckProjection.open(
+            Path(tmp) / "p.duckdb", topic=TOPIC, source_cache=data.draw(st.sampled_from([1, 1000]))
+        )
         try:
             for partition, recs in by_partition(log).items():
                 i = 0
@@ -262,7 +274,10 @@ def test_a_first_rejected_id_then_appended_in_the_same_batch(db: DuckProjection)
     )
     # The id is now placed at 2 with the appended content: a retry of it is a duplicate; the early one,
     # other content at a later seq, amends it in place (a re-sent turn is never quarantined).
-    log = [LogRecord(0, 3, later.project_sha256, encode_turn(later)), LogRecord(0, 4, early.project_sha256, encode_turn(early))]
+    log = [
+        LogRecord(0, 3, later.project_sha256, encode_turn(later)),
+        LogRecord(0, 4, early.project_sha256, encode_turn(early)),
+    ]
     summary = db.apply_batch(TOPIC, 0, log)
     assert summary.duplicates == 1 and summary.rewinds == 1 and summary.quarantined == 0
     assert sorted(rows(db, "turn_ids", "content_digest")) == sorted(  # type: ignore[type-var]
@@ -454,7 +469,9 @@ def test_stats_and_digests(db: DuckProjection) -> None:
         2,
         1,
     )
-    assert [(p.partition, p.next_offset, p.records, p.appended, p.rewinds, p.quarantined) for p in stats.partitions] == [
+    assert [
+        (p.partition, p.next_offset, p.records, p.appended, p.rewinds, p.quarantined) for p in stats.partitions
+    ] == [
         (0, 4, 4, 3, 1, 1),
         (1, 1, 1, 0, 0, 1),
     ]

@@ -138,7 +138,7 @@ def test_readers_in_their_snapshots_never_fail_the_writers_checkpoint(tmp_path: 
                 t.join(timeout=30)
         assert failures == [] and reads[0] > 0
         assert projection.applied_offsets() == {0: len(log)}
-        more = to_log(place([turn(turn_id=f"u{i}") for i in range(len(log) + 1)]))[len(log):]
+        more = to_log(place([turn(turn_id=f"u{i}") for i in range(len(log) + 1)]))[len(log) :]
         projection.apply_batch(TOPIC, 0, more)  # no reader now: this commit's checkpoint goes through
         wal = wal_path(tmp_path / "p.duckdb")
         assert not wal.exists() or wal.stat().st_size < 1 << 15  # checkpointed (DuckDB may remove the WAL)
@@ -176,7 +176,10 @@ def test_without_the_setting_duckdb_would_compress_those_bodies(tmp_path: Path) 
         con.execute("CREATE TABLE t (body VARCHAR)")
         con.executemany("INSERT INTO t VALUES (?)", [[f"{i} {_PROSE * 6}"] for i in range(600)])
         con.execute("CHECKPOINT")
-        methods = {str(r[0]).upper() for r in con.execute("SELECT DISTINCT compression FROM pragma_storage_info('t')").fetchall()}
+        methods = {
+            str(r[0]).upper()
+            for r in con.execute("SELECT DISTINCT compression FROM pragma_storage_info('t')").fetchall()
+        }
     finally:
         con.close()
     assert methods & {"FSST", "DICT_FSST"}, methods

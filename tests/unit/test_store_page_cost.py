@@ -73,7 +73,9 @@ def fill(projection: DuckProjection, sources: int, per_source: int, body_bytes: 
                 "project_sha256": pa.array([project] * n, pa.binary()),
                 "turn_id": pa.array([f"t{i}" for i in idx], pa.string()),
                 "completed_at_us": pa.array(list(idx), pa.int64()),
-                "body": pa.array([f"{i:09d}" + text[i % 90_000 : i % 90_000 + body_bytes - 9] for i in idx], pa.string()),
+                "body": pa.array(
+                    [f"{i:09d}" + text[i % 90_000 : i % 90_000 + body_bytes - 9] for i in idx], pa.string()
+                ),
                 "body_bytes": pa.array([body_bytes] * n, pa.int64()),
                 "content_digest": pa.array([digest] * n, pa.binary()),
                 "chain_digest": pa.array([digest] * n, pa.binary()),
@@ -122,7 +124,9 @@ def test_a_page_of_turns_is_index_lookups_only(filled: DuckProjection, first: in
     buckets = range(first >> PAGE_BUCKET_BITS, (last >> PAGE_BUCKET_BITS) + 1)
     keys = [page_key(source, b << PAGE_BUCKET_BITS) for b in buckets]
     cur = _connect(filled)
-    plan = cur.execute("EXPLAIN ANALYZE " + _bucket_sql(VIEW_COLUMNS, len(keys)), [*keys, source, first, last]).fetchall()[0][1]
+    plan = cur.execute(
+        "EXPLAIN ANALYZE " + _bucket_sql(VIEW_COLUMNS, len(keys)), [*keys, source, first, last]
+    ).fetchall()[0][1]
     cur.close()
     assert _scan_types(plan) == ["Index Scan"], plan
     with filled.view() as v:

@@ -38,12 +38,32 @@ def assert_repairs_match(projection: DuckProjection, book: ChainBook) -> None:
     assert {(p, o): (rp, ro) for p, o, rp, ro in marks if ro is not None} == book.repaired
     assert sorted((p, o) for p, o, _, _ in marks) == sorted((p, o) for p, o, _ in book.quarantined)
     stored = rows(
-        projection, "repairs", "log_partition", "log_offset", "project_sha256", "source_sha256", "reason", "outcome",
-        "cleared", "marked", "length", "chain_digest",
+        projection,
+        "repairs",
+        "log_partition",
+        "log_offset",
+        "project_sha256",
+        "source_sha256",
+        "reason",
+        "outcome",
+        "cleared",
+        "marked",
+        "length",
+        "chain_digest",
     )
     assert stored == sorted(
-        (r.partition, r.offset, r.project_sha256, r.source_sha256, r.reason, r.outcome.status, r.outcome.cleared,
-         r.outcome.marked, r.length, r.chain_digest)
+        (
+            r.partition,
+            r.offset,
+            r.project_sha256,
+            r.source_sha256,
+            r.reason,
+            r.outcome.status,
+            r.outcome.cleared,
+            r.outcome.marked,
+            r.length,
+            r.chain_digest,
+        )
         for r in book.repairs
     )
     broken = {r["source_sha256"] for r in projection.table_rows("sources") if r["broken_reason"] is not None}
@@ -97,7 +117,11 @@ def _gap_log() -> tuple[list[LogRecord], bytes, bytes]:
 
 def _read(projection: DuckProjection) -> object:
     return read_observer_turn_page(
-        project=turn().project, projection=projection, log=FixedLog(1, projection.applied_offsets()), token_key=KEY, wait_timeout=0
+        project=turn().project,
+        projection=projection,
+        log=FixedLog(1, projection.applied_offsets()),
+        token_key=KEY,
+        wait_timeout=0,
     )
 
 

@@ -109,7 +109,9 @@ def test_staged_reads_answer_as_a_projection_that_committed_every_poll(
         # Every commit agreed with its layers (a disagreement turns staging off: this poll is not staged).
         extra = turn(turn_id="after-the-log")
         partition = partition_for(extra.project_sha256, PARTITIONS)
-        tail = LogRecord(partition, staged.applied_offsets().get(partition, 0), extra.project_sha256, encode_turn(extra))
+        tail = LogRecord(
+            partition, staged.applied_offsets().get(partition, 0), extra.project_sha256, encode_turn(extra)
+        )
         assert staged.stage(TOPIC, [staged.prepare(partition, [tail])]) is not None
 
 
@@ -241,7 +243,9 @@ def _wait_ready(projection: DuckProjection) -> None:
     pytest.fail("the stored turn keys never became ready")
 
 
-def test_staging_looks_up_only_the_keys_the_filter_cannot_rule_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_staging_looks_up_only_the_keys_the_filter_cannot_rule_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A new key is known new from memory (no read of ``turn_ids``, which waits out every checkpoint);
     keys applied before, whether stored before the filter filled or committed after, are looked up and
     folded as duplicates."""
@@ -278,7 +282,9 @@ def test_staging_looks_up_only_the_keys_the_filter_cannot_rule_out(tmp_path: Pat
 
 
 @pytest.mark.parametrize("filtered", [True, False], ids=["filter", "control-without-filter"])
-def test_staging_new_turns_does_not_wait_for_a_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filtered: bool) -> None:
+def test_staging_new_turns_does_not_wait_for_a_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filtered: bool
+) -> None:
     """DuckDB makes reads of the tables a checkpoint writes wait for it; staging new turns reads none of
     them once the stored keys are in memory. The control (keys looked up in ``turn_ids``) shows the wait
     is real: there the stage returns only when the checkpoint releases the tables."""

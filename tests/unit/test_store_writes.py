@@ -111,7 +111,9 @@ def test_one_stored_partition_without_its_row_is_an_error_too(tmp_path: Path) ->
 
 
 def _heads(con: duckdb.DuckDBPyConnection) -> dict[bytes, bytes]:
-    return {bytes(p): bytes(s) for p, s in con.execute("SELECT project_sha256, source_sha256 FROM project_heads").fetchall()}
+    return {
+        bytes(p): bytes(s) for p, s in con.execute("SELECT project_sha256, source_sha256 FROM project_heads").fetchall()
+    }
 
 
 @pytest.mark.parametrize("projects", [1, 3, 80])  # one by key, a VALUES list, an Arrow table

@@ -55,12 +55,8 @@ def configs(min_insync: int | None = 2, unclean: str | None = "false", **retenti
 # ------------------------------------------------------------------------------------- new topics
 
 
-@pytest.mark.parametrize(
-    ("brokers", "expected"), [(1, (1, 1)), (2, (2, 2)), (3, (3, 2)), (4, (3, 2)), (9, (3, 2))]
-)
-def test_a_new_topic_gets_rf_min_3_brokers_and_min_isr_min_2_rf(
-    brokers: int, expected: tuple[int, int]
-) -> None:
+@pytest.mark.parametrize(("brokers", "expected"), [(1, (1, 1)), (2, (2, 2)), (3, (3, 2)), (4, (3, 2)), (9, (3, 2))])
+def test_a_new_topic_gets_rf_min_3_brokers_and_min_isr_min_2_rf(brokers: int, expected: tuple[int, int]) -> None:
     assert default_replication(brokers) == expected
     assert resolve_replication(brokers) == expected
 
@@ -84,9 +80,7 @@ def test_overrides_replace_the_defaults_where_the_cluster_can_take_them() -> Non
         (3, True, None, "at least 1"),  # a bool is not a count
     ],
 )
-def test_overrides_the_cluster_cannot_take_are_input_errors(
-    brokers: int, rf: Any, isr: Any, says: str
-) -> None:
+def test_overrides_the_cluster_cannot_take_are_input_errors(brokers: int, rf: Any, isr: Any, says: str) -> None:
     with pytest.raises(InvalidReplicationError, match=says) as raised:
         resolve_replication(brokers, rf, isr)
     assert raised.value.code == "invalid_replication" and raised.value.exit_code == 2
@@ -171,9 +165,7 @@ def test_explicit_overrides_set_the_bar_of_the_check() -> None:
     st.integers(1, 12),
     st.booleans(),
 )
-def test_the_reasons_are_exactly_the_three_rules(
-    brokers: int, factors: list[int], isr: int, unclean: bool
-) -> None:
+def test_the_reasons_are_exactly_the_three_rules(brokers: int, factors: list[int], isr: int, unclean: bool) -> None:
     reasons = replication_reasons(brokers, factors, isr, unclean)
     rf_short = min(factors) < min(3, brokers)
     isr_short = isr < min(2, min(factors))
@@ -197,9 +189,7 @@ def test_topic_problems_keeps_retention_and_replication_apart() -> None:
     assert any("replication factor" in r for r in both.replication)
     only_unclean = topic_problems(1, [1], configs(min_insync=1, unclean="true"))
     assert only_unclean.retention == () and len(only_unclean.replication) == 1
-    assert topic_problems(
-        1, [1], configs(min_insync=1, unclean="TRUE")
-    ).replication  # the broker's case varies
+    assert topic_problems(1, [1], configs(min_insync=1, unclean="TRUE")).replication  # the broker's case varies
 
 
 def _info(brokers: int, factors: list[int], **conf: Any) -> TopicInfo:
@@ -217,10 +207,7 @@ def test_check_topic_refuses_retention_first_then_replication_unless_allowed(
         check_topic(_info(3, [1, 1], min_insync=1))
     assert raised.value.code == "lossy_topic_replication" and raised.value.exit_code == 2
     assert isinstance(raised.value, LossyTopicError)  # callers catching the lossy topic catch this one too
-    assert (
-        "replication factor 1 below 3" in raised.value.message
-        and "--allow-lossy-topic" in raised.value.message
-    )
+    assert "replication factor 1 below 3" in raised.value.message and "--allow-lossy-topic" in raised.value.message
     with pytest.raises(LossyTopicError) as retention:
         check_topic(_info(3, [1], min_insync=1, **{"cleanup.policy": "compact"}))
     assert retention.value.code == "lossy_topic"

@@ -173,9 +173,7 @@ def test_invalid_completed_at(value: object) -> None:
         turn(completed_at_micros=value)
 
 
-@pytest.mark.parametrize(
-    ("field", "value"), [("host", ""), ("thread", None), ("turn_id", "a\x00"), ("body", b"bytes")]
-)
+@pytest.mark.parametrize(("field", "value"), [("host", ""), ("thread", None), ("turn_id", "a\x00"), ("body", b"bytes")])
 def test_invalid_fields(field: str, value: object) -> None:
     with pytest.raises(InvalidTurnError):
         turn(**{field: value})

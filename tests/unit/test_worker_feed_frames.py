@@ -87,7 +87,11 @@ def test_a_worker_that_dies_after_a_frame_is_reported_after_it(fake: tuple[Worke
         feed.next(5.0)
 
 
-@given(st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2)), max_size=3), min_size=1, max_size=5))
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2)), max_size=3), min_size=1, max_size=5
+    )
+)
 def test_merged_polls_are_the_poll_that_holds_them_all(polls_spec: list[list[tuple[int, int, int]]]) -> None:
     """Consecutive polls (records and skipped offsets per partition) merge into what one poll would hold."""
     ends = {0: 0, 1: 0, 2: 0}

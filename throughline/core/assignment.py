@@ -173,9 +173,7 @@ class _Flow:
                 pushed += 1
 
 
-def _min_cost_owners(
-    n: int, partitions: int, k: int, cost: Callable[[int, int], int]
-) -> tuple[tuple[int, ...], ...]:
+def _min_cost_owners(n: int, partitions: int, k: int, cost: Callable[[int, int], int]) -> tuple[tuple[int, ...], ...]:
     slots = partitions * k
     floor, extras = divmod(slots, n)
     # Nodes: 0 source, 1 extra, 2 sink, then members, then partitions.
@@ -236,7 +234,4 @@ def _min_cost_owners(
             potential[v] += limit if d is None or d > limit else d
         flow += graph.blocking_flows(potential, source, sink)
 
-    return tuple(
-        tuple(m for m in range(n) if graph.cap[pair_arc[m][p]] == 0) for p in range(partitions)
-    )
-
+    return tuple(tuple(m for m in range(n) if graph.cap[pair_arc[m][p]] == 0) for p in range(partitions))

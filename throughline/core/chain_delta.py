@@ -86,7 +86,11 @@ class ChainDelta(Generic[R]):
         return moved
 
     def amend(
-        self, seq: int, partition: int, offset: int, stored_rows: Callable[[int, int], list[R]] = _no_rows_stored  # type: ignore[assignment]
+        self,
+        seq: int,
+        partition: int,
+        offset: int,
+        stored_rows: Callable[[int, int], list[R]] = _no_rows_stored,  # type: ignore[assignment]
     ) -> tuple[list[R], list[R]]:
         """Supersede live turns ``seq..length`` for the record at (``partition``, ``offset``), which
         replaces turn ``seq`` (the caller appends its row next): return the pending rows it superseded

@@ -180,7 +180,9 @@ def fold_turn(
     return Append(seq, next_chain_digest(base, record.content_digest), head.length)
 
 
-def rechain(digest: bytes, rows: Sequence[R], content_of: Callable[[R], bytes], chained: Callable[[R, bytes], R]) -> list[R]:
+def rechain(
+    digest: bytes, rows: Sequence[R], content_of: Callable[[R], bytes], chained: Callable[[R, bytes], R]
+) -> list[R]:
     """The kept turns after an ``Amend`` (``rows``, in seq order) chained anew onto ``digest`` (the
     amended turn's): ``chained(row, d)`` is ``row`` with chain digest ``d``."""
     out: list[R] = []
@@ -261,7 +263,9 @@ class ChainBook:
             return ChainHead()
         return ChainHead(turns[-1].seq, turns[-1].chain_digest)
 
-    def _quarantine(self, partition: int, offset: int, reason: str, project_sha256: bytes, source: bytes | None) -> None:
+    def _quarantine(
+        self, partition: int, offset: int, reason: str, project_sha256: bytes, source: bytes | None
+    ) -> None:
         self.quarantined.append((partition, offset, reason))
         self.quarantine_identity[(partition, offset)] = (project_sha256, source)
 
@@ -287,7 +291,10 @@ class ChainBook:
             p, content = placed
             placement = Placement(p, content, p <= len(turns) and turns[p - 1].turn_id == record.turn_id)
         outcome = fold_turn(
-            self.head_of(source), record, applied=placement, digest_at=delta.digest_at,
+            self.head_of(source),
+            record,
+            applied=placement,
+            digest_at=delta.digest_at,
             completed_at=lambda k: turns[k - 1].record.completed_at_micros,
         )
         if isinstance(outcome, Reject):
@@ -331,7 +338,10 @@ class ChainBook:
         pending = [
             position
             for position, (p, s) in self.quarantine_identity.items()
-            if s == source and p == project and position[0] == partition and position[1] < offset
+            if s == source
+            and p == project
+            and position[0] == partition
+            and position[1] < offset
             and position not in self.repaired
         ]
         known = self.source_projects.get(source) == project

@@ -55,8 +55,14 @@ class SourceLayer:
         """The head and health in the projector's source-state order (project, length, digest, head
         position, broken reason and position)."""
         return (
-            self.project_sha256, self.length, self.chain_digest, self.head_partition, self.head_offset,
-            self.broken_reason, self.broken_partition, self.broken_offset,
+            self.project_sha256,
+            self.length,
+            self.chain_digest,
+            self.head_partition,
+            self.head_offset,
+            self.broken_reason,
+            self.broken_partition,
+            self.broken_offset,
         )
 
     def row(self, seq: int) -> LayerRow | None:

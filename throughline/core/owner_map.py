@@ -46,11 +46,7 @@ def _canonical(document: dict[str, Any]) -> bytes:
 
 def _text(value: object, what: str) -> str:
     # Printable ASCII without spaces: a URL or a Kafka member id, never anything a header could split on.
-    if (
-        not isinstance(value, str)
-        or not 1 <= len(value) <= MAX_TEXT
-        or not all("!" <= ch <= "~" for ch in value)
-    ):
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_TEXT or not all("!" <= ch <= "~" for ch in value):
         raise GroupDataError(f"{what} must be 1..{MAX_TEXT} visible ASCII characters, got {value!r:.80}")
     return value
 
@@ -266,7 +262,9 @@ class OwnerMap:
         for entry in members_doc:
             if not isinstance(entry, dict) or set(entry) != {"id", "url"}:
                 raise GroupDataError(f"{OWNER_MAP_SCHEMA}: a member must be {{'id', 'url'}}")
-            members.append(GroupMember(url=_text(entry["url"], "an advertised URL"), member_id=_text(entry["id"], "a member id")))
+            members.append(
+                GroupMember(url=_text(entry["url"], "an advertised URL"), member_id=_text(entry["id"], "a member id"))
+            )
         if not all(isinstance(row, list) for row in owners_doc):
             raise GroupDataError(f"{OWNER_MAP_SCHEMA}: every owner list must be a list")
         value = cls(

@@ -153,9 +153,7 @@ def open_page_token(key: bytes, token: object, binding: SeriesBinding) -> int:
         or after != binding.after_sha256.hex()
         or through != binding.through_sha256.hex()
     ):
-        raise PageTokenMismatchError(
-            "page token belongs to another project, after cursor or through cursor"
-        )
+        raise PageTokenMismatchError("page token belongs to another project, after cursor or through cursor")
     return offset
 
 

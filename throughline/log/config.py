@@ -79,7 +79,13 @@ _SASL_KEYS = ("sasl.mechanism", "sasl.username", "sasl.password", "sasl.jaas.con
 
 #: Every key read from the file (``sasl.mechanisms`` is librdkafka's spelling of ``sasl.mechanism``).
 SUPPORTED_KEYS = (
-    "security.protocol", *_SASL_KEYS, "sasl.mechanisms", *_TLS_KEYS, "client.id", *_KEYSTORE_KEYS, *REGISTRY_KEYS
+    "security.protocol",
+    *_SASL_KEYS,
+    "sasl.mechanisms",
+    *_TLS_KEYS,
+    "client.id",
+    *_KEYSTORE_KEYS,
+    *REGISTRY_KEYS,
 )
 
 _KEY_HINTS = {
@@ -90,8 +96,11 @@ _PREFIX_HINTS = (
     ("sasl.kerberos.", "Kerberos (GSSAPI) is not supported"),
     ("sasl.oauthbearer.", "OAUTHBEARER is not supported"),
     ("sasl.login.", "SASL login callbacks are not supported"),
-    ("ssl.", "throughline supports ssl.ca.location, ssl.certificate.location, ssl.key.location, "
-     "ssl.key.password and ssl.endpoint.identification.algorithm"),
+    (
+        "ssl.",
+        "throughline supports ssl.ca.location, ssl.certificate.location, ssl.key.location, "
+        "ssl.key.password and ssl.endpoint.identification.algorithm",
+    ),
 )
 
 
@@ -341,7 +350,7 @@ def parse_jaas_config(value: str, source: str | None = None) -> JaasLogin:
     """
     tokens = _jaas_tokens(value)
     if len(tokens) < 2 or tokens[0][0] != "word" or tokens[1][0] != "word":
-        raise _refuse("sasl.jaas.config: expected `<LoginModule> required username=\"...\" password=\"...\";`", source)
+        raise _refuse('sasl.jaas.config: expected `<LoginModule> required username="..." password="...";`', source)
     module, flag = tokens[0][1], tokens[1][1]
     if module not in _LOGIN_MODULES:
         raise _refuse(
@@ -465,7 +474,9 @@ def config_from_properties(
     sasl = protocol in ("SASL_PLAINTEXT", "SASL_SSL")
     for key in _TLS_KEYS:
         if key in props and not tls:
-            raise _refuse(f"{key} is set but security.protocol is {protocol} (TLS settings need SSL or SASL_SSL)", source)
+            raise _refuse(
+                f"{key} is set but security.protocol is {protocol} (TLS settings need SSL or SASL_SSL)", source
+            )
     for key in _SASL_KEYS:
         if key in props and not sasl:
             raise _refuse(
@@ -489,7 +500,9 @@ def config_from_properties(
     if "ssl.ca.location" in props:
         ca = _pem_file("ssl.ca.location", props["ssl.ca.location"], base, source, want="CERTIFICATE")
     if "ssl.certificate.location" in props:
-        cert = _pem_file("ssl.certificate.location", props["ssl.certificate.location"], base, source, want="CERTIFICATE")
+        cert = _pem_file(
+            "ssl.certificate.location", props["ssl.certificate.location"], base, source, want="CERTIFICATE"
+        )
     if "ssl.key.location" in props:
         if cert is None:
             raise _refuse("ssl.key.location is set without ssl.certificate.location", source)

@@ -64,9 +64,7 @@ class BrokerUnavailableError(LogError):
     def __init__(self, servers: Sequence[str], detail: str) -> None:
         self.servers = tuple(servers)
         self.detail = detail
-        super().__init__(
-            f"Kafka broker unavailable (tried {', '.join(self.servers) or 'no servers'}): {detail}"
-        )
+        super().__init__(f"Kafka broker unavailable (tried {', '.join(self.servers) or 'no servers'}): {detail}")
 
 
 class LossyTopicError(LogError):

@@ -150,10 +150,18 @@ if _BasePartitionRecords is not None:
                 try:
                     if batch.compression:
                         payload = _decompressed(data, batch)
-                        read_records(payload, 0, len(payload), batch.record_count, batch.base_offset, tp.partition, fetched)
+                        read_records(
+                            payload, 0, len(payload), batch.record_count, batch.base_offset, tp.partition, fetched
+                        )
                     else:
                         read_records(
-                            data, batch.records_start, batch.end, batch.record_count, batch.base_offset, tp.partition, fetched
+                            data,
+                            batch.records_start,
+                            batch.end,
+                            batch.record_count,
+                            batch.base_offset,
+                            tp.partition,
+                            fetched,
                         )
                 except RecordBatchError as exc:
                     raise kafka_errors.CorruptRecordError(f"partition {tp}: {exc}") from None

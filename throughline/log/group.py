@@ -115,9 +115,7 @@ class OwnerAssignor(AbstractPartitionAssignor):
         with self._lock:
             held = self._held
         offer = MemberSubscription(url=offer.url, held=held, stored=offer.stored, copies=offer.copies)
-        return ConsumerProtocolSubscription(
-            version=self.version, topics=sorted(topics), user_data=offer.encode()
-        )
+        return ConsumerProtocolSubscription(version=self.version, topics=sorted(topics), user_data=offer.encode())
 
     def assign(self, cluster: Any, members: Sequence[Any]) -> dict[str, ConsumerProtocolAssignment]:
         """The leader's decision: every member's partitions and the whole owner map."""
@@ -127,12 +125,21 @@ class OwnerAssignor(AbstractPartitionAssignor):
         for member in members:
             topics = list(member.metadata.topics or ())
             if topics != [self.topic]:
-                log.warning("group member %s subscribes to %s, not [%s]: it gets no partitions", member.member_id, topics, self.topic)
+                log.warning(
+                    "group member %s subscribes to %s, not [%s]: it gets no partitions",
+                    member.member_id,
+                    topics,
+                    self.topic,
+                )
                 continue
             try:
                 offers[member.member_id] = MemberSubscription.decode(bytes(member.metadata.user_data or b""))
             except GroupDataError as exc:
-                log.warning("group member %s sent a subscription this member cannot read (%s): it gets no partitions", member.member_id, exc.message)
+                log.warning(
+                    "group member %s sent a subscription this member cannot read (%s): it gets no partitions",
+                    member.member_id,
+                    exc.message,
+                )
         owner_map = assign_owners(offers, count)
         urls: dict[str, list[str]] = {}
         for m in owner_map.members:

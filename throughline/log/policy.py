@@ -72,11 +72,7 @@ def check_override(replication_factor: int | None, min_insync_replicas: int | No
     ):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise InvalidReplicationError(f"{flag} must be a whole number of at least 1, got {value!r}")
-    if (
-        replication_factor is not None
-        and min_insync_replicas is not None
-        and min_insync_replicas > replication_factor
-    ):
+    if replication_factor is not None and min_insync_replicas is not None and min_insync_replicas > replication_factor:
         raise InvalidReplicationError(
             f"--min-insync-replicas {min_insync_replicas} is above --replication-factor {replication_factor}: "
             "every acks=all write would be refused"
@@ -93,9 +89,7 @@ def resolve_replication(
     default_rf, _ = default_replication(brokers)
     rf = default_rf if replication_factor is None else replication_factor
     if rf > brokers:
-        raise InvalidReplicationError(
-            f"--replication-factor {rf} needs {rf} brokers but the cluster has {brokers}"
-        )
+        raise InvalidReplicationError(f"--replication-factor {rf} needs {rf} brokers but the cluster has {brokers}")
     isr = min(TARGET_MIN_INSYNC_REPLICAS, rf) if min_insync_replicas is None else min_insync_replicas
     if isr > rf:
         raise InvalidReplicationError(
@@ -143,9 +137,7 @@ def replication_reasons(
             f"replication factor {'/'.join(map(str, short))} below {want_rf} "
             f"(on {brokers} brokers, losing {max(1, rf)} broker(s) loses acknowledged turns)"
         )
-    want_isr = (
-        min(TARGET_MIN_INSYNC_REPLICAS, max(1, rf)) if min_insync_replicas is None else min_insync_replicas
-    )
+    want_isr = min(TARGET_MIN_INSYNC_REPLICAS, max(1, rf)) if min_insync_replicas is None else min_insync_replicas
     if min_insync is None:
         reasons.append(f"{MIN_INSYNC} was not reported")
     elif min_insync < want_isr:
@@ -155,9 +147,7 @@ def replication_reasons(
     if unclean is None:
         reasons.append(f"{UNCLEAN} was not reported")
     elif unclean:
-        reasons.append(
-            f"{UNCLEAN}=true (an out-of-sync replica may become leader and drop acknowledged turns)"
-        )
+        reasons.append(f"{UNCLEAN}=true (an out-of-sync replica may become leader and drop acknowledged turns)")
     return tuple(reasons)
 
 

@@ -49,8 +49,14 @@ _SASL_AUTHENTICATION_FAILED = 58
 #: OpenSSL's verify codes for a certificate that names another host or IP address.
 _NAME_MISMATCH = {62, 64}
 #: OpenSSL reasons meaning "the peer does not speak TLS" (it answered plain bytes, or closed).
-_NOT_TLS = {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST",
-            "UNEXPECTED_EOF_WHILE_READING", "UNKNOWN_PROTOCOL"}
+_NOT_TLS = {
+    "WRONG_VERSION_NUMBER",
+    "RECORD_LAYER_FAILURE",
+    "PACKET_LENGTH_TOO_LONG",
+    "HTTP_REQUEST",
+    "UNEXPECTED_EOF_WHILE_READING",
+    "UNKNOWN_PROTOCOL",
+}
 _MAX_FRAME = 1 << 20
 
 

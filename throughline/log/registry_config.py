@@ -13,9 +13,7 @@ from throughline.log.registry_keys import REGISTRY_KEYS
 from throughline.schemas.registry import RegistrySettings
 
 
-def registry_from_properties(
-    props: dict[str, str], base: Path | None, source: str | None
-) -> RegistrySettings | None:
+def registry_from_properties(props: dict[str, str], base: Path | None, source: str | None) -> RegistrySettings | None:
     """Take the ``schema.registry.*`` / ``basic.auth.*`` keys out of ``props``; their settings, or ``None``."""
     for short in ("basic.auth.user.info", "basic.auth.credentials.source"):
         prefixed = "schema.registry." + short
@@ -49,20 +47,14 @@ def registry_settings(
     user_info = props.get("basic.auth.user.info")
     if user_info is not None and ":" not in user_info:
         raise _refuse("basic.auth.user.info must be `user:password`", source)
-    tls = {
-        k.removeprefix("schema.registry.ssl."): v
-        for k, v in props.items()
-        if k.startswith("schema.registry.ssl.")
-    }
+    tls = {k.removeprefix("schema.registry.ssl."): v for k, v in props.items() if k.startswith("schema.registry.ssl.")}
     if tls and not url.lower().startswith("https://"):
         raise _refuse("schema.registry.ssl.* is set but schema.registry.url is not https://", source)
     check = True
     if "endpoint.identification.algorithm" in tls:
         algorithm = tls["endpoint.identification.algorithm"].strip().lower()
         if algorithm not in ("https", "", "none"):
-            raise _refuse(
-                "schema.registry.ssl.endpoint.identification.algorithm must be `https` or empty", source
-            )
+            raise _refuse("schema.registry.ssl.endpoint.identification.algorithm must be `https` or empty", source)
         check = algorithm == "https"
     files: dict[str, str | None] = {}
     for name, want in (
@@ -71,16 +63,12 @@ def registry_settings(
         ("key.location", "PRIVATE KEY"),
     ):
         files[name] = (
-            _pem_file(f"schema.registry.ssl.{name}", tls[name], base, source, want=want)
-            if name in tls
-            else None
+            _pem_file(f"schema.registry.ssl.{name}", tls[name], base, source, want=want) if name in tls else None
         )
     if (files["certificate.location"] is None) != (files["key.location"] is None):
         raise _refuse("schema.registry.ssl.certificate.location and .key.location go together", source)
     if "key.password" in tls and files["key.location"] is None:
-        raise _refuse(
-            "schema.registry.ssl.key.password is set without schema.registry.ssl.key.location", source
-        )
+        raise _refuse("schema.registry.ssl.key.password is set without schema.registry.ssl.key.location", source)
     return RegistrySettings(
         url=url,
         user_info=user_info,

@@ -344,9 +344,7 @@ def check_topic(
         log.warning("topic %r could lose acknowledged turns (%s); allowed", info.name, "; ".join(replication))
 
 
-def _create(
-    admin: KafkaAdminClient, topic: str, settings: TopicSettings, brokers: int, timeout: float
-) -> bool:
+def _create(admin: KafkaAdminClient, topic: str, settings: TopicSettings, brokers: int, timeout: float) -> bool:
     rf, min_insync = settings.replication(brokers)
     configs = {**settings.configs(), MIN_INSYNC: str(min_insync)}
     request = {topic: {"num_partitions": settings.partitions, "replication_factor": rf, "configs": configs}}
@@ -375,9 +373,7 @@ _VISIBLE_TRIES = 50
 _VISIBLE_PAUSE_S = 0.2
 
 
-def _wait_visible(
-    admin: KafkaAdminClient, topic: str, created: bool, deadline: float, brokers: int
-) -> TopicInfo:
+def _wait_visible(admin: KafkaAdminClient, topic: str, created: bool, deadline: float, brokers: int) -> TopicInfo:
     # A freshly created topic takes a moment to show up (with a leader per partition) in metadata.
     remaining_ms = max(1000, int((deadline - time.monotonic()) * 1000))
     admin.wait_for_topics([topic], timeout_ms=remaining_ms)

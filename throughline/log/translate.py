@@ -74,16 +74,22 @@ def translate_kafka_error(
             f"sasl.password (or sasl.jaas.config){source}"
         )
     if isinstance(exc, kafka_errors.UnsupportedSaslMechanismError):
-        return SaslMechanismUnsupportedError(f"the listener at {where} does not enable {label} ({detail}); check sasl.mechanism{source}")
+        return SaslMechanismUnsupportedError(
+            f"the listener at {where} does not enable {label} ({detail}); check sasl.mechanism{source}"
+        )
     if isinstance(exc, kafka_errors.IllegalSaslStateError):
         return ProtocolMismatchError(
             f"the listener at {where} does not use SASL but security.protocol is {label}{source} ({detail})"
         )
     if isinstance(exc, kafka_errors.AuthorizationError):
-        return AuthorizationFailedError(f"the broker at {where} authenticated the client but refused the request ({detail}): check its ACLs")
+        return AuthorizationFailedError(
+            f"the broker at {where} authenticated the client but refused the request ({detail}): check its ACLs"
+        )
     if isinstance(exc, UNAVAILABLE):
         return BrokerUnavailableError(servers, detail)
-    if isinstance(exc, kafka_errors.InvalidTopicError | kafka_errors.PolicyViolationError | kafka_errors.InvalidConfigurationError):
+    if isinstance(
+        exc, kafka_errors.InvalidTopicError | kafka_errors.PolicyViolationError | kafka_errors.InvalidConfigurationError
+    ):
         return InvalidTopicError(f"the broker refused the topic: {detail}")
     if isinstance(exc, kafka_errors.OffsetOutOfRangeError | kafka_errors.LogTruncationError):
         return PositionOutOfRangeError(f"the broker refused the consumer's position ({detail})")

@@ -270,7 +270,9 @@ def create_app(
         return Response(content=metrics.render(), media_type=CONTENT_TYPE)
 
     # Inner first: GET reads skip the framework (``read_route``); the guard stays in front of both.
-    read_route = next(r for r in app.routes if getattr(r, "path", None) == READ_PATH and "GET" in getattr(r, "methods", ()))
+    read_route = next(
+        r for r in app.routes if getattr(r, "path", None) == READ_PATH and "GET" in getattr(r, "methods", ())
+    )
     app.add_middleware(ReadRoute, api=api, auth=auth, route=read_route, threads=threads)
     app.add_middleware(RequestGuard, settings=settings, metrics=metrics)
     return app

@@ -58,7 +58,9 @@ def load_auth_token(token_file: str | None, environ: Mapping[str, str] | None = 
         try:
             text = Path(token_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidAuthTokenError(f"cannot read the auth token file {token_file}: {exc.__class__.__name__}") from None
+            raise InvalidAuthTokenError(
+                f"cannot read the auth token file {token_file}: {exc.__class__.__name__}"
+            ) from None
         return validate_token(text.strip(), origin=f"file {token_file}")
     raw = env.get(ENV_AUTH_TOKEN)
     if raw is None or raw == "":

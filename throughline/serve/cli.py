@@ -61,7 +61,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}, loopback only)")
-    p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)"
+    )
     p.add_argument(
         "--auth-token-file",
         default=None,
@@ -238,10 +240,19 @@ def _group_spec(args: argparse.Namespace) -> GroupSpec | None:
             f"--group needs --advertise URL (env {ENV_ADVERTISE_URL}): where the other members reach this one"
         )
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or not url.isascii() or " " in url:
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+        or not url.isascii()
+        or " " in url
+    ):
         raise InvalidGroupOptionError(f"--advertise must be an http(s) URL such as http://10.0.0.5:8080, got {url!r}")
     if args.no_projector:
-        raise InvalidGroupOptionError("--group and --no-projector do not mix: a member projects the partitions it holds")
+        raise InvalidGroupOptionError(
+            "--group and --no-projector do not mix: a member projects the partitions it holds"
+        )
     return GroupSpec(group=name, url=url.rstrip("/"), copies=copies, session_timeout_ms=_session_timeout_ms())
 
 

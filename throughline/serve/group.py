@@ -170,7 +170,9 @@ class GroupRouter:
         except (TypeError, ValueError):
             return None
         held = partition in view.assigned
-        if held and self.membership.is_live(partition, self._applied(partition), lambda: self.log.end_offset(partition)):
+        if held and self.membership.is_live(
+            partition, self._applied(partition), lambda: self.log.end_offset(partition)
+        ):
             return None
         holders = [u for u in view.owner_map.urls(partition) if u.rstrip("/") != self.membership.url]
         if not holders:

@@ -163,9 +163,7 @@ class Histogram(_Metric):
 
     kind = "histogram"
 
-    def __init__(
-        self, name: str, help_text: str, buckets: Sequence[float], labelnames: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, name: str, help_text: str, buckets: Sequence[float], labelnames: Sequence[str] = ()) -> None:
         super().__init__(name, help_text, labelnames)
         bounds = [float(b) for b in buckets if not math.isinf(b)]
         if not bounds or bounds != sorted(set(bounds)):
@@ -198,9 +196,7 @@ class Histogram(_Metric):
     def render(self) -> list[str]:
         """The metric's lines (buckets are cumulative, as the format requires)."""
         with self._lock:
-            items = sorted(
-                (k, _HistogramSeries(list(s.buckets), s.total, s.count)) for k, s in self._series.items()
-            )
+            items = sorted((k, _HistogramSeries(list(s.buckets), s.total, s.count)) for k, s in self._series.items())
         lines = self._header()
         for key, series in items:
             running = 0
@@ -285,9 +281,7 @@ class ServeMetrics:
             "Records the projector has not applied yet, per partition (end offset minus applied offset).",
             ["partition"],
         )
-        self.projector_up = r.gauge(
-            "throughline_projector_up", "1 while the projector thread runs, 0 once it stopped."
-        )
+        self.projector_up = r.gauge("throughline_projector_up", "1 while the projector thread runs, 0 once it stopped.")
         self.turns_applied = r.counter(
             "throughline_projector_turns_applied_total",
             "Turns the projector appended to a chain since the service started (duplicates excluded).",
@@ -326,9 +320,7 @@ class ServeMetrics:
             "Time spent answering an Observer read, excluding the long-poll wait for new turns.",
             READ_BUCKETS,
         )
-        self.long_polls = r.gauge(
-            "throughline_long_polls_waiting", "Read requests waiting for new turns right now."
-        )
+        self.long_polls = r.gauge("throughline_long_polls_waiting", "Read requests waiting for new turns right now.")
         self.long_polls.set(0)  # exported from the first scrape: a scraper (or a test) never sees it missing
         self.reads_forwarded = r.counter(
             "throughline_reads_forwarded_total",

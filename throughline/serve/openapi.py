@@ -55,7 +55,9 @@ class ReadRequestBody(BaseModel):
     pageToken: str | None = Field(default=None, description="the previous page's page.nextToken")
     limit: int | None = Field(default=10, ge=1, le=100, description="turns per page, 1..100")
     wait: float | None = Field(
-        default=0, ge=0, description=f"long-poll: seconds to hold an empty answer for new turns (capped at {DEFAULT_MAX_WAIT:g})"
+        default=0,
+        ge=0,
+        description=f"long-poll: seconds to hold an empty answer for new turns (capped at {DEFAULT_MAX_WAIT:g})",
     )
 
 
@@ -70,32 +72,65 @@ READ_DESCRIPTION = (
 )
 
 QUERY_PARAMETERS: list[dict[str, Any]] = [
-    {"name": "project", "in": "query", "required": True,
-     "schema": {"type": "string", "minLength": 1, "pattern": PROJECT_PATTERN},
-     "description": "the project name (canonicalised and hashed; never echoed back)"},
-    {"name": "afterCursor", "in": "query", "required": False, "schema": CURSOR_SCHEMA,
-     "description": "what the Observer already audited; omit on first contact. The server also takes "
-     "the short alias `after` (not documented as a parameter: give one or the other, never both)"},
-    {"name": "throughCursor", "in": "query", "required": False, "schema": CURSOR_SCHEMA,
-     "description": "the pinned through cursor of the series, on its later pages (short alias: `through`, "
-     "never with throughCursor)"},
-    {"name": "pageToken", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "`page.nextToken` of the previous page (needs the same afterCursor and throughCursor)"},
-    {"name": "limit", "in": "query", "required": False,
-     "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
-     "description": "turns per page"},
-    {"name": "wait", "in": "query", "required": False,
-     "schema": {"type": "number", "minimum": 0, "default": 0},
-     "description": f"long-poll seconds (capped at {DEFAULT_MAX_WAIT:g} by default)"},
+    {
+        "name": "project",
+        "in": "query",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1, "pattern": PROJECT_PATTERN},
+        "description": "the project name (canonicalised and hashed; never echoed back)",
+    },
+    {
+        "name": "afterCursor",
+        "in": "query",
+        "required": False,
+        "schema": CURSOR_SCHEMA,
+        "description": "what the Observer already audited; omit on first contact. The server also takes "
+        "the short alias `after` (not documented as a parameter: give one or the other, never both)",
+    },
+    {
+        "name": "throughCursor",
+        "in": "query",
+        "required": False,
+        "schema": CURSOR_SCHEMA,
+        "description": "the pinned through cursor of the series, on its later pages (short alias: `through`, "
+        "never with throughCursor)",
+    },
+    {
+        "name": "pageToken",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "`page.nextToken` of the previous page (needs the same afterCursor and throughCursor)",
+    },
+    {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+        "description": "turns per page",
+    },
+    {
+        "name": "wait",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "number", "minimum": 0, "default": 0},
+        "description": f"long-poll seconds (capped at {DEFAULT_MAX_WAIT:g} by default)",
+    },
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorDocument, "description": "hard input error (invalid_limit, invalid_cursor, page_token_*, ...)"},
-    401: {"model": ErrorDocument, "description": "missing or refused bearer token (when authentication is on): "
-          "unauthorized, token_malformed, token_unknown_key, token_bad_signature, token_wrong_audience, "
-          "token_expired (docs/security.md)"},
-    403: {"model": ErrorDocument, "description": "the token's scope does not cover the read: forbidden_project "
-          "(a project outside a read token's scope, existing or not), forbidden_scope (a metrics token)"},
+    401: {
+        "model": ErrorDocument,
+        "description": "missing or refused bearer token (when authentication is on): "
+        "unauthorized, token_malformed, token_unknown_key, token_bad_signature, token_wrong_audience, "
+        "token_expired (docs/security.md)",
+    },
+    403: {
+        "model": ErrorDocument,
+        "description": "the token's scope does not cover the read: forbidden_project "
+        "(a project outside a read token's scope, existing or not), forbidden_scope (a metrics token)",
+    },
     409: {"model": ErrorDocument, "description": "source_quarantined: the series' source has a quarantined record"},
     413: {"model": ErrorDocument, "description": "request body too large"},
     414: {"model": ErrorDocument, "description": "query string too large"},

@@ -80,9 +80,7 @@ class ReadRoute:
     (``RequestGuard``) labels these answers as it labels the framework's.
     """
 
-    def __init__(
-        self, app: ASGIApp, *, api: ReadApi, auth: BearerAuth, route: object, threads: ReadThreads
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, api: ReadApi, auth: BearerAuth, route: object, threads: ReadThreads) -> None:
         self.app = app
         self.api = api
         self.auth = auth

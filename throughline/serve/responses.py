@@ -138,7 +138,9 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             # Starlette names the methods of the first route of the path only (GET of the read, not POST).
-            headers["Allow"] = allowed_methods(app, request.scope.get("path", ""))  # request.url fails on a query that is not UTF-8
+            headers["Allow"] = allowed_methods(
+                app, request.scope.get("path", "")
+            )  # request.url fails on a query that is not UTF-8
         return JSONResponse(error.to_json(), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)

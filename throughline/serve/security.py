@@ -124,9 +124,7 @@ class KeyWatcher:
                     kids = self.ring.reload()
                     _log.warning("token keys reloaded on SIGHUP: key ids %s", ", ".join(kids))
                 elif self.ring.reload_if_changed():
-                    _log.warning(
-                        "token keys reloaded (a file changed): key ids %s", ", ".join(self.ring.kids())
-                    )
+                    _log.warning("token keys reloaded (a file changed): key ids %s", ", ".join(self.ring.kids()))
             except InvalidTokenKeyError as exc:
                 _log.error("token keys not reloaded, the previous keys stay in use: %s", exc.message)
 

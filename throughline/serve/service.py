@@ -347,7 +347,13 @@ def run_service(
         if options.projector:
             projector = ProjectorThread(
                 projector_loop(
-                    projection, servers, settings.topic, metrics, kafka_config, group=options.group, on_change=on_change,
+                    projection,
+                    servers,
+                    settings.topic,
+                    metrics,
+                    kafka_config,
+                    group=options.group,
+                    on_change=on_change,
                     on_leave=on_leave,
                 ),
                 on_exit=request_stop,
@@ -385,6 +391,7 @@ def run_service(
             stack.enter_context(KeyWatcher(ring))
         server = _Server(config, on_ready=lambda: announce(url))
         server_box.append(server)
+
         def on_first_signal(signum: int) -> None:
             _log.warning("signal %s: stopping (finishing requests and the batch in flight)", signum)
             request_stop()

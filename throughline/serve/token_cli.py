@@ -27,9 +27,7 @@ def register(subparsers: Any) -> None:
     )
     sub = p.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     keygen = sub.add_parser("keygen", help="write a new signing key and print its key id")
-    keygen.add_argument(
-        "--out", required=True, metavar="KEYFILE", help="the key file to create (never overwritten)"
-    )
+    keygen.add_argument("--out", required=True, metavar="KEYFILE", help="the key file to create (never overwritten)")
     keygen.add_argument(
         "--public-out",
         default=None,
@@ -38,12 +36,8 @@ def register(subparsers: Any) -> None:
     )
     keygen.set_defaults(func=_cmd_keygen)
     issue = sub.add_parser("issue", help="print a signed token on stdout")
-    issue.add_argument(
-        "--key", required=True, metavar="KEYFILE", help="the signing key (`token keygen`'s file)"
-    )
-    issue.add_argument(
-        "--project", action="append", default=[], metavar="P", help="a project the token reads (repeat)"
-    )
+    issue.add_argument("--key", required=True, metavar="KEYFILE", help="the signing key (`token keygen`'s file)")
+    issue.add_argument("--project", action="append", default=[], metavar="P", help="a project the token reads (repeat)")
     issue.add_argument(
         "--project-prefix",
         action="append",
@@ -63,9 +57,7 @@ def register(subparsers: Any) -> None:
         metavar="DURATION",
         help=f"e.g. 3600s, 90m, 12h, 30d (default {DEFAULT_EXPIRES})",
     )
-    issue.add_argument(
-        "--label", default=None, metavar="TEXT", help="who or what the token is for (in the token)"
-    )
+    issue.add_argument("--label", default=None, metavar="TEXT", help="who or what the token is for (in the token)")
     issue.add_argument(
         "--audience",
         default=None,
@@ -115,9 +107,7 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the audience tokens must name (default throughline)",
     )
-    p.add_argument(
-        "--tls-cert", default=None, metavar="FILE", help="serve HTTPS with this certificate chain (PEM)"
-    )
+    p.add_argument("--tls-cert", default=None, metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
     p.add_argument("--tls-key", default=None, metavar="FILE", help="the private key of --tls-cert (PEM)")
     p.add_argument(
         "--tls-client-ca",

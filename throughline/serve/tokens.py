@@ -100,9 +100,7 @@ class SigningKey:
     private: Ed25519PrivateKey
 
 
-def generate_key_file(
-    path: str | os.PathLike[str], *, public_out: str | os.PathLike[str] | None = None
-) -> str:
+def generate_key_file(path: str | os.PathLike[str], *, public_out: str | os.PathLike[str] | None = None) -> str:
     """Write a new signing key to ``path`` (mode 0600, never over an existing file); return its key id.
 
     ``public_out``: also write the public half alone (what ``serve --token-keys`` needs)."""
@@ -148,11 +146,7 @@ def _read_key_document(path: Path) -> dict[str, Any]:
         document = json.loads(raw) if len(raw) <= MAX_KEY_FILE_BYTES else None
     except ValueError:
         document = None
-    if (
-        not isinstance(document, dict)
-        or document.get("schema") != KEY_SCHEMA
-        or document.get("algorithm") != ALGORITHM
-    ):
+    if not isinstance(document, dict) or document.get("schema") != KEY_SCHEMA or document.get("algorithm") != ALGORITHM:
         raise InvalidTokenKeyError(f"{path} is not a throughline token key file ({KEY_SCHEMA}, {ALGORITHM})")
     return document
 
@@ -269,9 +263,7 @@ def parse_duration(text: str) -> int:
     """``90s``, ``15m``, ``12h``, ``30d``, ``2w`` or plain seconds, as seconds (1 s .. 10 years)."""
     m = re.fullmatch(r"\s*(\d{1,9})\s*([smhdw]?)\s*", text)
     if m is None:
-        raise InvalidTokenRequestError(
-            f"--expires must be a duration such as 3600s, 90m, 12h or 30d, got {text!r}"
-        )
+        raise InvalidTokenRequestError(f"--expires must be a duration such as 3600s, 90m, 12h or 30d, got {text!r}")
     seconds = int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
     if not 1 <= seconds <= 10 * 365 * 86400:
         raise InvalidTokenRequestError("--expires must be between 1 second and 10 years")
@@ -282,9 +274,7 @@ def _check_names(values: Iterable[str], what: str) -> list[str]:
     names = []
     for value in values:
         if not isinstance(value, str) or not value or len(value.encode("utf-8")) > 1024 or "\x00" in value:
-            raise InvalidTokenRequestError(
-                f"every {what} must be non-empty text of at most 1 KiB without NUL"
-            )
+            raise InvalidTokenRequestError(f"every {what} must be non-empty text of at most 1 KiB without NUL")
         if value not in names:
             names.append(value)
     return names
@@ -311,15 +301,11 @@ def issue_token(
         raise InvalidTokenRequestError(f"--project: {exc.message}") from None
     starts = [unicodedata.normalize("NFC", p) for p in starts]
     if scope == "read" and not names and not starts:
-        raise InvalidTokenRequestError(
-            "a read token needs --project P or --project-prefix PREFIX (at least one)"
-        )
+        raise InvalidTokenRequestError("a read token needs --project P or --project-prefix PREFIX (at least one)")
     if not audience or len(audience) > 200:
         raise InvalidTokenRequestError("--audience must be 1..200 characters")
     if label is not None and (len(label) > MAX_LABEL_CHARS or not label.isprintable()):
-        raise InvalidTokenRequestError(
-            f"--label must be printable text of at most {MAX_LABEL_CHARS} characters"
-        )
+        raise InvalidTokenRequestError(f"--label must be printable text of at most {MAX_LABEL_CHARS} characters")
     issued = int(time.time() if now is None else now)
     claims: dict[str, Any] = {
         "aud": audience,
@@ -332,9 +318,7 @@ def issue_token(
     }
     if label is not None:
         claims["label"] = label
-    body = b64encode(
-        json.dumps(claims, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode("utf-8")
-    )
+    body = b64encode(json.dumps(claims, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode("utf-8"))
     signed = f"{VERSION}.{key.kid}.{body}"
     token = f"{signed}.{b64encode(key.private.sign(signed.encode('ascii')))}"
     if len(token) > MAX_TOKEN_CHARS:
@@ -385,9 +369,7 @@ class Grant:
     def require_metrics(self) -> None:
         """``ForbiddenError`` unless the scope is ``metrics`` or ``admin``."""
         if self.scope not in ("metrics", "admin"):
-            raise ForbiddenError(
-                "this token does not allow reading the metrics (scope metrics or admin does)"
-            )
+            raise ForbiddenError("this token does not allow reading the metrics (scope metrics or admin does)")
 
 
 ADMIN = Grant(scope="admin")
@@ -428,17 +410,13 @@ def _claims(segment: str) -> dict[str, Any]:
     return claims
 
 
-def verify_token(
-    token: str, ring: KeyRing, *, audience: str = DEFAULT_AUDIENCE, now: float | None = None
-) -> Grant:
+def verify_token(token: str, ring: KeyRing, *, audience: str = DEFAULT_AUDIENCE, now: float | None = None) -> Grant:
     """The ``Grant`` of a scoped token, or the 401 error that says why it is refused.
 
     Checked in this order: size and shape, key id, signature, claims schema, audience, expiry; nothing
     of the claims is trusted before the signature verified."""
     if len(token) > MAX_TOKEN_CHARS or not token.isascii():
-        raise TokenMalformedError(
-            f"the token is not a {VERSION} token of at most {MAX_TOKEN_CHARS} characters"
-        )
+        raise TokenMalformedError(f"the token is not a {VERSION} token of at most {MAX_TOKEN_CHARS} characters")
     parts = token.split(".")
     if len(parts) != 4 or parts[0] != VERSION or not _KID.match(parts[1]):
         raise TokenMalformedError(f"the token is not a {VERSION} token (tl1.<kid>.<claims>.<signature>)")
@@ -449,9 +427,7 @@ def verify_token(
 
     public = ring.get(parts[1])
     if public is None:
-        raise TokenUnknownKeyError(
-            "the token is signed by a key this server does not accept (unknown or retired)"
-        )
+        raise TokenUnknownKeyError("the token is signed by a key this server does not accept (unknown or retired)")
     try:
         public.verify(signature, f"{parts[0]}.{parts[1]}.{parts[2]}".encode("ascii"))
     except InvalidSignature:

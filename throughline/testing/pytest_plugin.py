@@ -90,11 +90,11 @@ _SESSION_BROKER_KEY = pytest.StashKey[KafkaHandle]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "integration: talks to a real Apache Kafka broker (started by the harness)"
-    )
+    config.addinivalue_line("markers", "integration: talks to a real Apache Kafka broker (started by the harness)")
     config.stash[_INFO_KEY] = []
-    external = bool(os.environ.get(ENV_BOOTSTRAP, "").strip()) and os.environ.get(ENV_PROVIDER, "auto").strip().lower() in (
+    external = bool(os.environ.get(ENV_BOOTSTRAP, "").strip()) and os.environ.get(
+        ENV_PROVIDER, "auto"
+    ).strip().lower() in (
         "",
         "auto",
         "external",
@@ -189,7 +189,10 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[KafkaHandle]:
     started = time.monotonic()
     handle = provision_kafka(report=report)
     elapsed = time.monotonic() - started
-    _announce(request, f"provider={handle.provider} bootstrap={handle.bootstrap_servers} ready in {elapsed:.1f}s: {handle.describe()}")
+    _announce(
+        request,
+        f"provider={handle.provider} bootstrap={handle.bootstrap_servers} ready in {elapsed:.1f}s: {handle.describe()}",
+    )
     request.config.stash[_SESSION_BROKER_KEY] = handle
     try:
         yield handle
@@ -315,7 +318,9 @@ def throughline_container(request: pytest.FixtureRequest, kafka_broker: KafkaHan
 
 
 @pytest.fixture
-def throughline_container_factory(request: pytest.FixtureRequest, kafka_broker: KafkaHandle) -> Iterator[Callable[..., Any]]:
+def throughline_container_factory(
+    request: pytest.FixtureRequest, kafka_broker: KafkaHandle
+) -> Iterator[Callable[..., Any]]:
     """``throughline_container_factory(**options)``: a serve container for this test alone, closed after it."""
     from throughline.testing.containers import ThroughlineContainer
 

@@ -46,7 +46,6 @@ class BrokerState:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-
 def default_state_dir() -> Path:
     """``$THROUGHLINE_KAFKA_STATE`` or ``./.cache/kafka-local``."""
     configured = os.environ.get(ENV_STATE, "").strip()
@@ -118,9 +117,7 @@ def _cli_stop(args: argparse.Namespace) -> int:
         stderr_reporter(f"no broker recorded in {state_dir}")
         return 0
     if _state_process_alive(state):
-        broker = KafkaBroker(
-            settings=BrokerSettings(keep_work_dir=False), work_dir=state.work_dir, detached=True
-        )
+        broker = KafkaBroker(settings=BrokerSettings(keep_work_dir=False), work_dir=state.work_dir, detached=True)
         broker.adopt(state.pid)
         broker.stop(keep_data=args.keep_data)
         stderr_reporter(f"stopped broker pid {state.pid} ({state.bootstrap_servers})")
@@ -187,12 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p_status.set_defaults(func=_cli_status)
 
     p_fetch = sub.add_parser("fetch", help="only fetch the Kafka jars into the cache")
-    p_fetch.add_argument(
-        "--cache-dir", default=None, help=f"default ${ENV_CACHE} or ~/.cache/throughline/..."
-    )
-    p_fetch.add_argument(
-        "--pom", default=None, help="another pom.xml of Kafka jars (give it its own --cache-dir)"
-    )
+    p_fetch.add_argument("--cache-dir", default=None, help=f"default ${ENV_CACHE} or ~/.cache/throughline/...")
+    p_fetch.add_argument("--pom", default=None, help="another pom.xml of Kafka jars (give it its own --cache-dir)")
     p_fetch.set_defaults(func=_cli_fetch)
 
     args = parser.parse_args(argv)
@@ -205,4 +198,3 @@ def main(argv: list[str] | None = None) -> int:
         stderr_reporter(f"error: {exc}")
         return 1
     return result
-

@@ -79,9 +79,7 @@ class KafkaCluster:
 
     provider = "jvm-cluster"
 
-    def __init__(
-        self, *, report: Reporter | None = None, distribution: KafkaDistribution | None = None
-    ) -> None:
+    def __init__(self, *, report: Reporter | None = None, distribution: KafkaDistribution | None = None) -> None:
         """Configure the cluster (ports and cluster id picked now); nothing starts until :meth:`start`."""
         self._report = report or stderr_reporter
         self._distribution = distribution
@@ -92,9 +90,7 @@ class KafkaCluster:
         for i in range(NODES):
             node_id = i + 1
             settings = _cluster_settings(node_id, ports[i], ports[NODES + i], voters)
-            self._nodes[node_id] = KafkaBroker(
-                settings=settings, report=self._report, cluster_id=self.cluster_id
-            )
+            self._nodes[node_id] = KafkaBroker(settings=settings, report=self._report, cluster_id=self.cluster_id)
         self.voters = voters
         self.last_startup_s: float | None = None
 
@@ -127,9 +123,7 @@ class KafkaCluster:
 
     def describe(self) -> str:
         """One line: the nodes, their addresses and pids."""
-        nodes = ", ".join(
-            f"node {i} at {n.host}:{n.settings.port} (pid {n.pid})" for i, n in self._nodes.items()
-        )
+        nodes = ", ".join(f"node {i} at {n.host}:{n.settings.port} (pid {n.pid})" for i, n in self._nodes.items())
         return f"three-node KRaft cluster {self.cluster_id}: {nodes}"
 
     def diagnostics(self, lines: int = 30) -> str:
@@ -285,9 +279,7 @@ class KafkaCluster:
                 if not last:
                     return time.monotonic() - started
             time.sleep(0.25)
-        raise BrokerStartError(
-            f"the cluster was not healthy after {timeout_s:g}s: {last}\n{self.diagnostics(10)}"
-        )
+        raise BrokerStartError(f"the cluster was not healthy after {timeout_s:g}s: {last}\n{self.diagnostics(10)}")
 
     def _unhealthy(self) -> str | None:
         brokers = self._ask(lambda admin: admin.describe_cluster().get("brokers") or [], timeout_s=0.0)
@@ -295,9 +287,7 @@ class KafkaCluster:
             return f"{len(brokers)} brokers registered"
         for p in self.partitions():
             if p["leader"] is None or p["leader"] < 0 or sorted(p["isr"]) != sorted(p["replicas"]):
-                return (
-                    f"{p['topic']}[{p['partition']}]: leader {p['leader']}, isr {p['isr']} of {p['replicas']}"
-                )
+                return f"{p['topic']}[{p['partition']}]: leader {p['leader']}, isr {p['isr']} of {p['replicas']}"
         return None
 
     def create_topic(

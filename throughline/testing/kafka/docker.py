@@ -441,4 +441,3 @@ class DockerKafka(OwnedBroker):
             self._container.stop()  # removes the container and its anonymous volumes
         self._container = None
         discard_live(self)
-

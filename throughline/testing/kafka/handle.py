@@ -99,7 +99,6 @@ class ExternalKafka:
         return None
 
 
-
 # Every broker this process started and has not closed yet; the ones still open at exit are closed then.
 _LIVE: set[Any] = set()
 _LIVE_LOCK = threading.Lock()

@@ -51,7 +51,6 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie."""
     try:
@@ -113,7 +112,6 @@ class BrokerSettings:
     extra_properties: tuple[tuple[str, str], ...] = ()
     """Appended to server.properties (later keys win), e.g. ``(("log.segment.bytes", "1048576"),)``."""
     extra_jvm_args: tuple[str, ...] = ()
-
 
 
 class KafkaBroker(OwnedBroker):
@@ -246,9 +244,7 @@ class KafkaBroker(OwnedBroker):
         except OSError:
             errors = []
         if errors:
-            parts.append(
-                f"--- first ERROR lines of {self.log_dir / 'broker.log'} ---\n" + "\n".join(errors[:5])
-            )
+            parts.append(f"--- first ERROR lines of {self.log_dir / 'broker.log'} ---\n" + "\n".join(errors[:5]))
         for name in ("broker.log", "stderr.log", "stdout.log", "format.log"):
             text = _tail(self.log_dir / name, lines)
             if text.strip():
@@ -334,7 +330,6 @@ class KafkaBroker(OwnedBroker):
         if self._work_dir is not None and not self._keep_work_dir():
             shutil.rmtree(self._work_dir, ignore_errors=True)
 
-
     # -- internals ----------------------------------------------------------------------------
 
     def _keep_work_dir(self) -> bool:
@@ -379,9 +374,7 @@ class KafkaBroker(OwnedBroker):
             auto_create_topics="true" if self.settings.auto_create_topics else "false",
         )
         if self.settings.extra_properties:
-            text += "\n# extra properties\n" + "".join(
-                f"{k}={v}\n" for k, v in self.settings.extra_properties
-            )
+            text += "\n# extra properties\n" + "".join(f"{k}={v}\n" for k, v in self.settings.extra_properties)
         self._properties_path.write_text(text, encoding="utf-8")
         (self._work_dir / "log4j2.xml").write_text(read_resource(_LOG4J_RESOURCE), encoding="utf-8")
         meta = {

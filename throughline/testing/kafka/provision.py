@@ -81,7 +81,9 @@ def provision_kafka(
     if choice in {"auto", "external"} and external:
         # A secured external cluster: the same client properties file every throughline command reads.
         handle = ExternalKafka(bootstrap_servers=external, kafka_config=resolve_kafka_config())
-        wait_for_kafka(external, timeout_s=timeout_s if timeout_s is not None else 30.0, kafka_config=handle.kafka_config)
+        wait_for_kafka(
+            external, timeout_s=timeout_s if timeout_s is not None else 30.0, kafka_config=handle.kafka_config
+        )
         return handle
 
     if choice in {"auto", "docker"}:

@@ -38,9 +38,7 @@ def _named(schema: Any, names: dict[str, Any], namespace: str = "") -> Any:
         return [_named(s, names, namespace) for s in schema]
     if isinstance(schema, dict) and schema.get("type") in ("record", "fixed", "enum"):
         ns = schema.get("namespace", namespace)
-        full = (
-            schema["name"] if "." in schema["name"] else (f"{ns}.{schema['name']}" if ns else schema["name"])
-        )
+        full = schema["name"] if "." in schema["name"] else (f"{ns}.{schema['name']}" if ns else schema["name"])
         names[full] = schema
         if schema["type"] == "record":
             for f in schema["fields"]:
@@ -164,9 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
             if m := re.fullmatch(r"/config/([^/]+)", path):
                 level = s.config.get(_unquote(m.group(1)))
                 if level is None:
-                    return self._send(
-                        404, {"error_code": 40408, "message": "Subject has no compatibility level"}
-                    )
+                    return self._send(404, {"error_code": 40408, "message": "Subject has no compatibility level"})
                 return self._send(200, {"compatibilityLevel": level})
         self._send(404, {"error_code": 404, "message": "not found"})
 
@@ -177,9 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
         if m := re.fullmatch(r"/config/([^/]+)", path):
             level = str(self._body().get("compatibility", "")).upper()
             if level not in ("NONE", "BACKWARD"):
-                return self._send(
-                    422, {"error_code": 42203, "message": f"level {level} is not supported here"}
-                )
+                return self._send(422, {"error_code": 42203, "message": f"level {level} is not supported here"})
             with self.store.lock:
                 self.store.config[_unquote(m.group(1))] = level
             return self._send(200, {"compatibility": level})

@@ -67,11 +67,27 @@ def _ca(directory: Path, name: str) -> tuple[Path, Path]:
     cert, key = directory / f"{name}.pem", directory / f"{name}.key"
     _openssl(
         [
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", key.name, "-out", cert.name, "-days", "2", "-subj", f"/CN={name}",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-            "-addext", "subjectKeyIdentifier=hash",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            key.name,
+            "-out",
+            cert.name,
+            "-days",
+            "2",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-addext",
+            "subjectKeyIdentifier=hash",
         ],
         directory,
     )
@@ -86,13 +102,40 @@ def _leaf(directory: Path, name: str, ca: tuple[Path, Path], extensions: str) ->
         encoding="utf-8",
     )
     _openssl(
-        ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key.name,
-         "-out", csr.name, "-subj", f"/CN={name}"],
+        [
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            key.name,
+            "-out",
+            csr.name,
+            "-subj",
+            f"/CN={name}",
+        ],
         directory,
     )
     _openssl(
-        ["x509", "-req", "-in", csr.name, "-CA", ca[0].name, "-CAkey", ca[1].name, "-CAcreateserial",
-         "-out", cert.name, "-days", "2", "-extfile", ext.name],
+        [
+            "x509",
+            "-req",
+            "-in",
+            csr.name,
+            "-CA",
+            ca[0].name,
+            "-CAkey",
+            ca[1].name,
+            "-CAcreateserial",
+            "-out",
+            cert.name,
+            "-days",
+            "2",
+            "-extfile",
+            ext.name,
+        ],
         directory,
     )
     return cert, key
@@ -155,7 +198,10 @@ def _listener_properties(
             f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{plain.username}="{plain.password}";',
         ),
         *(
-            (f"listener.name.sasl_ssl.{m.lower()}.sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+            (
+                f"listener.name.sasl_ssl.{m.lower()}.sasl.jaas.config",
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            )
             for m in SCRAM_MECHANISMS
         ),
     )
@@ -181,7 +227,8 @@ class SecuredKafka:
         with closed_on_failure(self):
             self.tls = make_tls_files(self._dir / "tls")
             self.users = {
-                m: SaslUser(m, f"tl-{m.lower().replace('-', '')}", secrets.token_urlsafe(18)) for m in ("PLAIN", *SCRAM_MECHANISMS)
+                m: SaslUser(m, f"tl-{m.lower().replace('-', '')}", secrets.token_urlsafe(18))
+                for m in ("PLAIN", *SCRAM_MECHANISMS)
             }
             picked = free_ports(5)
             self.ports = dict(zip(("PLAINTEXT", "SASL_SSL", "MTLS", "BADNAME"), picked, strict=False))
@@ -201,7 +248,9 @@ class SecuredKafka:
 
         admin = admin_client(self.plaintext_bootstrap, 30.0)
         try:
-            alterations = [UserScramCredentialUpsertion(u.username, m, u.password) for m, u in self.users.items() if m != "PLAIN"]
+            alterations = [
+                UserScramCredentialUpsertion(u.username, m, u.password) for m, u in self.users.items() if m != "PLAIN"
+            ]
             failed = {user: error for user, error in admin.alter_user_scram_credentials(alterations).items() if error}
             if failed:
                 raise HarnessError(f"creating the SCRAM users failed: {failed}")
@@ -279,7 +328,9 @@ class SecuredKafka:
         lines = [f"# throughline test client: {kind}"] + [f"{k}={v}" for k, v in props.items() if v is not None]
         return "\n".join(lines) + "\n"
 
-    def client_config(self, path: Path, kind: str = "PLAIN", *, overrides: Mapping[str, str | None] | None = None) -> Path:
+    def client_config(
+        self, path: Path, kind: str = "PLAIN", *, overrides: Mapping[str, str | None] | None = None
+    ) -> Path:
         """Write ``client_properties(kind, overrides=...)`` to ``path``; return it."""
         path.write_text(self.client_properties(kind, overrides=overrides), encoding="utf-8")
         return path

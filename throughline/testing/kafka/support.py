@@ -49,7 +49,6 @@ def split_bootstrap(bootstrap_servers: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-
 def random_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, base64url without padding (like ``random-uuid``)."""
     for _ in range(100):
