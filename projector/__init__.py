@@ -16,7 +16,8 @@ Its modules and subpackages, one concern each:
 - ``replay``: rebuild a projection from offset 0 into a new file;
 - ``cli``: the subcommands ``project``, ``replay`` and ``status``;
 - ``status``: what the projection applied, what the log holds, what was quarantined (``throughline status``);
-- ``quarantine``: the quarantined records, broken sources and repairs (``throughline quarantine``);
+- ``quarantine_report``: the quarantined records, broken sources and repairs as ``throughline quarantine``
+  reports them (the quarantine policy itself is ``prepare``'s);
 - ``repair``: append a source repair record, or say what it would change (``throughline repair``);
 - ``exceptions``: errors of the projector and its projection.
 """

@@ -329,7 +329,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_quarantine(args: argparse.Namespace) -> int:
     from throughline.core.identity import project_sha256
-    from throughline.projector.quarantine import collect_quarantine, render_quarantine
+    from throughline.projector.quarantine_report import collect_quarantine, render_quarantine
 
     settings = settings_from(args)
     project_hash = None if args.project is None else project_sha256(args.project)

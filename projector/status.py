@@ -19,7 +19,7 @@ from throughline.errors import ThroughlineError
 from throughline.log import PLAINTEXT, KafkaClientConfig, KafkaLog, TopicInfo, describe_topic
 from throughline.log.exceptions import MissingBootstrapServersError
 from throughline.log.policy import replication_lines
-from throughline.projector.quarantine import log_position, repaired_mark
+from throughline.projector.quarantine_report import log_position, repaired_mark
 from throughline.projector.store import DuckProjection, ProjectionStats
 
 DEFAULT_STATUS_TIMEOUT = 10.0

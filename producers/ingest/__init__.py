@@ -2,7 +2,7 @@
 
 Its modules, one concern each:
 
-- ``lines``: one JSON Lines line as a turn (``parse_turn_line``);
+- ``jsonl``: one line of the JSON Lines ingest format as a turn (``parse_turn_line``);
 - ``state``: the ingest state file, where a run resumes (``IngestState``, ``load_ingest_state``, ``save_ingest_state``);
 - ``tail``: complete lines of a file, followed like ``tail -F`` (``LineReader``);
 - ``run``: the ingest loop (``Ingest``): send, collect acknowledgements, save the state, report;
@@ -12,7 +12,7 @@ Its modules, one concern each:
 
 from __future__ import annotations
 
-from throughline.producers.ingest.lines import MAX_LINE_BYTES, TurnLine, parse_turn_line
+from throughline.producers.ingest.jsonl import MAX_LINE_BYTES, TurnLine, parse_turn_line
 from throughline.producers.ingest.run import Ingest, IngestStats, Sender, stop_on_signals
 from throughline.producers.ingest.state import (
     INGEST_STATE_SCHEMA,

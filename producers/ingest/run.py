@@ -31,7 +31,7 @@ from throughline.producers.exceptions import (
     SendFailedError,
     StateWriteFailedError,
 )
-from throughline.producers.ingest.lines import MAX_LINE_BYTES, parse_turn_line
+from throughline.producers.ingest.jsonl import MAX_LINE_BYTES, parse_turn_line
 from throughline.producers.ingest.state import FileId, IngestState, save_ingest_state
 from throughline.producers.ingest.tail import Line, LineReader, Stopped
 from throughline.runtime import StopOnSignals

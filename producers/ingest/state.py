@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from throughline.durable import replace_file
 from throughline.producers.exceptions import IngestStateError
-from throughline.producers.ingest.lines import field_errors
+from throughline.producers.ingest.jsonl import field_errors
 
 INGEST_STATE_SCHEMA = "throughline.ingest_state.v1"
 INGEST_STATE_SUFFIX = ".ingest-state"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from throughline.producers.exceptions import InputFileMissingError, InputFileUnreadableError
-from throughline.producers.ingest.lines import MAX_LINE_BYTES
+from throughline.producers.ingest.jsonl import MAX_LINE_BYTES
 from throughline.producers.ingest.state import FileId, IngestState
 
 POLL_INTERVAL = 0.2

@@ -20,7 +20,7 @@ import pytest
 from throughline.core.turn import build_turn
 from throughline.producers.exceptions import InvalidAttributesError
 from throughline.producers.ingest.dry import turn_line
-from throughline.producers.ingest.lines import MAX_ATTRIBUTES, parse_turn_line
+from throughline.producers.ingest.jsonl import MAX_ATTRIBUTES, parse_turn_line
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text("utf-8"))
