@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Workload, encode_workload
-from throughline.core.exceptions import SnapshotMovedError
+from throughline.core.layers import LayeredView
 from throughline.core.memory import FixedLog
 from throughline.projector.store import DuckProjection, DuckView, LogRecord, transaction
+from throughline.projector.store.view import Overtaken
 from throughline.reader import read_observer_turn_page
 
 TOPIC = "bench.busy-reads"
@@ -69,29 +70,24 @@ def _announced_at_begin(enabled: bool) -> Iterator[None]:
         transaction.ApplyTransaction.execute = execute
 
 
-class _Counted:
-    """The projection, counting the quiet views a commit overtook."""
+class _Counted(DuckProjection):
+    """The projection, counting its quiet views and those a commit overtook (``read`` tries them first)."""
 
-    def __init__(self, projection: DuckProjection) -> None:
-        self._projection = projection
-        self.overtaken = 0
-        self.quiet = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._projection, name)
+    overtaken = 0
+    quiet = 0
 
     @contextmanager
-    def quiet_view(self) -> Iterator[DuckView]:
+    def _quiet_view(self) -> Iterator[DuckView | LayeredView]:
         self.quiet += 1
         try:
-            with self._projection.quiet_view() as view:
+            with super()._quiet_view() as view:
                 yield view
-        except SnapshotMovedError:
+        except Overtaken:
             self.overtaken += 1
             raise
 
 
-def _round(projection: DuckProjection, writes: list[LogRecord], seconds: float) -> dict[str, float]:
+def _round(projection: _Counted, writes: list[LogRecord], seconds: float) -> dict[str, float]:
     """Reads of first pages while a thread applies ``writes`` (at most ``seconds``)."""
     done = threading.Event()
     failure: list[BaseException] = []
@@ -108,7 +104,8 @@ def _round(projection: DuckProjection, writes: list[LogRecord], seconds: float) 
         finally:
             done.set()
 
-    counted = _Counted(projection)
+    counted = projection
+    counted.quiet = counted.overtaken = 0  # this round's
     log = FixedLog(partitions=1, ends={0: 1})  # every read's records are applied: no wait
     walls: list[float] = []
     cpus: list[float] = []
@@ -161,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     log = _log(PROJECTS, base + 2 * rounds * per_round)
     results: dict[str, list[dict[str, float]]] = {w: [] for w in WAYS}
     with tempfile.TemporaryDirectory(prefix="busy-reads-") as tmp:
-        projection = DuckProjection.open(Path(tmp) / "p.duckdb", topic=TOPIC)
+        projection = _Counted.open(Path(tmp) / "p.duckdb", topic=TOPIC)
         try:
             projection.apply_batch(TOPIC, 0, log[:base])
             at = base

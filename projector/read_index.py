@@ -29,7 +29,7 @@ reaches is applied that far), so a read's ``ReadSnapshot`` holds exactly the lay
 A snapshot view takes DuckDB's snapshot under the read state's condition: nothing is staged, dropped or
 published meanwhile (``snapshots._snapshot``).
 
-Quiet reads (``DuckProjection.quiet_view``). The writer announces each write just before its COMMIT
+Quiet reads (``DuckProjection.read``). The writer announces each write just before its COMMIT
 (``writing``) and ends the announcement when it publishes (or, after a failure, once it has checked
 that the file is still at the index's version: ``settle``). Each announcement and each end moves a
 *generation* forward, odd while a commit is under way. A read whose ``ReadSnapshot`` has an even

@@ -17,8 +17,8 @@ The order of checks is part of the contract:
    the partition's end offset cannot have come from this log (the topic was recreated):
    ``resync_required``.
 5. Inside ONE projection snapshot (every row of a page comes from one DuckDB snapshot; the projection's
-   ``quiet_view`` first, and the page read again in ``view`` when a commit overtook
-   it: ``SnapshotMovedError``, docs/design.md "Quiet reads"): through and
+   ``read``, which may answer without a transaction and reads again in a snapshot when a commit
+   overtook it, docs/design.md "Quiet reads"): through and
    after are re-validated as prefixes of their chains (vanished source, rollback, re-extension after a
    rollback: ``resync_required``; a source with a quarantined record: ``SourceQuarantinedError``); the
    page is planned (``throughline.core.page_range``); its rows are read and verified: every seq
@@ -37,7 +37,6 @@ from typing import Literal
 
 from throughline.core.chain import CHAIN_ORIGIN, content_digest, next_chain_digest
 from throughline.core.cursor import Cursor, ForeignCursor, decode_cursor
-from throughline.core.exceptions import SnapshotMovedError
 from throughline.core.identity import project_sha256
 from throughline.core.page_range import DEFAULT_LIMIT, ThroughBeforeAfter, plan_page
 from throughline.core.page_token import SeriesBinding, issue_page_token, open_page_token
@@ -74,8 +73,6 @@ DEFAULT_BODY_LIMIT = 64 * 1024
 DEFAULT_WAIT_TIMEOUT = 2.0
 #: Shortest page-token key accepted (HMAC-SHA-256 keys shorter than the hash weaken it).
 MIN_TOKEN_KEY_BYTES = 32
-#: Quiet views a read tries before its snapshot view (each may be overtaken by a commit).
-QUIET_TRIES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,18 +185,9 @@ def read_page(
             view, request, project_hash, after, through, offset, token_key=token_key, body_limit=body_limit
         )
 
-    # The projection's quiet view reads without a transaction while no commit is under way; when a
-    # commit lands meanwhile it says so and the page is read again: quiet once more (a commit published
-    # by then costs one statement again; one still under way makes it the snapshot view), then in a
-    # snapshot (``view``).
-    for _ in range(QUIET_TRIES):
-        try:
-            with projection.quiet_view() as view:
-                return in_view(view)
-        except SnapshotMovedError:
-            pass
-    with projection.view() as view:
-        return in_view(view)
+    # One consistent snapshot, taken the projection's cheapest way (``Projection.read``: on DuckDB, without a
+    # transaction while no commit is under way, and again in a snapshot when a commit overtook it).
+    return projection.read(in_view)
 
 
 def _read_in_view(

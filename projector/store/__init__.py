@@ -2,7 +2,10 @@
 
 The only package that imports duckdb (and pyarrow). Its modules, one concern each:
 
-- ``projection``: ``DuckProjection``, the handle on one file (open, lock, close, apply, views, waits);
+- ``projection``: ``DuckProjection``, the facade that implements the port (reads, waits, staging, apply)
+  over the store and the read state (``throughline.projector.read_state``);
+- ``projection_file``: ``ProjectionFile``, the store: one file (open, lock, close) and its exactly-once
+  write, telling a ``CommitListener`` of each commit;
 - ``transaction``: ``ApplyTransaction``, the fold and writes of one batch in the DuckDB transaction it owns;
 - ``staging``: ``StagedFold``, the same fold over the committed file and the layers above it, for readers
   before the commit (``DuckProjection.stage``);

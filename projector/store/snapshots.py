@@ -45,7 +45,7 @@ def quiet_view(
     cursors: CursorPool, topic: str | None, reads: ReadState, *, read_only: bool
 ) -> Iterator[DuckView | LayeredView]:
     """``snapshot_view``, without a transaction while no commit is under way: its statements are each their
-    own snapshot, checked to have read the snapshot's version, and it raises ``SnapshotMovedError`` when a
+    own snapshot, checked to have read the snapshot's version, and it raises ``Overtaken`` when a
     commit lands meanwhile. What the reader asks for: on an idle projection a page is one statement,
     not BEGIN, the version, the turns and ROLLBACK."""
     snap = reads.snapshot  # taken once: the read answers from this value

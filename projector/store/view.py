@@ -7,10 +7,10 @@ and, for what the index does not hold, from the snapshot itself; the turns of ev
 needs come in ONE statement (``turns_many``): a handful of ART index lookups, whatever the size of
 the history.
 
-A view of a quiet projection (``DuckProjection.quiet_view``) has no transaction: each of its statements
+A view of a quiet projection (``DuckProjection.read``) has no transaction: each of its statements
 is its own snapshot, and ``check`` says after each one whether it read the index's version (see "Quiet
 reads" in ``throughline.projector.read_index``); when it did not, the view raises
-``SnapshotMovedError`` and its caller reads again in a snapshot. The turns statement's text is parsed
+``Overtaken`` and its caller reads again in a snapshot. The turns statement's text is parsed
 once per shape (``statements.parsed``): DuckDB then only binds and plans it.
 
 ``turns`` buckets 64 consecutive seqs of one source under one indexed ``page_key``, because DuckDB
@@ -25,7 +25,6 @@ from typing import Any
 import duckdb
 
 from throughline.core.cursor import Cursor
-from throughline.core.exceptions import SnapshotMovedError
 from throughline.core.ports import SourceInfo, StoredTurn
 from throughline.projector.read_index import ChainHead, Missing, ReadIndex
 from throughline.projector.store.schema import TURN_COLUMNS
@@ -162,6 +161,11 @@ def _stored(r: tuple[Any, ...]) -> StoredTurn:
     return StoredTurn(int(r[1]), r[2], int(r[3]), r[4], int(r[5]), bytes(r[6]), bytes(r[7]), int(r[8]), int(r[9]))
 
 
+class Overtaken(Exception):
+    """A quiet view (one without a transaction) saw a commit land while it read: its answers may be of two
+    versions. Never leaves the store: ``DuckProjection.read`` throws the view away and reads again."""
+
+
 class DuckView:
     """One snapshot of the projection (a ``ProjectionView``): every answer is of one version.
 
@@ -169,7 +173,7 @@ class DuckView:
     change); ``index`` and ``version``, when given, answer what the index holds at that version, and
     ``applied`` are the applied offsets at it. Without them every answer comes from ``cur``. ``check``,
     when given, is asked after every statement whether it still read ``version`` (a quiet view's
-    statements are each their own snapshot); when not, the view raises ``SnapshotMovedError``.
+    statements are each their own snapshot); when not, the view raises ``Overtaken``.
     """
 
     def __init__(
@@ -205,7 +209,7 @@ class DuckView:
     def _held(self) -> None:
         """After a statement: raise when it may have read another version than the view's."""
         if self._check is not None and not self._check():
-            raise SnapshotMovedError("a commit landed while the view read without a transaction")
+            raise Overtaken("a commit landed while the view read without a transaction")
 
     def _one(self, result: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
         """The first row of a statement just executed on the view's cursor, once ``_held`` says it read

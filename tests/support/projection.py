@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from throughline.core.ports import Projection, ProjectionView, QuarantineReport, StoredTurn, turns_each
+from throughline.core.ports import Projection, ProjectionView, QuarantineReport, StoredTurn, T, turns_each
 
 
 @dataclass
 class PassThroughWaits:
     """The waits, change counts and offsets of ``inner``, passed through unchanged (a subclass adds ``view``;
-    ``quiet_view`` is that ``view``, so every page reads through the subclass's doctored views)."""
+    ``read`` answers in that ``view``, so every page reads through the subclass's doctored views)."""
 
     inner: Projection
 
@@ -21,9 +21,10 @@ class PassThroughWaits:
         """What the subclass shows."""
         raise NotImplementedError
 
-    def quiet_view(self) -> AbstractContextManager[ProjectionView]:
-        """The subclass's ``view`` (never overtaken: it reads in a snapshot)."""
-        return self.view()
+    def read(self, answer: Callable[[ProjectionView], T]) -> T:
+        """``answer`` of the subclass's ``view`` (never overtaken: it reads in a snapshot)."""
+        with self.view() as view:
+            return answer(view)
 
     def readable_offsets(self) -> Mapping[int, int]:
         """As the inner projection."""

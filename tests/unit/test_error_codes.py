@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_import_rules import MODULES
 
-from throughline.core.exceptions import InvalidLimitError, SnapshotMovedError
+from throughline.core.exceptions import InvalidLimitError
 from throughline.errors import (
     _CHECKOUT_PACKAGES,
     ERROR_MODULES,
@@ -31,7 +31,7 @@ from throughline.errors import (
     error_classes,
 )
 from throughline.projector import prepare
-from throughline.serve.exceptions import UnknownCodeError
+from throughline.serve.exceptions import ServerBusyError, UnknownCodeError
 from throughline.serve.responses import http_status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,15 +112,15 @@ def test_a_throughline_module_outside_the_error_modules_cannot_declare_a_code() 
 
 
 def test_a_subclass_that_declares_nothing_inherits_and_an_instance_takes_no_code() -> None:
-    class _Child(SnapshotMovedError):
+    class _Child(ServerBusyError):
         """Declares nothing: inherits all three."""
 
-    assert (_Child.code, _Child.retriable, _Child.exit_code) == ("snapshot_moved", True, 1)
-    assert error_class("snapshot_moved") is SnapshotMovedError
+    assert (_Child.code, _Child.retriable, _Child.exit_code) == ("server_busy", True, 1)
+    assert error_class("server_busy") is ServerBusyError
     with pytest.raises(TypeError):
         InputError("x", code="per_instance")  # type: ignore[call-arg]
     error = _Child("x", retriable=False)  # the flag may still be the instance's (a Kafka error's own)
-    assert (error.code, error.retriable) == ("snapshot_moved", False)
+    assert (error.code, error.retriable) == ("server_busy", False)
 
 
 def test_the_same_declaration_imported_under_the_checkout_name_keeps_its_first_owner() -> None:

@@ -200,7 +200,7 @@ class ProjectionContract(abc.ABC):
                         assert [(t.turn_id, t.body) for t in served] == [(t.turn_id, t.body) for t in [*final, nxt]]
 
     def test_every_capability_of_the_port_answers(self) -> None:
-        """What a reader and the serve API use besides ``view``: ``quiet_view`` (on an idle projection it
+        """What a reader and the serve API use besides ``view``: ``read`` (on an idle projection it
         answers as ``view``), the offsets in memory, and the quarantine listing (``None``, or one that
         lists the quarantined record once it is committed)."""
         records = [turn(turn_id="a"), turn(turn_id="b"), turn(turn_id="gap", seq=9)]
@@ -213,12 +213,16 @@ class ProjectionContract(abc.ABC):
                     v.source(source),
                     v.turns_many([(source, 1, 5), (source, 2, 2)]),
                 )
-            with fed.projection.quiet_view() as q:
-                assert (
-                    q.head(turn().project_sha256),
-                    q.source(source),
-                    q.turns_many([(source, 1, 5), (source, 2, 2)]),
-                ) == expected
+            assert (
+                fed.projection.read(
+                    lambda q: (
+                        q.head(turn().project_sha256),
+                        q.source(source),
+                        q.turns_many([(source, 1, 5), (source, 2, 2)]),
+                    )
+                )
+                == expected
+            )
             assert dict(fed.projection.readable_offsets()) == {0: 3}
             committed = fed.projection.committed_offsets()
             assert committed is None or all(0 <= o <= 3 for o in committed.values())

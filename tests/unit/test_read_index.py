@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from projector_histories import place, to_log, turn
 
-from throughline.core.exceptions import SnapshotMovedError
-from throughline.core.layers import Layer
+from throughline.core.layers import Layer, LayeredView
 from throughline.core.memory import FixedLog
 from throughline.projector.read_index import MISSING, ChainHead, ReadIndex
 from throughline.projector.read_state import ReadState
 from throughline.projector.store import DuckProjection, DuckView, LogRecord
+from throughline.projector.store.view import Overtaken
 from throughline.reader import read_observer_turn_page
 
 TOPIC = "read-index"
@@ -179,7 +179,7 @@ def _projected(tmp_path: Path) -> tuple[DuckProjection, list, bytes, bytes]:
 def test_a_quiet_view_answers_as_a_snapshot_does(tmp_path: Path) -> None:
     projection, _log, project, source = _projected(tmp_path)
     try:
-        with projection.quiet_view() as quiet, projection.view() as strict:
+        with projection._quiet_view() as quiet, projection.view() as strict:
             assert quiet.head(project) == strict.head(project)
             assert quiet.source(source) == strict.source(source)
             assert quiet.applied_offset(0) == strict.applied_offset(0) == 4
@@ -192,13 +192,13 @@ def test_a_quiet_view_answers_as_a_snapshot_does(tmp_path: Path) -> None:
 def test_a_quiet_view_that_a_commit_overtakes_says_so(tmp_path: Path) -> None:
     projection, log, project, source = _projected(tmp_path)
     try:
-        with projection.quiet_view() as quiet:
+        with projection._quiet_view() as quiet:
             head = quiet.head(project)
             assert head is not None and head.length == 4
             projection.apply_batch(TOPIC, 0, log[4:])  # lands between the view's answers
-            with pytest.raises(SnapshotMovedError):
+            with pytest.raises(Overtaken):
                 quiet.turns(source, 1, 4)
-        with projection.quiet_view() as quiet:  # the next quiet view is of the new version
+        with projection._quiet_view() as quiet:  # the next quiet view is of the new version
             assert quiet.turns(source, 1, 5)[-1].seq == 5
     finally:
         projection.close()
@@ -227,18 +227,18 @@ def test_a_quiet_view_holds_beside_an_open_write_and_not_across_its_commit(
     try:
         writer.start()
         assert folded.wait(10)
-        with projection.quiet_view() as quiet:
+        with projection._quiet_view() as quiet:
             assert quiet._check is not None  # the quiet path, not a snapshot
             head = quiet.head(project)
             assert head is not None and head.length == 4 and quiet.applied_offset(0) == 4
             assert [t.seq for t in quiet.turns(source, 1, 5)] == [1, 2, 3, 4]  # not the uncommitted 5
-        with projection.quiet_view() as overtaken:
+        with projection._quiet_view() as overtaken:
             assert overtaken.head(project) is not None
             resume.set()
             writer.join(10)
-            with pytest.raises(SnapshotMovedError):
+            with pytest.raises(Overtaken):
                 overtaken.turns(source, 1, 5)
-        with projection.quiet_view() as after:
+        with projection._quiet_view() as after:
             assert [t.seq for t in after.turns(source, 1, 5)] == [1, 2, 3, 4, 5]
     finally:
         resume.set()
@@ -250,7 +250,7 @@ def test_a_quiet_view_is_a_snapshot_while_a_write_is_under_way(tmp_path: Path) -
     projection, _log, project, _source = _projected(tmp_path)
     try:
         projection._reads.writing()  # as the writer does just before its COMMIT
-        with projection.quiet_view() as view:
+        with projection._quiet_view() as view:
             assert view._check is None  # the snapshot view (BEGIN ... ROLLBACK), never raises
             assert view.head(project) is not None
     finally:
@@ -274,30 +274,29 @@ def test_a_read_that_commits_overtake_is_read_again_quiet_then_in_a_snapshot(
     commits = iter(log[4 : 4 + overtaking])
     calls: list[str] = []
 
-    class Overtaken:
-        """The projection, with a commit landing inside the reader's first ``overtaking`` quiet views."""
+    quiet, snapshot = projection._quiet_view, projection.view
 
-        def __getattr__(self, name: str) -> object:
-            return getattr(projection, name)
+    @contextmanager
+    def overtaken_quiet_view() -> Iterator[DuckView | LayeredView]:
+        """A commit lands inside the reader's first ``overtaking`` quiet views."""
+        calls.append("quiet")
+        with quiet() as view:
+            record = next(commits, None)
+            if record is not None:
+                projection.apply_batch(TOPIC, 0, [record])
+            yield view
 
-        @contextmanager
-        def quiet_view(self) -> Iterator[DuckView]:
-            calls.append("quiet")
-            with projection.quiet_view() as view:
-                record = next(commits, None)
-                if record is not None:
-                    projection.apply_batch(TOPIC, 0, [record])
-                yield view
+    def counted_view() -> AbstractContextManager[DuckView | LayeredView]:
+        calls.append("snapshot")
+        return snapshot()
 
-        def view(self) -> AbstractContextManager[DuckView]:
-            calls.append("snapshot")
-            return projection.view()
-
+    projection._quiet_view = overtaken_quiet_view  # type: ignore[method-assign]
+    projection.view = counted_view  # type: ignore[method-assign]
     try:
         page = read_observer_turn_page(
             project="/p/one",
             limit=10,
-            projection=Overtaken(),  # type: ignore[arg-type]
+            projection=projection,
             log=FixedLog(partitions=1, ends={0: 4}),
             token_key=b"k" * 32,
             wait_timeout=0.0,
@@ -323,12 +322,12 @@ def test_a_quiet_view_that_answers_is_of_one_version_while_commits_go_on(tmp_pat
     with committing(projection, log) as done:
         while not done.is_set() or answered < 30:
             try:
-                with projection.quiet_view() as view:
+                with projection._quiet_view() as view:
                     head = view.head(rng.choice(projects))
                     if head is None:
                         continue
                     rows = view.turns(head.source_sha256, 1, head.length)
-            except SnapshotMovedError:
+            except Overtaken:
                 continue
             assert [r.seq for r in rows] == list(range(1, head.length + 1))
             assert rows[-1].chain_digest == head.chain_digest

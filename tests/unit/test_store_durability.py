@@ -50,7 +50,7 @@ def test_the_wal_is_checkpointed_at_the_handles_threshold_and_commits_stay_unsyn
             projection.apply_batch(TOPIC, record.partition, [record])
             seen.append(wal_path(path).stat().st_size if wal_path(path).exists() else 0)
         digests = projection.table_digests()
-        fsync_mode = _setting(projection._con, "fsync_mode")
+        fsync_mode = _setting(projection._file.connection, "fsync_mode")
     assert fsync_mode == "NONE"  # back to unsynced commits after every checkpoint
     assert max(seen) < threshold + 16 * 1024  # never far past the threshold: the handle checkpointed
     assert any(later < earlier for earlier, later in zip(seen, seen[1:], strict=False))  # and the WAL shrank
@@ -64,9 +64,9 @@ def test_sync_commits_keeps_duckdbs_own_fsync_and_checkpoints(tmp_path: Path) ->
     with DuckProjection.open(path, topic=TOPIC, sync_commits=True) as projection:
         for record in _log(20):
             projection.apply_batch(TOPIC, record.partition, [record])
-        assert _setting(projection._con, "fsync_mode") == "STANDARD"
+        assert _setting(projection._file.connection, "fsync_mode") == "STANDARD"
         projection.checkpoint()
-        assert _setting(projection._con, "fsync_mode") == "STANDARD"
+        assert _setting(projection._file.connection, "fsync_mode") == "STANDARD"
         digests = projection.table_digests()
     with DuckProjection.open(path, read_only=True, topic=TOPIC) as reopened:
         assert reopened.table_digests() == digests
@@ -80,7 +80,7 @@ def test_an_explicit_checkpoint_is_synced_and_leaves_commits_unsynced(tmp_path: 
         assert wal_path(path).stat().st_size > 0
         projection.checkpoint()
         assert not wal_path(path).exists() or wal_path(path).stat().st_size == 0
-        assert _setting(projection._con, "fsync_mode") == "NONE"
+        assert _setting(projection._file.connection, "fsync_mode") == "NONE"
 
 
 def test_a_checkpoint_the_disk_refuses_is_a_typed_storage_error(tmp_path: Path) -> None:
@@ -156,12 +156,12 @@ def test_a_writable_handle_stores_prose_bodies_without_fsst(tmp_path: Path) -> N
     path = tmp_path / "p.duckdb"
     records = to_log(place([turn(turn_id=f"t{i}", body=f"{i} {_PROSE * 6}") for i in range(600)]))
     with DuckProjection.open(path, topic=TOPIC) as projection:
-        disabled = _setting(projection._con, "disabled_compression_methods")
+        disabled = _setting(projection._file.connection, "disabled_compression_methods")
         projection.apply_batch(TOPIC, records[0].partition, records)
         projection.checkpoint()
         methods = {
             str(row[0]).upper()
-            for row in projection._con.execute(
+            for row in projection._file.connection.execute(
                 "SELECT DISTINCT compression FROM pragma_storage_info('turns') WHERE column_name = 'body'"
             ).fetchall()
         }

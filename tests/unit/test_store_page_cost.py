@@ -45,7 +45,7 @@ def _source(i: int) -> bytes:
 def _connect(projection: DuckProjection) -> duckdb.DuckDBPyConnection:
     """The test's own cursor on the projection's database, for what no projection method does: bulk rows
     straight into the tables, and query plans."""
-    return cursor(projection._con)
+    return cursor(projection._file.connection)
 
 
 def fill(projection: DuckProjection, sources: int, per_source: int, body_bytes: int, *, chunk: int = 50_000) -> None:

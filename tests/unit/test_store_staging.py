@@ -102,7 +102,7 @@ def test_staged_reads_answer_as_a_projection_that_committed_every_poll(
             commit(data.draw(st.integers(0, len(pending)), label="polls committed"))
             with direct.view() as d, staged.view() as s:
                 assert answers(s, projects, sources, PARTITIONS) == answers(d, projects, sources, PARTITIONS)
-            with staged.quiet_view() as q, direct.view() as d:
+            with staged._quiet_view() as q, direct.view() as d:
                 assert answers(q, projects, sources, PARTITIONS) == answers(d, projects, sources, PARTITIONS)
         commit(len(pending))
         assert staged.table_digests() == direct.table_digests()
@@ -149,7 +149,7 @@ def test_a_snapshot_taken_between_a_commit_and_its_publication_keeps_the_layers(
         writer.start()
         try:
             assert reached.wait(30), "the commit never reached the file"
-            probe = cursor(projection._con)
+            probe = cursor(projection._file.connection)
             try:
                 assert probe.execute("SELECT sum(next_offset) FROM applied_offsets").fetchone() == (2,)
             finally:
@@ -297,12 +297,12 @@ def test_staging_new_turns_does_not_wait_for_a_checkpoint(
         if not filtered:
             monkeypatch.setattr(projection._staging.stored_keys, "maybe_stored", lambda keys: None)
         # DuckDB's own debug setting: the checkpoint holds each table it writes this long before it is done.
-        known = projection._con.execute(
+        known = projection._file.connection.execute(
             "SELECT count(*) FROM duckdb_settings() WHERE name = 'debug_checkpoint_scan_sleep_ms'"
         ).fetchall()
         if known != [(1,)]:
             pytest.skip("this DuckDB has no debug_checkpoint_scan_sleep_ms (DuckDB 2.0 has it)")
-        projection._con.execute("SET GLOBAL debug_checkpoint_scan_sleep_ms = 300")
+        projection._file.connection.execute("SET GLOBAL debug_checkpoint_scan_sleep_ms = 300")
         checkpoint = threading.Thread(target=projection.checkpoint)
         checkpoint.start()
         time.sleep(0.2)  # into the checkpoint (it holds each of the projection's tables for 0.3 s)
@@ -313,7 +313,7 @@ def test_staging_new_turns_does_not_wait_for_a_checkpoint(
         waited = time.monotonic() - started
         still_checkpointing = checkpoint.is_alive()
         checkpoint.join(timeout=60)
-        projection._con.execute("SET GLOBAL debug_checkpoint_scan_sleep_ms = 0")
+        projection._file.connection.execute("SET GLOBAL debug_checkpoint_scan_sleep_ms = 0")
         assert layer is not None and len(layer.turn_keys) == 50
         # Not a speed goal but whether the stage waited for the checkpoint: measured 0.0004 s against
         # 2.5 s (the rest of the checkpoint's holds), so the 1 s line is far from both.

@@ -114,12 +114,3 @@ class GroupDataVersionError(GroupDataError):
     """Group data of another schema version (another throughline in the group)."""
 
     code = "group_data_version"
-
-
-class SnapshotMovedError(ThroughlineError):
-    """A view that reads without a transaction (a quiet view) saw a commit land while it read: its answers
-    may be of two versions. The reader catches it and reads the page again in a snapshot; it never
-    reaches a caller."""
-
-    code = "snapshot_moved"
-    retriable = True

@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from throughline.core.cursor import Cursor
@@ -21,6 +21,7 @@ from throughline.core.ports import (
     QuarantineReport,
     SourceInfo,
     StoredTurn,
+    T,
     cursor_of,
     stored_turn,
     turns_each,
@@ -126,9 +127,10 @@ class BookProjection:
             view = _BookView(snapshot, dict(self.applied), dict(self._projects))
         yield view
 
-    def quiet_view(self) -> AbstractContextManager[ProjectionView]:
-        """``view``: a copied snapshot is never overtaken."""
-        return self.view()
+    def read(self, answer: Callable[[ProjectionView], T]) -> T:
+        """``answer`` of ``view``: a copied snapshot is never overtaken."""
+        with self.view() as view:
+            return answer(view)
 
     def readable_offsets(self) -> dict[int, int]:
         """The applied offsets (nothing is staged ahead of ``apply``)."""

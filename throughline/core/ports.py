@@ -13,13 +13,15 @@ commits, so it has no committed offsets apart from the readable ones) the method
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from throughline.core.cursor import Cursor
 from throughline.core.fold import BookTurn
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +53,8 @@ class SourceInfo:
 class ProjectionView(Protocol):
     """One consistent snapshot of the projection: every method reads the same committed state.
 
-    A view lives only inside the ``with`` block of the ``Projection.view`` or ``Projection.quiet_view``
-    that yielded it, and is used by the one thread that entered that block.
+    A view lives only inside the ``with`` block of the ``Projection.view`` that yielded it (or the call of
+    ``Projection.read`` it was handed to), and is used by the one thread that entered that block.
     """
 
     def applied_offset(self, partition: int) -> int:
@@ -110,20 +112,21 @@ class Projection(Protocol):
 
     Every method is safe to call from any thread, concurrently with the projector writing in the same
     process. After the projection is closed, waits return at once (their condition as it stands) and
-    ``view``/``quiet_view`` raise.
+    ``view``/``read`` raise.
     """
 
     def view(self) -> AbstractContextManager[ProjectionView]:
         """A context manager yielding one consistent snapshot."""
         ...
 
-    def quiet_view(self) -> AbstractContextManager[ProjectionView]:
-        """A context manager yielding a view as ``view`` does, possibly cheaper, that may find itself
-        overtaken: then one of its reads raises ``SnapshotMovedError`` and the caller reads again (in
-        ``view``, which is never overtaken).
+    def read(self, answer: Callable[[ProjectionView], T]) -> T:
+        """``answer`` of one consistent snapshot, the way this adapter answers cheapest: the answer is always
+        of one version. ``answer`` may be called more than once (a cheaper view that a commit overtook is
+        thrown away inside the adapter and ``answer`` asked again), so it must have no effect beyond its
+        result; whatever it raises propagates.
 
         The DuckDB projection reads without a transaction while no commit is under way; an adapter whose
-        views cannot be overtaken returns ``view()``.
+        views cannot be overtaken answers in ``view()``.
         """
         ...
 
