@@ -62,7 +62,7 @@ SANITIZERS: dict[tuple[str, str], str] = {
 }
 #: (module path, expression as ``ast.unparse`` prints it) -> why it is not data.
 REVIEWED_EXPRESSIONS: dict[tuple[str, str], str] = {
-    ("projector/store/projection.py", "self._memory_limit"): "an int the store computes (max of DuckDB's own ART index "
+    ("projector/store/projection_file.py", "self._memory_limit"): "an int the store computes (max of DuckDB's own ART index "
     "size and the configured headroom); DuckDB's SET takes no bound parameters",
 }
 _SAFE_BUILTINS = {"len", "int", "range", "enumerate", "min", "max", "abs", "bool", "round", "sum"}
