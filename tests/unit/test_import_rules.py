@@ -165,10 +165,10 @@ def test_the_rules_hold_where_they_are_meant_to() -> None:
             "from kafka import KafkaProducer as P\n",
             "one Kafka edge",
         ),
-        ("throughline.projector.status", "projector/status.py", "import duckdb\n", "DuckDB behind the store"),
+        ("throughline.commands.status", "throughline/commands/status.py", "import duckdb\n", "DuckDB behind the store"),
         (
-            "throughline.reader.cli",
-            "reader/cli.py",
+            "throughline.commands.read",
+            "throughline/commands/read.py",
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pyarrow as pa\n",
             "DuckDB behind the store",
         ),
