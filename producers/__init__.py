@@ -5,8 +5,7 @@ Its modules and subpackages, one concern each:
 - ``producer``: ``TurnProducer``, one Avro record per completed turn appended to the log;
 - ``ingest``: streaming ingestion of JSON Lines and of hosts' session files (``throughline ingest``);
 - ``hosts``: agent hosts' own transcripts as completed turns (pure parsers, one adapter a host);
-- ``hook``: ``throughline hook NAME``, a host's ``Stop`` hook;
-- ``cli``: the command line of ``throughline ingest`` (and it registers ``throughline hook``);
+- ``hook``: a host's ``Stop`` hook: its payload, the transcript it names, the wait for the last turn;
 - ``exceptions``: the producers' errors.
 """
 

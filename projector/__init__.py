@@ -14,10 +14,5 @@ Its modules and subpackages, one concern each:
 - ``periodic_check``: the check of the log every ``check_interval`` seconds, off the projector's thread;
 - ``tally``: a run's running totals, reported to the progress callback;
 - ``replay``: rebuild a projection from offset 0 into a new file;
-- ``cli``: the subcommands ``project``, ``replay`` and ``status``;
-- ``status``: what the projection applied, what the log holds, what was quarantined (``throughline status``);
-- ``quarantine_report``: the quarantined records, broken sources and repairs as ``throughline quarantine``
-  reports them (the quarantine policy itself is ``prepare``'s);
-- ``repair``: append a source repair record, or say what it would change (``throughline repair``);
 - ``exceptions``: errors of the projector and its projection.
 """

@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
-import time
 from pathlib import Path
-from typing import TextIO
 
 from throughline.durable import sync_directory
 from throughline.log import KafkaClientConfig
 from throughline.projector.exceptions import ReplayTargetError
-from throughline.projector.runner import Progress, ProgressUpdate, Projector, ProjectorOptions, RunSummary
+from throughline.projector.runner import Progress, Projector, ProjectorOptions, RunSummary
 from throughline.projector.store import DuckProjection, wal_path
 
 log = logging.getLogger(__name__)
@@ -114,51 +111,3 @@ def _remove_db_files(path: Path) -> None:
             p.unlink()
         except FileNotFoundError:
             pass
-
-
-class ProgressBar:
-    """A progress bar on a stream (stderr): redrawn in place on a terminal, a line every few seconds otherwise."""
-
-    def __init__(self, stream: TextIO | None = None, *, width: int = 30, line_interval: float = 5.0) -> None:
-        self._stream = stream or sys.stderr
-        self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
-        self._width = width
-        self._interval = 0.1 if self._tty else line_interval
-        self._last = 0.0
-        self._drawn = False
-
-    def __call__(self, update: ProgressUpdate) -> None:
-        now = time.monotonic()
-        if now - self._last < self._interval:
-            return
-        self._last = now
-        self._draw(update)
-
-    def _draw(self, update: ProgressUpdate) -> None:
-        targets = update.targets or {}
-        total = sum(max(0, end - update.started_at.get(p, 0)) for p, end in targets.items())
-        done = sum(
-            max(0, min(update.applied.get(p, 0), end) - update.started_at.get(p, 0)) for p, end in targets.items()
-        )
-        fraction = done / total if total else 1.0
-        filled = int(round(fraction * self._width))
-        rate = update.summary.records / update.elapsed if update.elapsed > 0 else 0.0
-        text = (
-            f"[{'#' * filled}{'.' * (self._width - filled)}] {fraction * 100:5.1f}% "
-            f"{done}/{total} offsets, {update.summary.appended} turns, {update.summary.quarantined} quarantined, "
-            f"{rate:,.0f} records/s"
-        )
-        if self._tty:
-            self._stream.write("\r" + text)
-            self._drawn = True
-        else:
-            self._stream.write(text + "\n")
-        self._stream.flush()
-
-    def finish(self, update: ProgressUpdate | None = None) -> None:
-        """Draw the final state (when known) and end the line."""
-        if update is not None:
-            self._draw(update)
-        if self._tty and self._drawn:
-            self._stream.write("\n")
-            self._stream.flush()

@@ -13,7 +13,7 @@ Its modules, one concern each:
 - ``wire``: the read wire (``ObserverRead`` and its parts) as pydantic models;
 - ``token_key``: the page-token key;
 - ``observer``: the reference Observer;
-- ``cli``: ``throughline read`` and ``throughline observe``;
+- ``local``: pages read in this process from the projection file and the log (``open_page_reader``);
 - ``exceptions``: errors of the reader, the token key and the Observer.
 """
 

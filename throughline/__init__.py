@@ -6,9 +6,11 @@ Its modules and subpackages, one concern each:
 - ``log``: the Kafka edge shared by producers, projector and reader;
 - ``serve``: ``throughline serve``, the projector and the HTTP read API in one process;
 - ``testing``: test support (a real Kafka broker, throughline in a container, the host adapters' kit);
-- ``cli``: the ``throughline`` console script, one subcommand per job;
+- ``commands``: the ``throughline`` subcommands (parse, call the engine, print, exit codes);
+- ``cli``: the ``throughline`` console script, built from ``commands``;
 - ``errors``: the root of every error throughline raises;
-- ``settings``: connection settings shared by every command (flags, then the environment, then defaults);
+- ``settings``: connection settings shared by every command (flags, then the environment, then defaults;
+  the flags are ``commands.options``');
 - ``runtime``: process-level behaviour shared by every command (GC tuning, signals, dying with the parent);
 - ``durable``: replacing a small file so that a crash keeps the old or the new.
 

@@ -1,7 +1,7 @@
 """The ``throughline`` console script: one entry point, one subcommand per job (docs/spec.md#command-line).
 
-Each package registers its own subcommands (``register(subparsers)`` in its ``cli`` module); this module
-only builds the parser and turns errors into exit codes:
+Each module of ``throughline.commands`` registers its own subcommands (``register(subparsers)``); this
+module only builds the parser and turns errors into exit codes:
 
 - 0: the command did its job (a read answered ``projection_pending`` or ``resync_required`` did its job);
 - 2: a hard input error, with ``{"error": {"code", "message"}}`` as JSON on stderr;
@@ -20,12 +20,18 @@ from typing import NoReturn
 
 from throughline.errors import Interrupted, InvalidArgumentsError, ThroughlineError
 
-# Modules that contribute subcommands; each has ``register(subparsers) -> None``.
+# Modules that contribute subcommands; each has ``register(subparsers) -> None``. The order is the
+# order of the subcommands in ``throughline --help``.
 _COMMAND_MODULES = (
-    "throughline.producers.cli",
-    "throughline.projector.cli",
-    "throughline.reader.cli",
-    "throughline.serve.cli",
+    "throughline.commands.ingest",
+    "throughline.commands.hook",
+    "throughline.commands.project",
+    "throughline.commands.status",
+    "throughline.commands.quarantine",
+    "throughline.commands.repair",
+    "throughline.commands.read",
+    "throughline.commands.token",
+    "throughline.commands.serve",
 )
 
 
@@ -66,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["hook"]:
-        from throughline.producers.hook import hook_argv
+        from throughline.commands.hook import hook_argv
 
         argv = hook_argv(argv)
     try:

@@ -220,7 +220,9 @@ class Ingest:
     # -- reporting
 
     def _say(self, text: str) -> None:
-        print(text, file=self.err, flush=True)
+        # A line on the report stream the caller hands over (the command's stderr), whole and at once.
+        self.err.write(text + "\n")
+        self.err.flush()
 
     def _reject(self, line: Line | LineMark, error: ThroughlineError) -> None:
         self.stats.rejected += 1

@@ -416,7 +416,9 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 def test_read_and_observe_talk_to_serve_with_url(world: dict[str, Any], tmp_path: Path) -> None:
     serve: Serve = world["serve"]
-    assert "--url" in cli("read", "--help").stdout, "reader/cli.py lacks --url (see throughline.serve.client)"
+    assert "--url" in cli("read", "--help").stdout, (
+        "throughline/commands/read.py lacks --url (see throughline.commands.options)"
+    )
     outside = {"THROUGHLINE_DB": str(tmp_path / "absent.duckdb"), "THROUGHLINE_BOOTSTRAP_SERVERS": "127.0.0.1:9"}
     read = cli("read", "--url", serve.url, "--project", OTHER, env=outside)
     assert read.returncode == 0, read.stderr

@@ -6,7 +6,12 @@ imported or run):
 - fastapi, uvicorn and starlette only in ``throughline.serve``;
 - the pure core ``throughline.core`` imports none of kafka, duckdb, fastavro, pydantic, pyarrow, the
   HTTP stack, nor any edge package of throughline (tests/unit/test_core_purity.py also checks, in a
-  fresh interpreter, what importing the core loads transitively).
+  fresh interpreter, what importing the core loads transitively);
+- commands apart from the engine: only ``throughline.commands`` and ``throughline.cli`` import argparse,
+  call ``print`` or write to ``sys.stdout``, and no other module imports ``throughline.commands``. Two
+  places are commands of their own and exempt: a module's ``if __name__ == "__main__":`` block (``python
+  -m throughline.serve.app`` prints the OpenAPI document) and the test harness ``throughline.testing``
+  (``python -m throughline.testing.kafka``, its own tool).
 
 Every import counts: at module level, inside functions and under ``TYPE_CHECKING``, absolute and
 relative. The production modules are the folders pyproject installs (``tool.setuptools.package-dir``),
@@ -115,6 +120,62 @@ def violations(module: str, path: Path, source: str | None = None) -> list[str]:
     return [found[k] for k in sorted(found)]
 
 
+#: Where the command line lives: argument parsing, printing, exit codes (``command_violations``).
+COMMANDS = ("throughline.commands", "throughline.cli")
+#: Commands of their own that are not ``throughline`` subcommands (the test harness's tool).
+OWN_COMMANDS = ("throughline.testing",)
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":``: the module run as a script, which is a command."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def _is_stdout(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "stdout"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def command_violations(module: str, path: Path, source: str | None = None) -> list[str]:
+    """Every place where ``module`` does a command's job outside ``throughline.commands`` (argparse,
+    ``print``, a write to ``sys.stdout``), or imports ``throughline.commands`` from the engine."""
+    if _within(module, COMMANDS):
+        return []
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    found: set[tuple[int, str]] = set()
+    for line, name in imported(module, path, source):
+        if _within(name, ("throughline.commands",)):
+            found.add((line, f"imports {name} (the engine never imports a command)"))
+    if _within(module, OWN_COMMANDS):
+        return [f"{where}:{line} {what}" for line, what in sorted(found)]
+    tree = ast.parse(path.read_text("utf-8") if source is None else source)
+    body = [node for node in tree.body if not _is_main_guard(node)]
+    for node in (n for top in body for n in ast.walk(top)):
+        if isinstance(node, ast.Import) and any(_within(a.name, ("argparse",)) for a in node.names):
+            found.add((node.lineno, "imports argparse (parsing arguments is a command's job)"))
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module == "argparse":
+            found.add((node.lineno, "imports argparse (parsing arguments is a command's job)"))
+        elif isinstance(node, ast.ImportFrom) and node.module == "sys" and any(a.name == "stdout" for a in node.names):
+            found.add((node.lineno, "imports sys.stdout (printing is a command's job)"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            found.add((node.lineno, "calls print (printing is a command's job)"))
+        elif isinstance(node, ast.Attribute) and _is_stdout(node.value):
+            found.add((node.lineno, f"uses sys.stdout.{node.attr} (printing is a command's job)"))
+        elif isinstance(node, ast.Call) and any(_is_stdout(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+            found.add((node.lineno, "hands sys.stdout over (printing is a command's job)"))
+    return [f"{where}:{line} {what}" for line, what in sorted(found)]
+
+
 MODULES = production_modules()
 
 
@@ -165,10 +226,10 @@ def test_the_rules_hold_where_they_are_meant_to() -> None:
             "from kafka import KafkaProducer as P\n",
             "one Kafka edge",
         ),
-        ("throughline.projector.status", "projector/status.py", "import duckdb\n", "DuckDB behind the store"),
+        ("throughline.commands.status", "throughline/commands/status.py", "import duckdb\n", "DuckDB behind the store"),
         (
-            "throughline.reader.cli",
-            "reader/cli.py",
+            "throughline.commands.read",
+            "throughline/commands/read.py",
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pyarrow as pa\n",
             "DuckDB behind the store",
         ),
@@ -201,3 +262,58 @@ def test_allowed_imports_are_not_reported() -> None:
     assert violations("throughline.core.fold", ROOT / "throughline/core/fold.py", "from . import cursor\n") == []
     # A module merely named like an edge is not the edge.
     assert violations("throughline.reader.page", ROOT / "reader/page.py", "import kafka_notes\n") == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_keeps_commands_apart_from_the_engine(module: str) -> None:
+    bad = command_violations(module, MODULES[module])
+    assert not bad, "\n".join(bad)
+
+
+def test_the_commands_package_is_where_the_command_line_lives() -> None:
+    commands = [m for m in MODULES if _within(m, ("throughline.commands",))]
+    assert {"throughline.commands.read", "throughline.commands.serve", "throughline.commands.options"} <= set(commands)
+    # The rule is not vacuous: the commands do parse and print.
+    sources = "\n".join(MODULES[m].read_text("utf-8") for m in commands)
+    assert "import argparse" in sources and "print(" in sources
+
+
+@pytest.mark.parametrize(
+    ("module", "file", "source", "what"),
+    [
+        ("throughline.projector.runner", "projector/runner.py", "import argparse\n", "imports argparse"),
+        (
+            "throughline.reader.page",
+            "reader/page.py",
+            "def f():\n    from argparse import Namespace\n",
+            "imports argparse",
+        ),
+        ("throughline.serve.service", "throughline/serve/service.py", "print('ready')\n", "calls print"),
+        (
+            "throughline.producers.ingest.run",
+            "producers/ingest/run.py",
+            "import sys\ndef f():\n    sys.stdout.write('x')\n",
+            "uses sys.stdout.write",
+        ),
+        ("throughline.settings", "throughline/settings.py", "from sys import stdout\n", "imports sys.stdout"),
+        ("throughline.producers.ingest.dry", "producers/ingest/dry.py", "import sys\nf(sys.stdout)\n", "hands"),
+        ("throughline.reader.page", "reader/page.py", "from throughline.commands import options\n", "never imports"),
+        ("throughline.projector.replay", "projector/replay.py", "from ..commands.project import x\n", "never imports"),
+        ("throughline.testing.hosts", "throughline/testing/hosts.py", "import throughline.commands.read\n", "never"),
+    ],
+)
+def test_a_command_outside_the_commands_is_reported(module: str, file: str, source: str, what: str) -> None:
+    bad = command_violations(module, ROOT / file, source)
+    assert bad and all(what in line for line in bad), bad
+
+
+def test_commands_and_scripts_may_print() -> None:
+    assert command_violations("throughline.commands.read", ROOT / "throughline/commands/read.py", "print(1)\n") == []
+    assert command_violations("throughline.cli", ROOT / "throughline/cli.py", "import argparse\n") == []
+    script = "import sys\nif __name__ == '__main__':\n    sys.stdout.write('x')\n"
+    assert command_violations("throughline.serve.app", ROOT / "throughline/serve/app.py", script) == []
+    harness = "import argparse\nprint('x')\n"
+    assert command_violations("throughline.testing.kafka.cli", ROOT / "throughline/testing/kafka/cli.py", harness) == []
+    # Looking at sys.stdout is not writing to it (uvicorn's handlers are moved to stderr so).
+    compare = "import sys\ndef f(h):\n    return h.stream is sys.stdout\n"
+    assert command_violations("throughline.serve.security", ROOT / "throughline/serve/security.py", compare) == []

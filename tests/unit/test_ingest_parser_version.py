@@ -118,7 +118,7 @@ def test_the_hosts_parsers_have_a_version() -> None:
 
 
 def test_the_hook_follows_the_version_too(tmp_path: Path) -> None:
-    """The hook's run (``producers/hook.py``): one transcript, its own state, settled at once as final."""
+    """The hook's run (``throughline/commands/hook.py``): one transcript, its own state, settled at once as final."""
     path, state = tmp_path / "s.jsonl", str(tmp_path / "state.json")
 
     def hook(parser: type[ToyParser]) -> FakeSender:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from throughline.commands.options import add_connection_options, settings_from
 from throughline.errors import ConfigurationError
 from throughline.log import clients
 from throughline.log.config import (
@@ -23,7 +24,6 @@ from throughline.log.config import (
     parse_properties,
     resolve_kafka_config,
 )
-from throughline.settings import add_connection_options, settings_from
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from throughline.commands.quarantine import QUARANTINE_SCHEMA, collect_quarantine, render_quarantine
+from throughline.commands.repair import dry_run_document
 from throughline.core.identity import project_sha256, source_sha256
 from throughline.core.turn import TurnRecord, build_turn
-from throughline.projector.quarantine_report import QUARANTINE_SCHEMA, collect_quarantine, render_quarantine
-from throughline.projector.repair import dry_run_document
 from throughline.projector.store import DuckProjection, LogRecord
 from throughline.schemas.codec import encode_turn
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from throughline.cli import main
-from throughline.reader.cli import parse_limit
+from throughline.commands.read import parse_limit
 
 
 @pytest.mark.parametrize(("text", "value"), [(None, 10), ("1", 1), ("100", 100), (" 7 ", 7), ("+5", 5)])

@@ -7,8 +7,8 @@ import argparse
 import pytest
 
 from throughline.cli import build_parser
+from throughline.commands.serve import _group_spec
 from throughline.projector.group_runner import GroupSpec
-from throughline.serve.cli import _group_spec
 from throughline.serve.exceptions import InvalidGroupOptionError
 
 VARIABLES = (

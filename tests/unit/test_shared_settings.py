@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from throughline.commands.options import count_argument
 from throughline.log import FetchSettings
-from throughline.settings import count_argument
 from throughline.testing.kafka.exceptions import HarnessError, MavenFetchError
 from throughline.testing.kafka.handle import closed_on_failure
 from throughline.testing.kafka.support import run_tool

@@ -39,6 +39,6 @@ def test_serve_passes_the_flag_to_its_service(
     import throughline.serve.service as service
 
     seen: list[Any] = []
-    monkeypatch.setattr(service, "run_service", lambda settings, options: seen.append(options) or 0)
+    monkeypatch.setattr(service, "run_service", lambda settings, options, **_: seen.append(options) or 0)
     assert main(["serve", "--bootstrap-servers", "127.0.0.1:1", "--db", str(tmp_path / "p.duckdb"), *argv]) == 0
     assert seen[0].sync_commits is wanted

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from reader_world import KEY, World
 
 from throughline.cli import build_parser, main
+from throughline.commands.options import replication_overrides
 from throughline.log import (
     InvalidReplicationError,
     LossyTopicError,
@@ -37,7 +38,6 @@ from throughline.log.policy import (
 )
 from throughline.serve.app import ApiSettings, create_app
 from throughline.serve.remote_status import render_remote_status, status_document
-from throughline.settings import replication_overrides
 
 KEEPS_ALL = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 brokers_st = st.integers(min_value=1, max_value=12)

@@ -2,7 +2,8 @@
 
 Its modules, one concern each:
 
-- ``service``: the process: projector thread, uvicorn, signals (``run_service``); ``cli``: its options;
+- ``service``: the process: projector thread, uvicorn, signals (``run_service``; its options are
+  ``throughline.commands.serve``'s);
 - ``app``: the FastAPI application (``create_app``) over a projection, a log view and the token key;
 - ``read_route``: the read endpoint as a plain ASGI handler, ahead of FastAPI's router;
 - ``read_api``: ``ReadApi``, what the routes do, without HTTP;
@@ -13,11 +14,11 @@ Its modules, one concern each:
 - ``metrics``: a small metrics registry in the Prometheus text format;
 - ``openapi``: the OpenAPI document (``GET /openapi.json``);
 - ``auth``: bearer-token authentication; ``tokens``: scoped read tokens, signed and self-contained;
-- ``security``: HTTPS and token-key upkeep; ``token_cli``: ``throughline token keygen|issue``;
+- ``security``: HTTPS and token-key upkeep;
 - ``group``: the read side of a ``serve --group`` member; ``forward``: a read passed on to its member;
 - ``client``: ``HttpReader``, the library's reader over HTTP (a ``PageReader`` for the Observer);
 - ``transport``: one HTTP request to a server, and the same request along a group's members;
-- ``remote_status``: ``throughline status --url``, the readiness of running servers;
+- ``remote_status``: the readiness of running servers as ``throughline status --url`` shows it;
 - ``exceptions``: errors of the server and of its client.
 
 This module holds only constants, so that the CLI and the client load without the web stack.

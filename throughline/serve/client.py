@@ -21,9 +21,7 @@ and other failures are the same on every member and are raised at once. One URL 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import urllib.parse
 from collections.abc import Sequence
 from types import TracebackType
@@ -36,14 +34,13 @@ from throughline.errors import ThroughlineError, error_class
 from throughline.reader.request import ReadRequest
 from throughline.reader.wire import ObserverRead
 from throughline.serve import READ_PATH, REASON_HEADER
-from throughline.serve.auth import load_auth_token
 from throughline.serve.exceptions import (
     BadResponseError,
     InvalidUrlError,
     ServerUnavailableError,
     UnknownCodeError,
 )
-from throughline.serve.security import ENV_CA, client_context
+from throughline.serve.security import client_context
 from throughline.serve.transport import exchange, new_opener
 
 ENV_URL = "THROUGHLINE_URL"
@@ -236,69 +233,3 @@ class HttpReader:
         if status in (404, 405):  # our own server, but not a read endpoint: the URL is wrong
             return BadResponseError(f"{url} has no read endpoint ({code}: {message}); check --url")
         return error_from_answer(status, code, message)
-
-
-# ------------------------------------------------------------------------------------------ CLI glue
-
-
-def add_http_options(parser: argparse.ArgumentParser, *, status: bool = False) -> None:
-    """``--url`` and ``--auth-token-file`` for commands that can go through ``throughline serve``
-    (``status=True``: the wording of ``throughline status``, which asks for readiness)."""
-    group = parser.add_argument_group("remote (throughline serve)")
-    if status:
-        what = (
-            f"ask a running `throughline serve` at URL (env {ENV_URL}) for its readiness instead of opening "
-            "--db; several comma-separated URLs (the members of a group) fail over to the first that answers"
-        )
-    else:
-        what = (
-            f"read through a running `throughline serve` at URL (env {ENV_URL}) instead of opening --db; "
-            "several comma-separated URLs (the members of a `serve --group`) fail over on a connection error "
-            "or HTTP 503, keeping the series; --wait, --body-limit, --token-key-file and the connection "
-            "options are then the server's"
-        )
-    group.add_argument("--url", default=None, metavar="URL[,URL...]", help=what)
-    group.add_argument(
-        "--auth-token-file",
-        default=None,
-        metavar="FILE",
-        help="bearer token for --url: the admin token or a scoped one from `throughline token issue` "
-        "(env THROUGHLINE_AUTH_TOKEN)",
-    )
-    group.add_argument(
-        "--ca",
-        default=None,
-        metavar="FILE",
-        help=f"verify https:// --url servers with this CA certificate file (PEM; env {ENV_CA}; default the system's)",
-    )
-    group.add_argument(
-        "--client-cert",
-        default=None,
-        metavar="FILE",
-        help=f"mutual TLS: present this certificate (PEM, env {ENV_CLIENT_CERT}) to a serve with --tls-client-ca",
-    )
-    group.add_argument(
-        "--client-key",
-        default=None,
-        metavar="FILE",
-        help=f"the private key of --client-cert (PEM, env {ENV_CLIENT_KEY}; default: in the certificate file)",
-    )
-
-
-def http_reader_from_args(args: argparse.Namespace) -> HttpReader | None:
-    """An ``HttpReader`` when ``--url`` (or ``THROUGHLINE_URL``) is set, else ``None`` (a comma-separated
-    list fails over between the members it names).
-
-    ``throughline read`` and ``throughline observe`` use it as
-    ``with http_reader_from_args(args) or open_page_reader(...) as read_page``.
-    """
-    url = getattr(args, "url", None) or os.environ.get(ENV_URL) or None
-    if not url:
-        return None
-    token = load_auth_token(getattr(args, "auth_token_file", None))
-    # A following Observer long-polls: the server holds its empty first pages until turns arrive.
-    ca = getattr(args, "ca", None) or os.environ.get(ENV_CA) or None
-    cert = getattr(args, "client_cert", None) or os.environ.get(ENV_CLIENT_CERT) or None
-    key = getattr(args, "client_key", None) or os.environ.get(ENV_CLIENT_KEY) or None
-    wait = FOLLOW_WAIT if getattr(args, "follow", False) else 0.0
-    return HttpReader(url, token=token, wait=wait, ca=ca, client_cert=cert, client_key=key)

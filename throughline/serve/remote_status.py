@@ -1,4 +1,5 @@
-"""``throughline status --url U1,U2,...``: the readiness of a running ``serve`` (or of a group's members).
+"""``throughline status --url U1,U2,...``: the readiness of a running ``serve`` (or of a group's members)
+as a document and a table (the command itself is ``throughline.commands.status``).
 
 The projection file of a running ``serve`` is held by its process, so ``status`` asks the service
 instead: ``GET /readyz`` (docs/http.md) through an ``HttpReader``, which fails over along the URLs on
@@ -9,28 +10,11 @@ member answering at all is ``server_unavailable`` (exit 1).
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
 from throughline.log.policy import replication_lines
-from throughline.serve.client import http_reader_from_args
-from throughline.serve.exceptions import BadResponseError
 
 READY_PATH = "/readyz"
-
-
-def remote_status(args: argparse.Namespace) -> int:
-    """Print the readiness document of the first member that is ready (``--json``: as JSON)."""
-    reader = http_reader_from_args(args)
-    assert reader is not None, "remote_status needs --url or THROUGHLINE_URL"
-    with reader:
-        status, readiness = reader.get_json(READY_PATH)
-    if not isinstance(readiness, dict):
-        raise BadResponseError(f"{reader.url}{READY_PATH} did not answer a readiness document")
-    doc = status_document(reader.url, status, readiness)
-    print(json.dumps(doc, indent=2) if getattr(args, "json", False) else render_remote_status(doc))
-    return 0
 
 
 def status_document(url: str, http_status: int, readiness: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ Lifecycle:
 1. Resolve the page-token key, bind the listening socket (``--port 0`` picks a free port), make sure the
    topic exists (created to keep every record, as the producers do), open the projection and the log
    view; start the projector thread.
-2. Serve HTTP (uvicorn) on the main thread; print the URL on stdout once requests are accepted.
+2. Serve HTTP (uvicorn) on the main thread; announce the URL once requests are accepted (the command prints it on stdout).
 3. On SIGTERM or SIGINT: stop accepting connections, release waiting long-polls, let requests in flight
    finish (bounded), let the projector finish and commit the batch in flight (bounded by
    ``--drain-timeout``), close everything, exit 0. A second signal stops without waiting for the
@@ -271,17 +271,14 @@ def _configure_logging(level: str) -> None:
     root.setLevel(level.upper())
 
 
-def _announce(url: str) -> None:
-    print(url, flush=True)
-
-
 def run_service(
     settings: Settings,
     options: ServeOptions,
     *,
-    announce: Callable[[str], None] = _announce,
+    announce: Callable[[str], None],
 ) -> int:
-    """Run ``throughline serve`` until a signal (returns 0) or a projector failure (raises its error)."""
+    """Run ``throughline serve`` until a signal (returns 0) or a projector failure (raises its error);
+    ``announce`` is given the URL once the server accepts requests (the command prints it)."""
     from throughline.log import DEFAULT_PARTITIONS, KafkaLog, TopicWatch, ensure_topic
     from throughline.projector.store import DuckProjection
 

@@ -1,4 +1,4 @@
-"""``throughline quarantine``: the quarantined records, the broken sources and the repairs, hashes only.
+"""``throughline quarantine [--json] [--project P]``: the quarantined records, the broken sources and the repairs, hashes only.
 
 The projection is opened read-only, like ``status`` (so this fails with ``projection_busy`` while a
 projector process holds the file). Nothing raw is printed: a record is its log position, its reason
@@ -13,13 +13,41 @@ Document ``throughline.quarantine.v1`` (``--json``); the table is the same facts
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from throughline.commands.options import add_json_flag, command, settings_from
+from throughline.core.identity import project_sha256
 from throughline.core.turn import format_rfc3339
-from throughline.projector.store import DuckProjection, QuarantineListing
+
+if TYPE_CHECKING:  # the store (DuckDB) loads only when a projection is opened
+    from throughline.projector.store import QuarantineListing
 
 QUARANTINE_SCHEMA = "throughline.quarantine.v1"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``quarantine`` to the ``throughline`` parser."""
+    quarantine = command(
+        subparsers,
+        "quarantine",
+        _cmd_quarantine,
+        help="quarantined records, broken sources and repairs (hashes only)",
+        description="List the projection's quarantined records (position, reason code and text, source and "
+        "project hashes, when), its broken sources with counts, and the repairs applied. Reads --db.",
+    )
+    add_json_flag(quarantine)
+    quarantine.add_argument("--project", default=None, metavar="P", help="only this project (its name; it is hashed)")
+
+
+def _cmd_quarantine(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    project_hash = None if args.project is None else project_sha256(args.project)
+    doc = collect_quarantine(settings.db, settings.topic, project_hash)
+    print(json.dumps(doc, indent=2) if args.json else render_quarantine(doc))
+    return 0
 
 
 def _hex(value: bytes | None) -> str | None:
@@ -103,6 +131,8 @@ def quarantine_document(
 
 def collect_quarantine(db: str, topic: str, project_sha256: bytes | None) -> dict[str, Any]:
     """Open the projection read-only and build the quarantine document of one project (or all)."""
+    from throughline.projector.store import DuckProjection
+
     with DuckProjection.open(db, read_only=True, topic=topic) as projection:
         listing = projection.quarantine(project_sha256)
         return quarantine_document(db, projection.topic, project_sha256, listing)

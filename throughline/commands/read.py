@@ -10,34 +10,31 @@ stdin; a non-zero exit fails the audit: exit 1, code ``audit_failed``) or, witho
 printing each turn as one JSON line on stdout. A summary for a person goes to stderr.
 
 Both read the DuckDB projection (``--db``) read-only, opened afresh for every page so that a projector
-can take the file between pages, and the Kafka log's end offsets (``--bootstrap-servers``).
+can take the file between pages, and the Kafka log's end offsets (``--bootstrap-servers``)
+(``throughline.reader.local``), or a running ``serve`` with ``--url``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import re
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
+from throughline.commands.options import add_connection_options, add_http_options, http_reader_from_args, settings_from
 from throughline.core.exceptions import InvalidLimitError, InvalidProjectError
 from throughline.core.page_range import DEFAULT_LIMIT, MAX_LIMIT, MIN_LIMIT, validate_limit
-from throughline.core.ports import LogView
 from throughline.reader.exceptions import AuditFailedError, InvalidBodyLimitError
+from throughline.reader.local import open_page_reader
 from throughline.reader.observer import Observer
-from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT, read_page
+from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
 from throughline.reader.request import ReadRequest, require_seconds
-from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE, resolve_token_key
-from throughline.reader.wire import ObserverRead, TurnRecordWire
-from throughline.serve.client import add_http_options, http_reader_from_args
-from throughline.settings import Settings, add_connection_options, settings_from
+from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
+from throughline.reader.wire import TurnRecordWire
 
 _INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
 
@@ -141,68 +138,6 @@ def _parse_body_limit(text: str) -> int:
 
 def _parse_seconds(text: str, flag: str) -> float:
     return require_seconds(text, flag, text=True)
-
-
-# ------------------------------------------------------------------------------------------- handles
-
-
-@dataclass(frozen=True, slots=True)
-class LocalPageReader:
-    """Pages read in this process from the projection file and the Kafka log (``open_page_reader``).
-
-    ``read(request)`` reads the page a ``ReadRequest`` names; a call with its keywords is the Observer's
-    ``PageReader``. The projection is opened read-only for each page and closed after it, so a projector
-    may take the file between pages (a busy file is a retriable error the Observer backs off from).
-    """
-
-    settings: Settings
-    log: LogView
-    token_key: bytes
-    wait_timeout: float
-    body_limit: int
-
-    def read(self, request: ReadRequest) -> ObserverRead:
-        """The page ``request`` names, from a fresh read-only open of the projection."""
-        from throughline.projector.store import DuckProjection
-
-        projection = DuckProjection.open(self.settings.db, read_only=True, topic=self.settings.topic)
-        try:
-            return read_page(
-                request,
-                projection=projection,
-                log=self.log,
-                token_key=self.token_key,
-                wait_timeout=self.wait_timeout,
-                body_limit=self.body_limit,
-            )
-        finally:
-            projection.close()
-
-    def __call__(self, **request: Any) -> ObserverRead:
-        """The Observer's ``PageReader`` call (``project``, ``after_cursor``, ... as keywords)."""
-        return self.read(ReadRequest(**request))
-
-
-@contextlib.contextmanager
-def open_page_reader(
-    settings: Settings, *, token_key_file: str | None, wait_timeout: float, body_limit: int
-) -> Iterator[LocalPageReader]:
-    """A ``LocalPageReader`` over the projection file and the Kafka log named by ``settings``."""
-    from throughline.log import KafkaLog
-    from throughline.projector.exceptions import ProjectionMissingError
-
-    kafka_config = settings.kafka_config()  # a settings mistake is reported before anything else
-    if not os.path.exists(settings.db):
-        # Say what is missing before the key beside it is looked for (or created).
-        raise ProjectionMissingError(
-            f"no projection at {settings.db}: run `throughline project` or `throughline replay` first"
-        )
-    token_key = resolve_token_key(db_path=settings.db, key_file=token_key_file)
-    log = KafkaLog(settings.require_bootstrap(), settings.topic, kafka_config=kafka_config)
-    try:
-        yield LocalPageReader(settings, log, token_key, wait_timeout, body_limit)
-    finally:
-        log.close()
 
 
 # ------------------------------------------------------------------------------------------- commands

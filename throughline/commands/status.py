@@ -1,4 +1,4 @@
-"""``throughline status``: what the projection applied, what the log holds, and what was quarantined.
+"""``throughline status [--json]``: what the projection applied, what the log holds, and what was quarantined.
 
 The projection is opened read-only (so this fails with ``projection_busy`` while a projector process
 holds the file: ``serve`` exposes the same numbers over HTTP). The log part (end offsets, lag) needs a
@@ -8,21 +8,81 @@ replicas, whether it is under-replicated, and the topic's replication factor and
 ``min.insync.replicas``) is described beside the ends; when it cannot be, the log part says why
 (``replicationError``) and the rest is reported. Never prints a body or a raw record: quarantine rows show their position,
 code, reason and the hashes of their project and source when known.
+
+With ``--url`` (or ``THROUGHLINE_URL``) it asks a running ``serve``, or a group's members, for its
+readiness instead (``remote_status``; the document and its table are ``throughline.serve.remote_status``'s).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from throughline.commands.options import add_http_options, add_json_flag, command, http_reader_from_args, settings_from
+from throughline.commands.quarantine import log_position, repaired_mark
 from throughline.errors import ThroughlineError
 from throughline.log import PLAINTEXT, KafkaClientConfig, KafkaLog, TopicInfo, describe_topic
 from throughline.log.exceptions import MissingBootstrapServersError
 from throughline.log.policy import replication_lines
-from throughline.projector.quarantine_report import log_position, repaired_mark
-from throughline.projector.store import DuckProjection, ProjectionStats
+from throughline.serve.client import ENV_URL
+from throughline.serve.exceptions import BadResponseError
+from throughline.serve.remote_status import READY_PATH, render_remote_status
+from throughline.serve.remote_status import status_document as remote_status_document
+
+if TYPE_CHECKING:  # the store (DuckDB) loads only when a projection is opened
+    from throughline.projector.store import ProjectionStats
 
 DEFAULT_STATUS_TIMEOUT = 10.0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``status`` to the ``throughline`` parser."""
+    status = command(
+        subparsers,
+        "status",
+        _cmd_status,
+        help="applied vs end offsets, lag, counts and quarantine",
+        description="Report the projection's applied offsets against the log's end offsets, counts and quarantine.",
+    )
+    add_json_flag(status)
+    status.add_argument("--quarantine", type=int, default=10, metavar="N", help="latest quarantined records to show")
+    add_http_options(status, status=True)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    if args.url or os.environ.get(ENV_URL):  # a running serve (or a group's members) holds the file
+        return remote_status(args)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    settings = settings_from(args)
+    doc, log = collect_status(
+        settings.db,
+        settings.topic,
+        settings.bootstrap_servers,
+        latest=max(0, args.quarantine),
+        kafka_config=settings.kafka_config(),
+    )
+    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+    if settings.bootstrap_servers and log.error is not None:
+        raise log.error  # with its own code and exit code (2 for settings that do not fit the cluster)
+    return 0
+
+
+def remote_status(args: argparse.Namespace) -> int:
+    """``status --url``: print the readiness document of the first member that is ready (``--json``: as
+    JSON); see ``throughline.serve.remote_status``."""
+    reader = http_reader_from_args(args)
+    assert reader is not None, "remote_status needs --url or THROUGHLINE_URL"
+    with reader:
+        status, readiness = reader.get_json(READY_PATH)
+    if not isinstance(readiness, dict):
+        raise BadResponseError(f"{reader.url}{READY_PATH} did not answer a readiness document")
+    doc = remote_status_document(reader.url, status, readiness)
+    print(json.dumps(doc, indent=2) if getattr(args, "json", False) else render_remote_status(doc))
+    return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +205,8 @@ def collect_status(
 ) -> tuple[dict[str, Any], LogEnds]:
     """Open the projection read-only, ask the log for its ends, and build the status document; return
     it with what the log said (``LogEnds.error`` is the typed error when the log could not be read)."""
+    from throughline.projector.store import DuckProjection
+
     with DuckProjection.open(db, read_only=True, topic=topic) as projection:
         stats = projection.stats(latest_quarantine=latest)
     log = read_log_ends(bootstrap_servers, topic, timeout=timeout, kafka_config=kafka_config)

@@ -1,17 +1,11 @@
-"""Subcommands of the projector: ``project``, ``replay`` and ``status`` (docs/spec.md#command-line).
+"""``throughline project`` and ``throughline replay`` (docs/spec.md#command-line).
 
 - ``throughline project [--until-caught-up]``: run the projector on ``--db``; with the flag, exit once
   every partition's applied offset reaches the end offset seen at start. Prints a JSON summary on
   stdout when it stops (SIGTERM/SIGINT stop it after the batch in flight is committed).
 - ``throughline replay --db NEW_FILE``: rebuild the projection from offset 0 into a new file, with a
-  progress bar on stderr and a JSON summary on stdout (records, turns, duplicates, quarantined, rate).
-- ``throughline status [--json]``: applied and end offsets and lag per partition, counts, and the
-  latest quarantined records (a table, or one JSON document with ``--json``).
-- ``throughline quarantine [--json] [--project P]``: every quarantined record, broken source and repair,
-  hashes only (``throughline.projector.quarantine``).
-- ``throughline repair --project P (--host H --thread T | --source SHA256) --reason TEXT [--dry-run]``:
-  append a source repair record to the project's partition, or say what it would change
-  (``throughline.projector.repair``; docs/operations.md).
+  progress bar on stderr (``ProgressBar``) and a JSON summary on stdout (records, turns, duplicates,
+  quarantined, rate).
 
 Errors are raised as typed ``ThroughlineError``s; ``throughline.cli`` prints them as JSON on stderr and
 exits 2 for input/configuration errors, 1 otherwise.
@@ -22,25 +16,26 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
+from throughline.commands.options import add_sync_commits, command, settings_from
 from throughline.runtime import StopOnSignals
-from throughline.serve.client import ENV_URL, add_http_options
-from throughline.settings import add_connection_options, add_sync_commits, settings_from
+
+if TYPE_CHECKING:  # the projector (and DuckDB) loads only when a command runs
+    from throughline.projector.runner import ProgressUpdate
 
 T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
-    """Add ``project``, ``replay``, ``status``, ``quarantine`` and ``repair`` to the ``throughline`` parser."""
-    project = _command(
+    """Add ``project`` and ``replay`` to the ``throughline`` parser."""
+    project = command(
         subparsers,
         "project",
         _cmd_project,
@@ -55,7 +50,7 @@ def register(subparsers: Any) -> None:
     add_sync_commits(project)
     _add_tuning(project)
 
-    replay = _command(
+    replay = command(
         subparsers,
         "replay",
         _cmd_replay,
@@ -64,63 +59,6 @@ def register(subparsers: Any) -> None:
     )
     replay.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_tuning(replay)
-
-    status = _command(
-        subparsers,
-        "status",
-        _cmd_status,
-        help="applied vs end offsets, lag, counts and quarantine",
-        description="Report the projection's applied offsets against the log's end offsets, counts and quarantine.",
-    )
-    _add_json_flag(status)
-    status.add_argument("--quarantine", type=int, default=10, metavar="N", help="latest quarantined records to show")
-    add_http_options(status, status=True)
-
-    quarantine = _command(
-        subparsers,
-        "quarantine",
-        _cmd_quarantine,
-        help="quarantined records, broken sources and repairs (hashes only)",
-        description="List the projection's quarantined records (position, reason code and text, source and "
-        "project hashes, when), its broken sources with counts, and the repairs applied. Reads --db.",
-    )
-    _add_json_flag(quarantine)
-    quarantine.add_argument("--project", default=None, metavar="P", help="only this project (its name; it is hashed)")
-
-    repair = _command(
-        subparsers,
-        "repair",
-        _cmd_repair,
-        help="append a repair record that un-breaks a source (see docs/operations.md)",
-        description="Append a source repair record to the project's partition: when the projector applies "
-        "it, the source's chain as applied is accepted and served again, and its quarantined records are "
-        "marked repaired. --dry-run reads --db and prints what would change, appending nothing.",
-    )
-    repair.add_argument("--project", required=True, metavar="P", help="the project (its name; it is hashed)")
-    repair.add_argument("--host", default=None, metavar="H", help="the source's host (with --thread; hashed)")
-    repair.add_argument("--thread", default=None, metavar="T", help="the source's thread (with --host; hashed)")
-    repair.add_argument(
-        "--source",
-        default=None,
-        metavar="SOURCE_SHA256",
-        help="the source's hash, as `throughline quarantine` prints it",
-    )
-    repair.add_argument("--reason", required=True, metavar="TEXT", help="why the chain as applied is accepted")
-    repair.add_argument("--dry-run", action="store_true", help="print what the repair would change; append nothing")
-
-
-def _command(
-    subparsers: Any, name: str, func: Callable[[argparse.Namespace], int], *, help: str, description: str
-) -> argparse.ArgumentParser:
-    """A subcommand run by ``func`` that reads the connection options (every command here does)."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
-    add_connection_options(parser)
-    parser.set_defaults(func=func)
-    return parser
-
-
-def _add_json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
 
 
 def _add_tuning(parser: argparse.ArgumentParser) -> None:
@@ -263,7 +201,7 @@ def _run_riding_out_outages(run: Callable[[], T], stop: threading.Event, *, wait
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from throughline.projector.replay import ProgressBar, replay
+    from throughline.projector.replay import replay
 
     _logging(args.verbose)
     settings = settings_from(args)
@@ -305,85 +243,49 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return signals.exit_code
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    if args.url or os.environ.get(ENV_URL):  # a running serve (or a group's members) holds the file
-        from throughline.serve.remote_status import remote_status
+class ProgressBar:
+    """A progress bar on a stream (stderr): redrawn in place on a terminal, a line every few seconds otherwise."""
 
-        return remote_status(args)
-    from throughline.projector.status import collect_status, render_status
+    def __init__(self, stream: TextIO | None = None, *, width: int = 30, line_interval: float = 5.0) -> None:
+        self._stream = stream or sys.stderr
+        self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
+        self._width = width
+        self._interval = 0.1 if self._tty else line_interval
+        self._last = 0.0
+        self._drawn = False
 
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    settings = settings_from(args)
-    doc, log = collect_status(
-        settings.db,
-        settings.topic,
-        settings.bootstrap_servers,
-        latest=max(0, args.quarantine),
-        kafka_config=settings.kafka_config(),
-    )
-    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
-    if settings.bootstrap_servers and log.error is not None:
-        raise log.error  # with its own code and exit code (2 for settings that do not fit the cluster)
-    return 0
+    def __call__(self, update: ProgressUpdate) -> None:
+        now = time.monotonic()
+        if now - self._last < self._interval:
+            return
+        self._last = now
+        self._draw(update)
 
-
-def _cmd_quarantine(args: argparse.Namespace) -> int:
-    from throughline.core.identity import project_sha256
-    from throughline.projector.quarantine_report import collect_quarantine, render_quarantine
-
-    settings = settings_from(args)
-    project_hash = None if args.project is None else project_sha256(args.project)
-    doc = collect_quarantine(settings.db, settings.topic, project_hash)
-    print(json.dumps(doc, indent=2) if args.json else render_quarantine(doc))
-    return 0
-
-
-def _cmd_repair(args: argparse.Namespace) -> int:
-    from throughline.core.repair import build_repair, parse_source_hash
-    from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
-    from throughline.projector.repair import dry_run_document, repair_json
-
-    settings = settings_from(args)
-    if args.source is not None and (args.host is not None or args.thread is not None):
-        from throughline.core.exceptions import RepairArgumentsError
-
-        raise RepairArgumentsError("name the source by --host and --thread, or by --source, not both")
-    repair = build_repair(
-        project=args.project,
-        host=args.host,
-        thread=args.thread,
-        source=None if args.source is None else parse_source_hash(args.source),
-        reason=args.reason,
-        producer_name=REPAIR_PRODUCER_NAME,
-        producer_version=PRODUCER_VERSION,
-        produced_at_micros=time.time_ns() // 1000,
-    )
-    if args.dry_run:
-        print(json.dumps(dry_run_document(settings.db, settings.topic, repair), indent=2))
-        return 0
-    servers = settings.require_bootstrap()
-    # ensure=False: a repair never creates the topic (there is nothing to repair in a new one).
-    with TurnProducer(
-        servers, settings.topic, ensure=False, producer_name=REPAIR_PRODUCER_NAME, kafka_config=settings.kafka_config()
-    ) as producer:
-        position = producer.send_repair(repair)
-    print(
-        json.dumps(
-            {
-                "topic": settings.topic,
-                "repair": repair_json(repair),
-                "appended": {"partition": position.partition, "offset": position.offset},
-            },
-            indent=2,
+    def _draw(self, update: ProgressUpdate) -> None:
+        targets = update.targets or {}
+        total = sum(max(0, end - update.started_at.get(p, 0)) for p, end in targets.items())
+        done = sum(
+            max(0, min(update.applied.get(p, 0), end) - update.started_at.get(p, 0)) for p, end in targets.items()
         )
-    )
-    print(
-        f"repair appended at p{position.partition}@{position.offset}; it takes effect when the projector applies "
-        "that offset (see `throughline quarantine`)",
-        file=sys.stderr,
-    )
-    return 0
+        fraction = done / total if total else 1.0
+        filled = int(round(fraction * self._width))
+        rate = update.summary.records / update.elapsed if update.elapsed > 0 else 0.0
+        text = (
+            f"[{'#' * filled}{'.' * (self._width - filled)}] {fraction * 100:5.1f}% "
+            f"{done}/{total} offsets, {update.summary.appended} turns, {update.summary.quarantined} quarantined, "
+            f"{rate:,.0f} records/s"
+        )
+        if self._tty:
+            self._stream.write("\r" + text)
+            self._drawn = True
+        else:
+            self._stream.write(text + "\n")
+        self._stream.flush()
 
-
-#: The producer name a repair record carries (``producer.name``).
-REPAIR_PRODUCER_NAME = "throughline-repair"
+    def finish(self, update: ProgressUpdate | None = None) -> None:
+        """Draw the final state (when known) and end the line."""
+        if update is not None:
+            self._draw(update)
+        if self._tty and self._drawn:
+            self._stream.write("\n")
+            self._stream.flush()

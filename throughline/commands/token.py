@@ -1,4 +1,4 @@
-"""``throughline token keygen|issue`` and the security options of ``serve`` (docs/security.md).
+"""``throughline token keygen|issue`` (docs/security.md).
 
 ``token keygen --out KEYFILE [--public-out FILE]`` writes a new Ed25519 signing key (mode 0600) and
 prints its key id; ``token issue --key KEYFILE (--project P ... | --project-prefix PREFIX ...) [--scope
@@ -8,13 +8,8 @@ read|metrics|admin] [--expires DURATION] [--label TEXT] [--audience NAME]`` prin
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from throughline.serve.exceptions import InvalidTlsOptionError
-from throughline.serve.security import ENV_CA
-
-ENV_TOKEN_KEYS = "THROUGHLINE_TOKEN_KEYS"
 DEFAULT_EXPIRES = "30d"
 
 
@@ -90,55 +85,3 @@ def _cmd_issue(args: argparse.Namespace) -> int:
     )
     print(token, flush=True)
     return 0
-
-
-def add_security_options(p: argparse.ArgumentParser) -> None:
-    """``serve``'s scoped-token and HTTPS options."""
-    p.add_argument(
-        "--token-keys",
-        default=os.environ.get(ENV_TOKEN_KEYS) or None,
-        metavar="PATH",
-        help=f"accept scoped tokens signed by the key file PATH or any key file in the folder PATH (env "
-        f"{ENV_TOKEN_KEYS}); re-read on SIGHUP and when a file changes. Only public keys are used",
-    )
-    p.add_argument(
-        "--token-audience",
-        default="throughline",
-        metavar="NAME",
-        help="the audience tokens must name (default throughline)",
-    )
-    p.add_argument("--tls-cert", default=None, metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
-    p.add_argument("--tls-key", default=None, metavar="FILE", help="the private key of --tls-cert (PEM)")
-    p.add_argument(
-        "--tls-client-ca",
-        default=None,
-        metavar="FILE",
-        help="mutual TLS: require client certificates signed by this CA (PEM)",
-    )
-    p.add_argument(
-        "--ca",
-        default=None,
-        metavar="FILE",
-        help=f"the CA that signs the other members' certificates, for forwarding over https (env {ENV_CA}; "
-        "default the system's)",
-    )
-    p.add_argument(
-        "--insecure-http",
-        action="store_true",
-        help="allow plain HTTP on a non-loopback --host (only behind a TLS-terminating proxy)",
-    )
-
-
-def tls_options(args: argparse.Namespace) -> Any:
-    """``--tls-cert``/``--tls-key``/``--tls-client-ca``/``--ca`` as ``TlsOptions``, or ``None`` (plain HTTP)."""
-    from throughline.serve.security import TlsOptions
-
-    cert, key = args.tls_cert, args.tls_key
-    if (cert is None) != (key is None):
-        raise InvalidTlsOptionError("--tls-cert and --tls-key go together")
-    if cert is None:
-        if args.tls_client_ca is not None:
-            raise InvalidTlsOptionError("--tls-client-ca needs --tls-cert and --tls-key")
-        return None
-    peer_ca = args.ca or os.environ.get(ENV_CA) or None
-    return TlsOptions(cert=cert, key=key, client_ca=args.tls_client_ca, peer_ca=peer_ca)

@@ -2,8 +2,7 @@
 
 ``--format jsonl`` (the default) takes one FILE (``-`` = stdin) of JSON Lines; the host formats take
 session files or folders searched for them, the host's default root when no PATH is given (see
-``throughline.producers.ingest.sessions`` and docs/hosts.md). This module also registers
-``throughline hook`` (``throughline.producers.hook``).
+``throughline.producers.ingest.sessions`` and docs/hosts.md).
 
 Appends completed turns from JSON Lines (see the ``throughline.producers.ingest`` package). On stderr: one
 ``line N: CODE: message`` per rejected line, progress every 2 s (only when stderr is a terminal, or
@@ -41,9 +40,16 @@ from collections.abc import Callable
 from typing import Any
 
 from throughline.cli import emit_error
+from throughline.commands.options import (
+    add_connection_options,
+    add_replication_options,
+    count_argument,
+    replication_overrides,
+    seconds_argument,
+    settings_from,
+)
 from throughline.errors import Interrupted, InvalidArgumentsError, ThroughlineError
 from throughline.log import DEFAULT_PARTITIONS
-from throughline.producers import hook
 from throughline.producers.exceptions import LinesRejectedError, StateNeedsFileError
 from throughline.producers.hosts.files import FORMATS, default_roots
 from throughline.producers.hosts.sources import session_source
@@ -65,15 +71,7 @@ from throughline.producers.ingest.sessions import (
 )
 from throughline.producers.ingest.state import load_session_states
 from throughline.producers.producer import PRODUCER_VERSION, TurnProducer
-from throughline.settings import (
-    Settings,
-    add_connection_options,
-    add_replication_options,
-    count_argument,
-    replication_overrides,
-    seconds_argument,
-    settings_from,
-)
+from throughline.settings import Settings
 
 INGEST_PRODUCER_NAME = "throughline-ingest"
 #: ``--settle``'s default: a session file idle this long is taken as final (see docs/hosts.md).
@@ -81,7 +79,7 @@ DEFAULT_SETTLE_SECONDS = 120.0
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``ingest`` and ``hook`` subcommands."""
+    """Add the ``ingest`` subcommand."""
     p = subparsers.add_parser(
         "ingest",
         help="append completed turns from JSON Lines or a host's transcripts to the log",
@@ -152,7 +150,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--poll-interval", type=seconds_argument, default=None, help=argparse.SUPPRESS)
     add_connection_options(p)
     p.set_defaults(func=run_ingest)
-    hook.register(subparsers)
 
 
 def _ingest_producer(args: argparse.Namespace, settings: Settings) -> TurnProducer:
@@ -250,6 +247,7 @@ def run_ingest(args: argparse.Namespace) -> int:
                 stop=stop,
                 max_idle=args.max_idle,
                 progress=_progress(args),
+                err=sys.stderr,
                 producer_name=INGEST_PRODUCER_NAME,
                 producer_version=PRODUCER_VERSION,
             )
@@ -301,6 +299,7 @@ def run_sessions_ingest(args: argparse.Namespace) -> int:
                 stop=stop,
                 max_idle=args.max_idle,
                 progress=_progress(args),
+                err=sys.stderr,
                 decoder=decoder,
             )
             files.covered = ingest.covered_line

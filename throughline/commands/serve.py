@@ -1,4 +1,5 @@
-"""``throughline serve``: the projector plus the HTTP read API in one process (docs/http.md).
+"""``throughline serve``: the projector plus the HTTP read API in one process (docs/http.md), and its
+security options (scoped tokens, HTTPS; docs/security.md).
 
 Prints one line on stdout once it accepts requests: its URL. Logs go to stderr. SIGTERM or SIGINT stop
 it gracefully (exit 0); binding a non-loopback address without an auth token is refused (exit 2,
@@ -12,15 +13,7 @@ import os
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
-from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
-from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
-from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
-from throughline.serve.exceptions import InvalidGroupOptionError
-from throughline.serve.security import require_tls_off_loopback
-from throughline.serve.token_cli import add_security_options, tls_options
-from throughline.serve.token_cli import register as register_token
-from throughline.settings import (
+from throughline.commands.options import (
     add_connection_options,
     add_replication_options,
     add_sync_commits,
@@ -28,7 +21,13 @@ from throughline.settings import (
     seconds_argument,
     settings_from,
 )
-from throughline.settings import count_argument as _count
+from throughline.commands.options import count_argument as _count
+from throughline.reader.page import DEFAULT_BODY_LIMIT, DEFAULT_WAIT_TIMEOUT
+from throughline.reader.token_key import ENV_TOKEN_KEY, ENV_TOKEN_KEY_FILE
+from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_MAX_WAIT, DEFAULT_PORT
+from throughline.serve.auth import ENV_AUTH_TOKEN, load_auth_token, require_token_off_loopback
+from throughline.serve.exceptions import InvalidGroupOptionError, InvalidTlsOptionError
+from throughline.serve.security import ENV_CA, require_tls_off_loopback
 
 if TYPE_CHECKING:
     from throughline.projector.group_runner import GroupSpec
@@ -37,6 +36,7 @@ _LEVELS = ("critical", "error", "warning", "info", "debug")
 ENV_GROUP = "THROUGHLINE_GROUP"
 ENV_ADVERTISE_URL = "THROUGHLINE_ADVERTISE_URL"
 ENV_COPIES = "THROUGHLINE_COPIES"
+ENV_TOKEN_KEYS = "THROUGHLINE_TOKEN_KEYS"
 
 
 def _port(text: str) -> int:
@@ -50,8 +50,7 @@ def _port(text: str) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``serve`` and ``token`` subcommands."""
-    register_token(subparsers)
+    """Add the ``serve`` subcommand."""
     p = subparsers.add_parser(
         "serve",
         help="run the projector and the HTTP read API in one process",
@@ -214,7 +213,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         token_audience=args.token_audience,
         tls=tls,
     )
-    return run_service(settings, options)
+    return run_service(settings, options, announce=_announce)
+
+
+def _announce(url: str) -> None:
+    print(url, flush=True)
 
 
 def _group_spec(args: argparse.Namespace) -> GroupSpec | None:
@@ -261,3 +264,55 @@ def _session_timeout_ms() -> int | None:
     # partitions move. Kafka's broker accepts 6 s .. 30 min by default.
     text = os.environ.get("THROUGHLINE_GROUP_SESSION_TIMEOUT_MS")
     return int(text) if text and text.isdigit() else None
+
+
+def add_security_options(p: argparse.ArgumentParser) -> None:
+    """``serve``'s scoped-token and HTTPS options."""
+    p.add_argument(
+        "--token-keys",
+        default=os.environ.get(ENV_TOKEN_KEYS) or None,
+        metavar="PATH",
+        help=f"accept scoped tokens signed by the key file PATH or any key file in the folder PATH (env "
+        f"{ENV_TOKEN_KEYS}); re-read on SIGHUP and when a file changes. Only public keys are used",
+    )
+    p.add_argument(
+        "--token-audience",
+        default="throughline",
+        metavar="NAME",
+        help="the audience tokens must name (default throughline)",
+    )
+    p.add_argument("--tls-cert", default=None, metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
+    p.add_argument("--tls-key", default=None, metavar="FILE", help="the private key of --tls-cert (PEM)")
+    p.add_argument(
+        "--tls-client-ca",
+        default=None,
+        metavar="FILE",
+        help="mutual TLS: require client certificates signed by this CA (PEM)",
+    )
+    p.add_argument(
+        "--ca",
+        default=None,
+        metavar="FILE",
+        help=f"the CA that signs the other members' certificates, for forwarding over https (env {ENV_CA}; "
+        "default the system's)",
+    )
+    p.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="allow plain HTTP on a non-loopback --host (only behind a TLS-terminating proxy)",
+    )
+
+
+def tls_options(args: argparse.Namespace) -> Any:
+    """``--tls-cert``/``--tls-key``/``--tls-client-ca``/``--ca`` as ``TlsOptions``, or ``None`` (plain HTTP)."""
+    from throughline.serve.security import TlsOptions
+
+    cert, key = args.tls_cert, args.tls_key
+    if (cert is None) != (key is None):
+        raise InvalidTlsOptionError("--tls-cert and --tls-key go together")
+    if cert is None:
+        if args.tls_client_ca is not None:
+            raise InvalidTlsOptionError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    peer_ca = args.ca or os.environ.get(ENV_CA) or None
+    return TlsOptions(cert=cert, key=key, client_ca=args.tls_client_ca, peer_ca=peer_ca)
