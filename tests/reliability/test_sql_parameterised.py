@@ -62,8 +62,8 @@ SANITIZERS: dict[tuple[str, str], str] = {
 }
 #: (module path, expression as ``ast.unparse`` prints it) -> why it is not data.
 REVIEWED_EXPRESSIONS: dict[tuple[str, str], str] = {
-    ("projector/store/projection_file.py", "self._memory_limit"): "an int the store computes (max of DuckDB's own ART index "
-    "size and the configured headroom); DuckDB's SET takes no bound parameters",
+    ("projector/store/projection_file.py", "self._memory_limit"): "an int the store computes (max of DuckDB's "
+    "own ART index size and the configured headroom); DuckDB's SET takes no bound parameters",
 }
 _SAFE_BUILTINS = {"len", "int", "range", "enumerate", "min", "max", "abs", "bool", "round", "sum"}
 _PURE_BUILTINS = {"str", "tuple", "list", "sorted", "dict", "set", "frozenset", "reversed", "zip", "repr"}
