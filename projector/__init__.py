@@ -14,6 +14,8 @@ Its modules and subpackages, one concern each:
 - ``periodic_check``: the check of the log every ``check_interval`` seconds, off the projector's thread;
 - ``tally``: a run's running totals, reported to the progress callback;
 - ``replay``: rebuild a projection from offset 0 into a new file;
+- ``cut_manifest``: a projection snapshot's manifest and the checks of its files (format, SHA-256);
+- ``cut_load``: take a projection snapshot, and build a new projection file from one, checked against the log;
 - ``cli``: the subcommands ``project``, ``replay`` and ``status``;
 - ``status``: what the projection applied, what the log holds, what was quarantined (``throughline status``);
 - ``quarantine_report``: the quarantined records, broken sources and repairs as ``throughline quarantine``

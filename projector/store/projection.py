@@ -566,3 +566,15 @@ class DuckProjection:
             return snapshot_version(cur, self._topic)
         except duckdb.Error:
             return -1
+
+    # ------------------------------------------------------------------ projection snapshots
+
+    def export_cut(self, out_dir: Path, partitions: Sequence[int] | None = None) -> Any:
+        """Write a projection snapshot of ``partitions`` (``None``: all) into the empty directory ``out_dir``
+        and return its ``CutManifest``: one read transaction on a pooled cursor, so the rows and applied
+        offsets are those of one commit and the projector is never held up
+        (``throughline.projector.store.cut_files``)."""
+        from throughline.projector.store.cut_files import write_cut
+
+        with self._cursors.borrowed() as cur:
+            return write_cut(cur, out_dir, partitions)
