@@ -280,3 +280,77 @@ def test_a_projection_no_projector_bound_has_nothing_to_cut(tmp_path: Path) -> N
     with DuckProjection.open(tmp_path / "new.duckdb", topic=TOPIC) as projection:
         with pytest.raises(SnapshotPartitionsError, match="no projector ran"):
             take_cut(projection, tmp_path / "cut")
+
+
+class _Grants:
+    """An ``auth`` that grants what the test says (the scoped tokens themselves are test_serve_scopes.py's)."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+
+    def check(self, authorization: str | None) -> Any:
+        from throughline.serve.tokens import Grant
+
+        return Grant(scope=self.scope)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scope", ["read", "metrics", "admin"])
+def test_only_the_admin_takes_a_snapshot_over_http(full: DuckProjection, tmp_path: Path, scope: str) -> None:
+    import io
+    import tarfile
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from throughline.serve.cut_api import SNAPSHOT_PATH, install_cut_route
+    from throughline.serve.responses import install_error_handlers
+
+    app = FastAPI()
+    install_error_handlers(app)
+    install_cut_route(app, full, _Grants(scope))  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        answer = client.get(SNAPSHOT_PATH, params={"partitions": "0,3"})
+        if scope != "admin":
+            assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden_scope"
+            return
+        assert answer.status_code == 200 and answer.headers["content-type"] == "application/x-tar"
+        with tarfile.open(fileobj=io.BytesIO(answer.content)) as tar:
+            assert sorted(tar.getnames()) == sorted([MANIFEST, *(f"{t}.parquet" for t in CUT_TABLES)])
+            tar.extractall(tmp_path / "got", filter="data")
+        assert verify_cut(tmp_path / "got").partitions == (0, 3)
+        bad = client.get(SNAPSHOT_PATH, params={"partitions": "x"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "projection_snapshot_partitions"
+    assert not [p for p in full.path.parent.iterdir() if ".snapshot-" in p.name]  # the temporary files are gone
+
+
+def test_bootstrap_urls_tars_and_a_fetch_that_fails(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import io
+    import tarfile
+
+    from throughline.serve.cut_api import bootstrap_from, snapshot_url, unpack_cut
+    from throughline.serve.exceptions import InvalidBootstrapUrlError
+
+    assert snapshot_url("http://10.0.0.1:8787") == "http://10.0.0.1:8787/v1/admin/snapshot"
+    assert snapshot_url("https://h/v1/admin/snapshot?partitions=1") == "https://h/v1/admin/snapshot?partitions=1"
+    for bad in ("ftp://h/x", "h:8787", "http:///x"):
+        with pytest.raises(InvalidBootstrapUrlError):
+            snapshot_url(bad)
+
+    nested = tmp_path / "nested.tar"
+    with tarfile.open(nested, "w") as tar:
+        info = tarfile.TarInfo("sub/manifest.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    with pytest.raises(SnapshotDamagedError, match="not a flat file"):
+        unpack_cut(nested, tmp_path / "out")
+
+    db = tmp_path / "new.duckdb"
+    common: dict[str, Any] = {"bootstrap_servers": ["127.0.0.1:1"], "topic": TOPIC, "kafka_config": None}
+    with caplog.at_level("WARNING", logger="throughline.serve"):
+        assert not bootstrap_from("http://127.0.0.1:1", db, token=None, context=None, **common)
+    assert "snapshot_fetch_failed" in caplog.text and "offset 0" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nested.tar", "out"]  # no file, no leftovers
+    db.write_bytes(b"")
+    caplog.clear()
+    assert not bootstrap_from("http://127.0.0.1:1", db, token=None, context=None, **common)
+    assert "snapshot_fetch_failed" not in caplog.text  # an existing file: nothing fetched
