@@ -354,3 +354,31 @@ def test_bootstrap_urls_tars_and_a_fetch_that_fails(tmp_path: Path, caplog: pyte
     caplog.clear()
     assert not bootstrap_from("http://127.0.0.1:1", db, token=None, context=None, **common)
     assert "snapshot_fetch_failed" not in caplog.text  # an existing file: nothing fetched
+
+
+def test_a_download_cut_short_is_a_fetch_failure(tmp_path: Path) -> None:
+    import http.server
+
+    from throughline.serve.cut_api import fetch_cut
+    from throughline.serve.exceptions import SnapshotFetchError
+
+    class Short(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"0123456789")  # then the connection closes
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Short)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(SnapshotFetchError) as caught:
+            fetch_cut(f"http://127.0.0.1:{server.server_port}/x", tmp_path / "t.tar", token=None, context=None)
+        assert caught.value.retriable
+    finally:
+        thread.join(10)
+        server.server_close()

@@ -13,6 +13,7 @@ Named "cut" in code, never "snapshot" alone: that is a read's snapshot inside th
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import shutil
@@ -127,7 +128,7 @@ def fetch_cut(url: str, target: Path, *, token: str | None, context: ssl.SSLCont
         with exc:
             body = exc.read(4096).decode("utf-8", "replace")
         raise SnapshotFetchError(f"{url} answered HTTP {exc.code}: {body}") from None
-    except (OSError, ValueError) as exc:  # URLError, a reset, a timeout, an incomplete read
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # URLError, a reset, a timeout, a cut answer
         raise SnapshotFetchError(f"cannot fetch a snapshot from {url}: {exc}") from None
 
 
