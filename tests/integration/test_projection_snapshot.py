@@ -16,11 +16,12 @@ import json
 import random
 import re
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 from projector_env import cli, connection, history, produce_all
-from test_serve import TOKEN, Serve
+from test_serve import TOKEN, Serve, parse_metrics
 
 from throughline.projector.store import DuckProjection
 from throughline.testing import create_topic
@@ -83,6 +84,12 @@ def test_snapshot_load_and_catch_up_equals_a_replay(kafka_bootstrap: str, topic:
     assert not (tmp_path / "o.duckdb").exists()
 
 
+def _records_committed(serve: Serve) -> float:
+    """``throughline_projector_records_total``: records the serve's projector consumed and committed."""
+    samples = parse_metrics(serve.metrics(TOKEN))
+    return samples[("throughline_projector_records_total", frozenset())]
+
+
 def test_serve_hands_out_a_snapshot_and_a_new_serve_bootstraps_from_it(
     kafka_bootstrap: str, topic: str, tmp_path: Path
 ) -> None:
@@ -109,9 +116,14 @@ def test_serve_hands_out_a_snapshot_and_a_new_serve_bootstraps_from_it(
         try:
             produce_all(kafka_bootstrap, topic, PARTITIONS, records[500:])  # after the snapshot
             fresh.wait_caught_up(700)
+            # Every record before the snapshot came with it: the projector consumes only the 200 after it.
+            # (Reads see a poll before its commit; the counter counts commits: wait for them, bounded.)
+            deadline = time.monotonic() + 60
+            while _records_committed(fresh) < 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _records_committed(fresh) == 200
         finally:
             assert fresh.terminate() == 0
-        # Every record before the snapshot came with it: the projector caught up from the snapshot's offsets.
         loaded = re.search(r"loaded partitions \[0, 1, 2\] at offsets (\{[^}]*\})", fresh.stderr())
         assert loaded, fresh.stderr()
         assert sum(int(o) for o in re.findall(r": (\d+)", loaded.group(1))) == 500
@@ -121,6 +133,10 @@ def test_serve_hands_out_a_snapshot_and_a_new_serve_bootstraps_from_it(
         refused.start()
         try:
             refused.wait_caught_up(700)
+            deadline = time.monotonic() + 60
+            while _records_committed(refused) < 700 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _records_committed(refused) == 700  # from offset 0
         finally:
             assert refused.terminate() == 0
         assert "snapshot_fetch_failed" in refused.stderr() and "offset 0" in refused.stderr()
