@@ -40,7 +40,7 @@ from throughline.projector.exceptions import (
     SnapshotTargetError,
     SnapshotVersionError,
 )
-from throughline.projector.store import DuckProjection, LogRecord
+from throughline.projector.store import DuckProjection, LogRecord, cut_files
 from throughline.projector.store.cut_files import load_cut
 
 PARTITIONS = 4
@@ -132,13 +132,29 @@ def test_cuts_of_chosen_partitions_hold_exactly_their_rows(full: DuckProjection,
         assert union == sorted(whole[table]), table  # none lost, none in two partitions' cuts
 
 
-def test_a_cut_taken_while_the_projector_commits_is_one_commit(tmp_path: Path) -> None:
+def test_a_cut_taken_while_the_projector_commits_is_one_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = _history(9, 1500)
     with _projection(tmp_path / "reference.duckdb", log) as reference:
         expected = reference.table_digests()
     live = DuckProjection.open(tmp_path / "live.duckdb", topic=TOPIC)
     live.bind_log(TOPIC, TOPIC_ID, PARTITIONS)
     writer = threading.Thread(target=_apply, args=(live, log), kwargs={"batch": 3})
+    # Midway through the cut (before its turns file), hold it until the writer committed 50 more records:
+    # the cut's open transaction must not stop the projector's commits (it takes no lock they wait for).
+    commits_during_cut: list[int] = []
+    name_of = cut_files.table_file
+
+    def held(table: str) -> str:
+        if table == "turns" and not commits_during_cut:
+            before = sum(live.applied_offsets().values())
+            for _ in range(2000):  # bounded: 20 s
+                if sum(live.applied_offsets().values()) >= before + 50 or not writer.is_alive():
+                    break
+                time.sleep(0.01)
+            commits_during_cut.append(sum(live.applied_offsets().values()) - before)
+        return name_of(table)
+
+    monkeypatch.setattr(cut_files, "table_file", held)
     with live:
         writer.start()
         try:
@@ -150,6 +166,7 @@ def test_a_cut_taken_while_the_projector_commits_is_one_commit(tmp_path: Path) -
         finally:
             writer.join(120)
         assert not writer.is_alive()
+    assert commits_during_cut and commits_during_cut[0] >= 50, "the writer committed while the cut was open"
     assert 0 < sum(manifest.next_offsets().values()) < len(log), "the cut was taken mid-stream"
     loaded = _load(tmp_path, tmp_path / "cut", "loaded.duckdb")
     with DuckProjection.open(loaded) as copy:
