@@ -14,5 +14,7 @@ Its modules and subpackages, one concern each:
 - ``periodic_check``: the check of the log every ``check_interval`` seconds, off the projector's thread;
 - ``tally``: a run's running totals, reported to the progress callback;
 - ``replay``: rebuild a projection from offset 0 into a new file;
+- ``cut_manifest``: a projection snapshot's manifest and the checks of its files (format, SHA-256);
+- ``cut_load``: take a projection snapshot, and build a new projection file from one, checked against the log;
 - ``exceptions``: errors of the projector and its projection.
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from throughline.errors import ThroughlineError
+from throughline.errors import InputError, ThroughlineError
 
 
 class ProjectorError(ThroughlineError):
@@ -112,3 +112,52 @@ class FetchWorkerError(ProjectorError):
 
     code = "fetch_worker_failed"
     retriable = True
+
+
+class ProjectionSnapshotError(ProjectorError):
+    """A projection snapshot (``throughline snapshot``, docs/operations.md "Projection snapshots") cannot
+    be taken or loaded: the root of the refusals below, each with its own code."""
+
+    code = "projection_snapshot_refused"
+    exit_code = 2
+
+
+class SnapshotDamagedError(ProjectionSnapshotError):
+    """A snapshot's manifest does not parse, a file it names is missing, or a file's SHA-256 or row count
+    differs from the manifest's (a damaged or partial copy)."""
+
+    code = "projection_snapshot_damaged"
+
+
+class SnapshotVersionError(ProjectionSnapshotError):
+    """A snapshot of a format version or projection schema version this throughline does not load."""
+
+    code = "projection_snapshot_unsupported"
+
+
+class SnapshotLogMismatchError(ProjectionSnapshotError):
+    """A snapshot of another log: another topic name, topic id (the topic was recreated, or another
+    cluster) or partition count than the log it would be caught up from."""
+
+    code = "projection_snapshot_log_mismatch"
+
+
+class SnapshotAheadOfLogError(ProjectionSnapshotError):
+    """A snapshot whose applied offsets are past the log's end offsets: it holds records this log does not
+    (a stale cluster, a truncated topic), so catching up from it would mix two histories."""
+
+    code = "projection_snapshot_ahead_of_log"
+
+
+class SnapshotTargetError(ProjectionSnapshotError):
+    """A snapshot is only loaded into a projection file that does not exist yet, and only written into an
+    output directory that is empty or new."""
+
+    code = "projection_snapshot_target_exists"
+
+
+class SnapshotPartitionsError(ProjectionSnapshotError, InputError):
+    """``--partitions`` names a partition the projection's topic does not have, or the projection has not
+    recorded its topic's partition count yet (no projector ran on it)."""
+
+    code = "projection_snapshot_partitions"

@@ -33,12 +33,13 @@ Q_INVALID = "record_invalid"
 Q_MISPLACED = "record_misplaced"
 Q_CHAIN = "chain_rejected"
 
-_TURN_KEY_DOMAIN = b"throughline.turnid.v1\x00"
+#: The domain of a turn key (``turn_key``): the store recomputes keys in SQL with it (``store.cut_files``).
+TURN_KEY_DOMAIN = b"throughline.turnid.v1\x00"
 
 
 def turn_key(source_sha256: bytes, turn_id: str) -> bytes:
     """The 128-bit key of one (source, turn id) pair in ``turn_ids``."""
-    return hashlib.sha256(_TURN_KEY_DOMAIN + source_sha256 + turn_id.encode("utf-8")).digest()[:16]
+    return hashlib.sha256(TURN_KEY_DOMAIN + source_sha256 + turn_id.encode("utf-8")).digest()[:16]
 
 
 class RecordLike(Protocol):

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 PARTIAL_SUFFIX = ".replay-partial"
 
 
-def _target_problem(path: Path) -> str | None:
+def target_problem(path: Path) -> str | None:
+    """Why ``path`` cannot receive a new projection (a directory, a file with data, a WAL of one), or ``None``."""
     if path.is_dir():
         return f"{path} is a directory"
     if path.exists() and path.stat().st_size > 0:
@@ -61,7 +62,7 @@ def replay(
     file is removed then.
     """
     path = Path(db)
-    problem = _target_problem(path)
+    problem = target_problem(path)
     if problem is not None:
         raise ReplayTargetError(problem)
     partial = path.with_name(path.name + PARTIAL_SUFFIX)
@@ -78,7 +79,7 @@ def replay(
             projection.checkpoint()
         finally:
             projection.close()
-        problem = _target_problem(path)  # someone may have created it meanwhile
+        problem = target_problem(path)  # someone may have created it meanwhile
         if problem is not None:
             raise ReplayTargetError(problem)
         os.replace(partial, path)
@@ -87,7 +88,7 @@ def replay(
         return summary
     finally:
         if not done:
-            _remove_db_files(partial)
+            remove_db_files(partial)
 
 
 def _remove_leftover(partial: Path) -> None:
@@ -102,10 +103,11 @@ def _remove_leftover(partial: Path) -> None:
             "removing %s, left by an earlier replay that did not finish: a replay always starts from an empty file",
             " and ".join(found),
         )
-    _remove_db_files(partial)
+    remove_db_files(partial)
 
 
-def _remove_db_files(path: Path) -> None:
+def remove_db_files(path: Path) -> None:
+    """Remove a projection file and its WAL (either may be missing)."""
     for p in (path, wal_path(path)):
         try:
             p.unlink()

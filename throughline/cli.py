@@ -32,6 +32,7 @@ _COMMAND_MODULES = (
     "throughline.commands.read",
     "throughline.commands.token",
     "throughline.commands.serve",
+    "throughline.commands.snapshot",
 )
 
 

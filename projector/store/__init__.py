@@ -16,6 +16,8 @@ The only package that imports duckdb (and pyarrow). Its modules, one concern eac
 - ``files``: opening a file (one writer a process, typed open errors); ``durability``: commits without
   an ``fsync``, checkpoints with one (what survives a process crash and what a power loss);
 - ``snapshots``: read snapshots of a file; ``statements``: statements parsed once per text;
+- ``cut_files``: a projection snapshot's tables written to Parquet in one read transaction, and loaded
+  into a new file (not a read snapshot: a consistent cut of the file, docs/operations.md);
 - ``placements``: where the projection last placed a turn id (the fold's look-up);
 - ``stored_keys``: ``StoredTurnKeys``, the turn keys a file may hold, in memory for the staged fold.
 

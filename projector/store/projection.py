@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from throughline.core.layers import Layer, LayeredView
 from throughline.core.ports import ProjectionView
@@ -27,6 +27,9 @@ from throughline.projector.store.snapshots import quiet_view, snapshot_view
 from throughline.projector.store.staging import Stager, agrees
 from throughline.projector.store.values import BatchSummary, ProjectionStats, QuarantineListing
 from throughline.projector.store.view import DuckView, Overtaken
+
+if TYPE_CHECKING:
+    from throughline.projector.cut_manifest import CutManifest
 
 #: The memory bound the projector's own process uses (``throughline project`` and ``replay``): DuckDB's
 #: buffer cache (blocks it wrote or read) stays within this many bytes beyond what its ART indexes hold.
@@ -378,3 +381,10 @@ class DuckProjection:
     def unstage(self) -> None:
         """Drop every staged layer (their commit failed): reads see the committed projection only."""
         self._reads.drop()
+
+    # ------------------------------------------------------------------ projection snapshots
+
+    def export_cut(self, out_dir: Path, partitions: Sequence[int] | None = None) -> CutManifest:
+        """Write a projection snapshot of ``partitions`` (``None``: all) into the empty directory ``out_dir``
+        (``projection_file.ProjectionFile.export_cut``)."""
+        return self._file.export_cut(out_dir, partitions)

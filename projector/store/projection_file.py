@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
@@ -43,6 +43,9 @@ from throughline.projector.store.state import PartitionCounters, SourceState, re
 from throughline.projector.store.transaction import ApplyTransaction
 from throughline.projector.store.values import BatchSummary, ProjectionStats, QuarantineListing
 from throughline.projector.store.view import snapshot_version
+
+if TYPE_CHECKING:
+    from throughline.projector.cut_manifest import CutManifest
 
 DEFAULT_SOURCE_CACHE = 100_000
 _MEMORY_CHECK_EVERY = 16  # commits between two looks at the ART indexes' size
@@ -331,6 +334,15 @@ class ProjectionFile:
     def table_rows(self, table: str) -> list[dict[str, Any]]:
         """Every row of one table in its total order (``DuckProjection.table_rows``)."""
         return table_rows(self._con, table)
+
+    def export_cut(self, out_dir: Path, partitions: Sequence[int] | None = None) -> CutManifest:
+        """Write a projection snapshot of ``partitions`` (``None``: all) into the empty directory ``out_dir``
+        and return its manifest: one read transaction on a pooled cursor, so the rows and applied offsets
+        are those of one commit and the writer is never held up (``cut_files``)."""
+        from throughline.projector.store.cut_files import write_cut
+
+        with self.cursors.borrowed() as cur:
+            return write_cut(cur, out_dir, partitions)
 
     # ------------------------------------------------------------------ the write
 

@@ -161,6 +161,14 @@ def register(subparsers: Any) -> None:
         metavar="K",
         help=f"with --group: members that hold each partition (default 2 with two or more members; env {ENV_COPIES})",
     )
+    p.add_argument(
+        "--bootstrap-from",
+        default=None,
+        metavar="URL",
+        help="when --db does not exist yet: build it from the projection snapshot of the serve at URL "
+        "(GET URL/v1/admin/snapshot), then catch up from its offsets; a snapshot refused is logged and the "
+        "log is replayed from offset 0 instead (docs/scale-out.md)",
+    )
     add_security_options(p)
     p.add_argument("--log-level", choices=_LEVELS, default="warning", help="log level on stderr (default warning)")
     p.add_argument("--access-log", action="store_true", help="log every request on stderr")
@@ -212,12 +220,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         token_keys=args.token_keys,
         token_audience=args.token_audience,
         tls=tls,
+        bootstrap_from=_bootstrap_url(args.bootstrap_from),
     )
     return run_service(settings, options, announce=_announce)
 
 
 def _announce(url: str) -> None:
     print(url, flush=True)
+
+
+def _bootstrap_url(url: str | None) -> str | None:
+    """``--bootstrap-from``, checked before anything binds (``invalid_bootstrap_url``, exit 2)."""
+    if url is None:
+        return None
+    from throughline.serve.cut_api import snapshot_url
+
+    snapshot_url(url)
+    return url
 
 
 def _group_spec(args: argparse.Namespace) -> GroupSpec | None:

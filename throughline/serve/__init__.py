@@ -18,6 +18,7 @@ Its modules, one concern each:
 - ``group``: the read side of a ``serve --group`` member; ``forward``: a read passed on to its member;
 - ``client``: ``HttpReader``, the library's reader over HTTP (a ``PageReader`` for the Observer);
 - ``transport``: one HTTP request to a server, and the same request along a group's members;
+- ``cut_api``: projection snapshots over HTTP (``GET /v1/admin/snapshot``, ``serve --bootstrap-from``);
 - ``remote_status``: the readiness of running servers as ``throughline status --url`` shows it;
 - ``exceptions``: errors of the server and of its client.
 

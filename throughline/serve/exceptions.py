@@ -239,3 +239,20 @@ class TlsHostnameError(TlsVerifyError):
     """The server's certificate does not name the host of the URL."""
 
     code = "tls_hostname_mismatch"
+
+
+# -- projection snapshots
+
+
+class SnapshotFetchError(ServeError):
+    """``serve --bootstrap-from URL`` could not fetch a projection snapshot: the peer is unreachable, answered
+    an error, or cut its answer short. ``serve`` then catches up from the log instead."""
+
+    code = "snapshot_fetch_failed"
+    retriable = True
+
+
+class InvalidBootstrapUrlError(ConfigurationError):
+    """``--bootstrap-from`` is not an http(s) URL."""
+
+    code = "invalid_bootstrap_url"

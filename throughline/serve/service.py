@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -39,6 +40,7 @@ from throughline.errors import ThroughlineError
 from throughline.runtime import StopOnSignals
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
 from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
+from throughline.serve.auth import BearerAuth
 from throughline.serve.exceptions import BindFailedError, ProjectorFailedError
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
@@ -93,6 +95,7 @@ class ServeOptions:
     token_keys: str | None = None  # ``--token-keys``: scoped tokens' verification keys (docs/security.md)
     token_audience: str = DEFAULT_AUDIENCE
     tls: TlsOptions | None = None  # ``--tls-cert``/``--tls-key``: HTTPS
+    bootstrap_from: str | None = None  # ``--bootstrap-from``: a new file starts from a peer's projection snapshot
 
 
 class ProjectorThread:
@@ -305,6 +308,18 @@ def run_service(
                 replication_factor=options.replication_factor,
                 min_insync_replicas=options.min_insync_replicas,
             )
+        if options.bootstrap_from is not None:
+            from throughline.serve.cut_api import bootstrap_from, bootstrap_token
+
+            bootstrap_from(
+                options.bootstrap_from,
+                Path(settings.db),
+                bootstrap_servers=servers,
+                topic=settings.topic,
+                kafka_config=kafka_config,
+                token=bootstrap_token(options.api.auth_token),
+                context=peers,
+            )
         projection = DuckProjection.open(
             settings.db, read_only=not options.projector, topic=settings.topic, sync_commits=options.sync_commits
         )
@@ -356,6 +371,7 @@ def run_service(
                 on_exit=request_stop,
             )
             state = projector
+        verified = VerifiedTokens(ring, options.token_audience) if ring is not None else None
         app = create_app(
             projection=projection,
             log=log,
@@ -366,8 +382,11 @@ def run_service(
             stopping=stopping,
             router=router,
             replication=TopicWatch(servers, settings.topic, kafka_config=kafka_config).describe,
-            tokens=VerifiedTokens(ring, options.token_audience) if ring is not None else None,
+            tokens=verified,
         )
+        from throughline.serve.cut_api import install_cut_route
+
+        install_cut_route(app, projection, BearerAuth(options.api.auth_token, verified))
         config = uvicorn.Config(
             app,
             lifespan="on",
