@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "throughline.projector.cli",
     "throughline.reader.cli",
     "throughline.serve.cli",
+    "throughline.commands.backup",
 )
 
 
