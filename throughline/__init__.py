@@ -5,6 +5,8 @@ Its modules and subpackages, one concern each:
 - ``core``: the pure core (turns, chains, cursors, page tokens, the fold) and its ports;
 - ``log``: the Kafka edge shared by producers, projector and reader;
 - ``serve``: ``throughline serve``, the projector and the HTTP read API in one process;
+- ``backup``: log backups outside Kafka (``throughline export`` and ``import``);
+- ``commands``: the console script's subcommand modules;
 - ``testing``: test support (a real Kafka broker, throughline in a container, the host adapters' kit);
 - ``cli``: the ``throughline`` console script, one subcommand per job;
 - ``errors``: the root of every error throughline raises;

@@ -1,5 +1,7 @@
 """Log backups outside Kafka: a topic's committed records in Avro files, and back into a new topic.
 
+Its modules, one concern each:
+
 - ``files``: the data files (Avro object container files of ``schemas/log_backup_record.v1.avsc``),
   written block by block, and a torn last block found and cut off after a crash;
 - ``manifest``: ``manifest.json``, what the folder holds (ranges, files, SHA-256) and where an export resumes;

@@ -34,8 +34,11 @@ from throughline.log.record_copy import StoredRecord
 
 #: The backup record schema's family and version (the ``.avsc`` file's name without its suffix).
 SCHEMA_NAME = "log_backup_record.v1"
-#: The Avro codec of the data files (Avro's own name).
+#: The Avro codec of the data files (Avro's own name), and its level: deflate's fastest, which keeps
+#: transcript-shaped records in ~0.35x their bytes at ~17k records/s on one core, where level 6 keeps
+#: ~0.30x at ~3k records/s (measured with fastavro 1.13 on the 2-core machine; snappy: ~0.43x at ~27k/s).
 CODEC = "deflate"
+CODEC_LEVEL = 1
 #: Uncompressed bytes of records per Avro block: a crash loses at most one block's records on disk,
 #: which the next run exports again.
 BLOCK_BYTES = 1024 * 1024
@@ -132,6 +135,7 @@ class SegmentWriter:
             self._file,
             PARSED_SCHEMA,
             codec=CODEC,
+            compression_level=CODEC_LEVEL,
             sync_interval=BLOCK_BYTES,
             metadata={META_SCHEMA: SCHEMA_NAME, META_TOPIC: topic, META_PARTITION: str(partition)},
         )

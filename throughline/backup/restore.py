@@ -30,8 +30,8 @@ from typing import Any
 from throughline.backup.exceptions import (
     BackupDamagedError,
     BackupIncompleteError,
-    ImportTargetMismatchError,
     ImportRecordUnsupportedError,
+    ImportTargetMismatchError,
     ImportTargetNotEmptyError,
 )
 from throughline.backup.files import read_file

@@ -1,1 +1,1 @@
-"""The console script's subcommands, one module per group of commands (each has ``register(subparsers)``)."""
+"""The console script's subcommands. Modules: ``backup`` (``export``, ``import``)."""
