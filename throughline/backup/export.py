@@ -37,8 +37,8 @@ from throughline.backup.manifest import (
     unlisted_files,
 )
 from throughline.backup.progress import CopyProgress, PartitionProgress
+from throughline.errors import InvalidArgumentsError
 from throughline.log import KafkaClientConfig, KafkaLog, bootstrap_list, describe_topic
-from throughline.log.exceptions import UnknownPartitionError
 from throughline.log.record_copy import RecordSource
 
 #: A data file is finished (and listed) once it holds this many bytes; the next records go to a new one.
@@ -86,7 +86,7 @@ def chosen_partitions(wanted: Sequence[int] | None, count: int, topic: str) -> l
         return list(range(count))
     for p in wanted:
         if not 0 <= p < count:
-            raise UnknownPartitionError(f"partition {p} is not one of topic {topic!r}'s {count} partitions")
+            raise InvalidArgumentsError(f"partition {p} is not one of topic {topic!r}'s {count} partitions")
     return sorted(set(wanted))
 
 
