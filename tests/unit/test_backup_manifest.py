@@ -149,3 +149,24 @@ def test_a_log_shorter_than_the_backup_is_another_log(tmp_path: Path) -> None:
     manifest = _manifest(tmp_path)
     with pytest.raises(BackupTopicMismatchError):
         _resume_points(tmp_path, manifest, [0], {0: 0}, {0: 15})
+
+
+def test_an_import_chooses_complete_partitions_the_backup_holds(tmp_path: Path) -> None:
+    from throughline.backup.exceptions import BackupIncompleteError
+    from throughline.backup.export import chosen_partitions
+    from throughline.backup.restore import _chosen
+    from throughline.errors import InvalidArgumentsError
+
+    manifest = _manifest(tmp_path)
+    stopped = replace(manifest, partitions={**manifest.partitions, 1: PartitionEntry(0, 5, 9)})
+    assert _chosen(manifest, None, False) == [0]
+    with pytest.raises(BackupIncompleteError, match=r"\[1\]"):
+        _chosen(stopped, None, False)
+    assert _chosen(stopped, None, True) == [0, 1]
+    assert _chosen(stopped, [0, 0], False) == [0]
+    with pytest.raises(InvalidArgumentsError):
+        _chosen(manifest, [1], False)
+    assert chosen_partitions(None, 3, "t") == [0, 1, 2]
+    assert chosen_partitions([2, 0, 2], 3, "t") == [0, 2]
+    with pytest.raises(InvalidArgumentsError):
+        chosen_partitions([3], 3, "t")
