@@ -241,3 +241,34 @@ def test_aborted_transactions_stay_out_and_offsets_keep_their_gaps(
     assert restored["records"] == 6
     copied = _raw_records(kafka_bootstrap, f"{topic}-copy")[0]
     assert [r[0] for r in copied] == list(range(6)) and [r[4] for r in copied] == [r.value for r in records]
+
+
+def test_an_export_stops_at_the_end_offsets_taken_at_its_start(
+    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+) -> None:
+    topic = kafka_topic_name
+    create_topic(kafka_bootstrap, topic, partitions=2, configs=LOSSLESS)
+    produce_all(kafka_bootstrap, topic, 2, history(random.Random(8), 200, projects=3))
+    before = _raw_records(kafka_bootstrap, topic)
+    later = Producer(kafka_bootstrap, topic, 2)
+
+    def append_meanwhile(update: Any) -> None:
+        if not getattr(append_meanwhile, "done", False):
+            append_meanwhile.done = True  # type: ignore[attr-defined]
+            for p in range(2):
+                for i in range(50):
+                    later.send_raw(p, b"late", b"appended after the export took its end offsets %d" % i)
+
+    from throughline.backup import export_log
+
+    backup = tmp_path / "backup"
+    first = export_log(kafka_bootstrap, topic, backup, progress=append_meanwhile)
+    later.close()
+    assert first.complete and first.end_offsets == {p: len(before[p]) for p in range(2)}
+    manifest = load_manifest(backup)
+    assert manifest is not None
+    for p in range(2):
+        values = [r.value for f in manifest.partitions[p].files for r in read_file(backup / f.name)]
+        assert values == [r[4] for r in before[p]]  # none of the late records
+    second = export_log(kafka_bootstrap, topic, backup)
+    assert second.records == {0: 50, 1: 50}

@@ -164,7 +164,12 @@ def export_log(
     save_manifest(root, manifest)
     run = _ExportRun(root, topic, manifest, chosen, file_bytes)
     try:
-        run.copy(servers, kafka_config, timeout, stall_timeout, progress, stop, started)
+        if run.active:
+            source = RecordSource(servers, topic, run.active, timeout=timeout, kafka_config=kafka_config)
+            try:
+                run.copy(source, stall_timeout, progress, stop, started)
+            finally:
+                source.close()
     finally:
         run.close()
     return ExportSummary(
@@ -195,49 +200,47 @@ class _ExportRun:
         self.writers: dict[int, SegmentWriter] = {}
         self.files = 0
 
+    @property
+    def active(self) -> list[int]:
+        """The partitions below their bound."""
+        return [p for p in self.position if self.position[p] < self.end[p]]
+
     def copy(
         self,
-        servers: list[str],
-        kafka_config: KafkaClientConfig | None,
-        timeout: float,
+        source: RecordSource,
         stall_timeout: float,
         progress: Callable[[CopyProgress], None] | None,
         stop: threading.Event | None,
         started: float,
     ) -> None:
-        active = [p for p in self.position if self.position[p] < self.end[p]]
-        if not active:
-            return
-        source = RecordSource(servers, self.topic, active, timeout=timeout, kafka_config=kafka_config)
-        try:
-            for p in active:
-                source.seek(p, self.position[p])
-            last_read = time.monotonic()
-            while active and not (stop is not None and stop.is_set()):
-                polled = source.read(POLL_SECONDS, POLL_RECORDS)
-                for p, records in polled.items():
-                    self._write(p, [r for r in records if r.offset < self.end[p]])
-                moved = False
-                for p in list(active):
-                    at = max(self.position[p], min(source.position(p), self.end[p]))
-                    moved = moved or at != self.position[p]
-                    self.position[p] = at
-                    if at >= self.end[p]:
-                        self._finish(p, complete=True)
-                        source.pause(p)
-                        active.remove(p)
-                now = time.monotonic()
-                if moved or polled:
-                    last_read = now
-                elif now - last_read > stall_timeout:
-                    raise ExportStalledError(
-                        f"nothing read for {stall_timeout:g}s on partitions {active} before their end offsets; "
-                        "what was written is kept: run the export again to resume"
-                    )
-                if progress is not None:
-                    progress(self.snapshot(now - started))
-        finally:
-            source.close()
+        """Copy every active partition from ``source`` (assigned those partitions) up to its bound."""
+        active = self.active
+        for p in active:
+            source.seek(p, self.position[p])
+        last_read = time.monotonic()
+        while active and not (stop is not None and stop.is_set()):
+            polled = source.read(POLL_SECONDS, POLL_RECORDS)
+            for p, records in polled.items():
+                self._write(p, [r for r in records if r.offset < self.end[p]])
+            moved = False
+            for p in list(active):
+                at = max(self.position[p], min(source.position(p), self.end[p]))
+                moved = moved or at != self.position[p]
+                self.position[p] = at
+                if at >= self.end[p]:
+                    self._finish(p, complete=True)
+                    source.pause(p)
+                    active.remove(p)
+            now = time.monotonic()
+            if moved or polled:
+                last_read = now
+            elif now - last_read > stall_timeout:
+                raise ExportStalledError(
+                    f"nothing read for {stall_timeout:g}s on partitions {active} before their end offsets; "
+                    "what was written is kept: run the export again to resume"
+                )
+            if progress is not None:
+                progress(self.snapshot(now - started))
 
     def snapshot(self, elapsed: float) -> CopyProgress:
         """The progress of every partition now."""
