@@ -5,7 +5,7 @@ Its modules and subpackages, one concern each:
 - ``core``: the pure core (turns, chains, cursors, page tokens, the fold) and its ports;
 - ``log``: the Kafka edge shared by producers, projector and reader;
 - ``serve``: ``throughline serve``, the projector and the HTTP read API in one process;
-- ``commands``: subcommands in a module each (projection snapshots so far);
+- ``backup``: log backups outside Kafka (``throughline export`` and ``import``);
 - ``testing``: test support (a real Kafka broker, throughline in a container, the host adapters' kit);
 - ``commands``: the ``throughline`` subcommands (parse, call the engine, print, exit codes);
 - ``cli``: the ``throughline`` console script, built from ``commands``;

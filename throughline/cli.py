@@ -33,6 +33,7 @@ _COMMAND_MODULES = (
     "throughline.commands.token",
     "throughline.commands.serve",
     "throughline.commands.snapshot",
+    "throughline.commands.backup",
 )
 
 

@@ -31,6 +31,7 @@ ERROR_MODULES = (
     "throughline.projector.exceptions",
     "throughline.reader.exceptions",
     "throughline.serve.exceptions",
+    "throughline.backup.exceptions",
 )
 #: The top-level folders of a checkout that install as ``throughline.<name>`` (pyproject's package-dir).
 _CHECKOUT_PACKAGES = ("producers", "projector", "reader", "schemas")

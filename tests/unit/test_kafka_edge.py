@@ -72,6 +72,10 @@ CONNECTING = {
     "describe_topic",
     "PartitionConsumer",
     "GroupConsumer",
+    "RecordSource",
+    "RecordSink",
+    "export_log",
+    "import_backup",
 }
 
 

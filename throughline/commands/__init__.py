@@ -17,6 +17,7 @@ Its modules, one command group each:
 - ``read``: ``throughline read`` and ``throughline observe``, pages for an auditor;
 - ``token``: ``throughline token keygen|issue``, signing keys and scoped read tokens;
 - ``serve``: ``throughline serve``, the projector and the HTTP read API in one process;
+- ``backup``: ``throughline export`` and ``throughline import``, log backups outside Kafka;
 - ``snapshot``: ``throughline snapshot`` and ``load-snapshot``, projection snapshots of a file;
 - ``options``: the options the commands share (connection, remote, counts, seconds) and ``settings_from``.
 """

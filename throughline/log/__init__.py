@@ -19,6 +19,7 @@ Its modules, one concern each:
 - ``consumer``: ``PartitionConsumer``, the projector's fetching consumer;
 - ``fetch``: kafka-python's consumer with throughline's record reader in its fetcher;
 - ``record_batch``: Kafka record batches (format v2) read straight into plain tuples;
+- ``record_copy``: records read out whole (timestamps, headers) and written back, for log backups;
 - ``group``: a member of a ``serve --group`` (the classic group protocol, throughline's assignor);
 - ``exceptions``: the errors of the Kafka edge.
 """

@@ -93,10 +93,12 @@ class FetchingConsumer:
         timeout: float,
         fetch: FetchSettings,
         kafka_config: KafkaClientConfig | None,
+        record_reader: bool = True,
         **tuning: Any,
     ) -> None:
         """Connect (bounded by ``timeout`` seconds, which also bounds each request); ``tuning``: the
-        subclass's own kafka-python settings (its group)."""
+        subclass's own kafka-python settings (its group). ``record_reader=False`` keeps kafka-python's
+        own ``ConsumerRecord``s (with timestamps and headers, which throughline's reader skips)."""
         self._errors = KafkaErrors(servers, kafka_config)
         self._consumer = clients.consumer(
             servers,
@@ -107,7 +109,7 @@ class FetchingConsumer:
             **fetch.kafka_settings(timeout),
         )
         #: Whether polls return ``FetchedRecord``s (else kafka-python's ``ConsumerRecord``s, same fields).
-        self.record_reader = use_record_reader(self._consumer)
+        self.record_reader = record_reader and use_record_reader(self._consumer)
         #: Whether the metadata refreshes follow ``RETRY_BACKOFF_MS`` (else kafka-python's 100 ms).
         self.prompt_metadata = prompt_metadata(self._consumer)
 
