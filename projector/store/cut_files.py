@@ -195,3 +195,82 @@ def load_cut(path: Path, cut_dir: Path, manifest: CutManifest) -> None:
         cur.close()
     finally:
         con.close()
+
+
+def load_cut_partitions(
+    cur: duckdb.DuckDBPyConnection, cut_dir: Path, manifest: CutManifest
+) -> dict[int, tuple[int, ...]]:
+    """Insert the verified snapshot of ``cut_dir`` into an existing projection file that holds none of its
+    partitions: every table's rows and the partitions' ``applied_offsets`` rows in ONE transaction on
+    ``cur`` (the writer's cursor), so a crash leaves the file with all of it or none of it. Returns the
+    loaded ``applied_offsets`` counters per partition (``COUNTERS`` order).
+
+    ``SnapshotLogMismatchError`` when the file is of another topic, topic id or partition count;
+    ``SnapshotTargetError`` when the file already holds rows or an applied offset of one of the
+    partitions (nothing is merged); ``SnapshotDamagedError`` when a file does not read as its table, holds
+    another number of rows than the manifest says, or collides with a row the file holds."""
+    from throughline.projector.exceptions import SnapshotLogMismatchError, SnapshotTargetError
+
+    chosen = list(manifest.partitions)
+    cur.execute("BEGIN TRANSACTION")
+    try:
+        meta = dict(cur.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("topic") not in (None, manifest.topic):
+            raise SnapshotLogMismatchError(f"a snapshot of topic {manifest.topic!r}, the file is of {meta['topic']!r}")
+        known_id = meta.get("topic_id")
+        if known_id is not None and manifest.topic_id is not None and known_id != manifest.topic_id:
+            raise SnapshotLogMismatchError(
+                f"a snapshot of topic id {manifest.topic_id}, the file was built from topic id {known_id}"
+            )
+        count = meta.get("partitions")
+        if count is not None and int(count) != manifest.partition_count:
+            raise SnapshotLogMismatchError(
+                f"a snapshot of {manifest.partition_count} partitions, the file's topic has {count}"
+            )
+        for table in ("applied_offsets", "turns", "superseded_turns", "quarantine", "repairs"):
+            held = cur.execute(
+                f"SELECT DISTINCT log_partition FROM {table} WHERE list_contains(?, log_partition)",  # noqa: S608
+                [chosen],
+            ).fetchall()
+            if held:
+                raise SnapshotTargetError(
+                    f"the file already holds {table} rows of partitions {sorted(int(r[0]) for r in held)}: "
+                    "a snapshot is loaded only into partitions a file holds nothing of"
+                )
+        for table in CUT_TABLES:
+            source = str(cut_dir / table_file(table))
+            try:
+                inserted = cur.execute(
+                    f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)",  # noqa: S608 - a constant name
+                    [source],
+                ).fetchall()
+            except duckdb.Error as exc:
+                raise SnapshotDamagedError(f"the snapshot's {table_file(table)} does not load here: {exc}") from None
+            got = int(inserted[0][0]) if inserted else 0
+            if got != manifest.tables[table].rows:
+                raise SnapshotDamagedError(
+                    f"the snapshot's {table_file(table)} holds {got} rows, the manifest says "
+                    f"{manifest.tables[table].rows}"
+                )
+        loaded = {
+            int(r[0]): tuple(int(v) for v in r[1:])
+            for r in cur.execute(
+                "SELECT log_partition, next_offset, records, appended, rewinds, duplicates, quarantined "
+                "FROM applied_offsets WHERE topic = ? AND list_contains(?, log_partition)",
+                [manifest.topic, chosen],
+            ).fetchall()
+        }
+        expected = {p: tuple(int(row[n]) for n in COUNTERS) for p, row in manifest.offsets.items()}
+        if loaded != expected or manifest.tables["applied_offsets"].rows != len(expected):
+            raise SnapshotDamagedError("the snapshot's applied_offsets rows are not the manifest's offsets")
+        values = {"topic": manifest.topic, "partitions": str(manifest.partition_count)}
+        if manifest.topic_id is not None and known_id is None:
+            values["topic_id"] = manifest.topic_id
+        for key, value in values.items():
+            cur.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+        cur.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            cur.execute("ROLLBACK")
+        raise
+    return loaded
