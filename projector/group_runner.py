@@ -69,7 +69,8 @@ class GroupProjector(Projector):
         ``on_change(view)`` hears every generation (on kafka-python's IO thread, inside a poll);
         ``on_leave()`` hears that the member holds nothing any more: dropped from the group, or this run
         ending (for whatever reason). ``peer_cuts``: how to fetch a peer's projection snapshot; with it, a
-        gained partition this file holds nothing of is loaded from a holder's snapshot first
+        gained partition this file holds nothing of (or is ``member_boot.FAR_BEHIND`` behind on) is loaded
+        from a holder's snapshot first
         (``member_boot``). Raises what ``Projector.run`` raises; on return the member has
         left the group (the others rebalance).
         """
@@ -132,7 +133,8 @@ class GroupProjector(Projector):
     _seen_held: frozenset[int] = frozenset()
 
     def _boot_gained(self, consumer: GroupConsumer, gained: frozenset[int], polled: dict[int, list[Any]]) -> None:
-        """Load each gained partition the file holds nothing of from a holder's snapshot (``member_boot``);
+        """Load each gained partition the file holds nothing of, or is far behind on, from a holder's
+        snapshot (``member_boot``);
         a loaded one's polled records (fetched from 0) are dropped and it is fetched from the snapshot's
         offset. On this thread, the only writer, before anything of the partition is applied."""
         assert self._boot is not None
@@ -153,7 +155,7 @@ class GroupProjector(Projector):
             # asked, this generation's holders first (one that held it before has its rows).
             named = [*view.owner_map.urls(p), *(m.url for m in view.owner_map.members)]
             holders = list(dict.fromkeys(u.rstrip("/") for u in named if u.rstrip("/") != own))
-            offset = boot_partition(self._projection, p, holders, fetch, facts, end)
+            offset = boot_partition(self._projection, p, holders, fetch, facts, end, applied.get(p, 0))
             if offset is not None:
                 polled.pop(p, None)
                 consumer.seek(p, offset)

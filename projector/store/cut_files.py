@@ -53,6 +53,14 @@ WHOLE: dict[str, str] = {
     "quarantine": "SELECT * FROM quarantine",
     "repairs": "SELECT * FROM repairs",
 }
+#: The ``turn_ids`` keys of the chosen partitions' live and superseded turns (``$1``: the partitions,
+#: ``$2``: ``TURN_KEY_DOMAIN``).
+_CHOSEN_TURN_KEYS = (
+    "SELECT unhex(left(sha256($2 || source_sha256 || encode(turn_id)), 32)) FROM turns "
+    "WHERE list_contains($1, log_partition) UNION ALL "
+    "SELECT unhex(left(sha256($2 || source_sha256 || encode(turn_id)), 32)) FROM superseded_turns "
+    "WHERE list_contains($1, log_partition)"
+)
 #: The same for chosen partitions (``$1``: their list). A row's partition is its ``log_partition`` where
 #: it has one (every record of a project sits on its project's partition: a misplaced one is only a
 #: quarantine row, on the partition it sat on); ``sources`` and ``project_heads`` have the project hash
@@ -65,11 +73,7 @@ PARTIAL: dict[str, str] = {
     "project_heads": "SELECT * FROM project_heads WHERE project_sha256 IN (SELECT project_sha256 FROM cut_projects)",
     "turns": "SELECT * FROM turns WHERE list_contains($1, log_partition)",
     "superseded_turns": "SELECT * FROM superseded_turns WHERE list_contains($1, log_partition)",
-    "turn_ids": "SELECT * FROM turn_ids WHERE turn_key IN ("
-    "SELECT unhex(left(sha256($2 || source_sha256 || encode(turn_id)), 32)) FROM turns "
-    "WHERE list_contains($1, log_partition) UNION ALL "
-    "SELECT unhex(left(sha256($2 || source_sha256 || encode(turn_id)), 32)) FROM superseded_turns "
-    "WHERE list_contains($1, log_partition))",
+    "turn_ids": f"SELECT * FROM turn_ids WHERE turn_key IN ({_CHOSEN_TURN_KEYS})",  # noqa: S608 - constant SQL
     "quarantine": "SELECT * FROM quarantine WHERE list_contains($1, log_partition)",
     "repairs": "SELECT * FROM repairs WHERE list_contains($1, log_partition)",
 }
@@ -198,7 +202,7 @@ def load_cut(path: Path, cut_dir: Path, manifest: CutManifest) -> None:
 
 
 def load_cut_partitions(
-    cur: duckdb.DuckDBPyConnection, cut_dir: Path, manifest: CutManifest
+    cur: duckdb.DuckDBPyConnection, cut_dir: Path, manifest: CutManifest, *, replace: bool = False
 ) -> dict[int, tuple[int, ...]]:
     """Insert the verified snapshot of ``cut_dir`` into an existing projection file that holds none of its
     partitions: every table's rows and the partitions' ``applied_offsets`` rows in ONE transaction on
@@ -208,7 +212,12 @@ def load_cut_partitions(
     ``SnapshotLogMismatchError`` when the file is of another topic, topic id or partition count;
     ``SnapshotTargetError`` when the file already holds rows or an applied offset of one of the
     partitions (nothing is merged); ``SnapshotDamagedError`` when a file does not read as its table, holds
-    another number of rows than the manifest says, or collides with a row the file holds."""
+    another number of rows than the manifest says, or collides with a row the file holds.
+
+    ``replace``: the file may hold rows of the partitions when its applied offset on each is below the
+    snapshot's (else ``SnapshotTargetError``); those rows are deleted in the same transaction first (the
+    rows a cut of those partitions would hold: ``PARTIAL``'s predicates), so the file holds exactly the
+    snapshot's state of them."""
     from throughline.projector.exceptions import SnapshotLogMismatchError, SnapshotTargetError
 
     chosen = list(manifest.partitions)
@@ -227,6 +236,8 @@ def load_cut_partitions(
             raise SnapshotLogMismatchError(
                 f"a snapshot of {manifest.partition_count} partitions, the file's topic has {count}"
             )
+        if replace:
+            _delete_partitions(cur, manifest)
         for table in ("applied_offsets", "turns", "superseded_turns", "quarantine", "repairs"):
             held = cur.execute(
                 f"SELECT DISTINCT log_partition FROM {table} WHERE list_contains(?, log_partition)",  # noqa: S608
@@ -274,3 +285,36 @@ def load_cut_partitions(
             cur.execute("ROLLBACK")
         raise
     return loaded
+
+
+def _delete_partitions(cur: duckdb.DuckDBPyConnection, manifest: CutManifest) -> None:
+    """Inside the caller's transaction: delete every row of the snapshot's partitions, once each is
+    below the snapshot's offset (``SnapshotTargetError`` for one that is not: nothing goes backwards)."""
+    from throughline.projector.exceptions import SnapshotTargetError
+
+    chosen = list(manifest.partitions)
+    wanted = manifest.next_offsets()
+    for r in cur.execute(
+        "SELECT log_partition, next_offset FROM applied_offsets WHERE list_contains(?, log_partition)", [chosen]
+    ).fetchall():
+        if int(r[1]) >= wanted.get(int(r[0]), 0):
+            raise SnapshotTargetError(
+                f"the file applied partition {int(r[0])} to offset {int(r[1])}, the snapshot only to "
+                f"{wanted.get(int(r[0]), 0)}: it is not behind, nothing is replaced"
+            )
+    _register_projects(cur, chosen, manifest.partition_count)
+    try:
+        # turn_ids first: its keys are found through the turns about to be deleted.
+        cur.execute(
+            f"DELETE FROM turn_ids WHERE turn_key IN ({_CHOSEN_TURN_KEYS})",  # noqa: S608 - constant SQL
+            [chosen, TURN_KEY_DOMAIN],
+        )
+        for table in ("sources", "project_heads"):
+            cur.execute(
+                f"DELETE FROM {table} WHERE project_sha256 IN (SELECT project_sha256 FROM cut_projects)"  # noqa: S608
+            )
+        for table in ("turns", "superseded_turns", "quarantine", "repairs", "applied_offsets"):
+            cur.execute(f"DELETE FROM {table} WHERE list_contains($1, log_partition)", [chosen])  # noqa: S608
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            cur.unregister("cut_projects")

@@ -391,8 +391,9 @@ class DuckProjection:
         (``projection_file.ProjectionFile.export_cut``)."""
         return self._file.export_cut(out_dir, partitions)
 
-    def load_cut_partitions(self, cut_dir: Path, manifest: CutManifest) -> dict[int, int]:
-        """Load a verified projection snapshot of partitions this file holds nothing of into it (one
+    def load_cut_partitions(self, cut_dir: Path, manifest: CutManifest, *, replace: bool = False) -> dict[int, int]:
+        """Load a verified projection snapshot of partitions this file holds nothing of (``replace``: or is
+        behind the snapshot on, their rows replaced) into it (one
         transaction, ``ProjectionFile.load_cut_partitions``) and publish the loaded applied offsets to the
         read state, so waiters wake; returns them. Call it on the writer's thread, between two writes.
 
@@ -402,4 +403,4 @@ class DuckProjection:
         member, the one caller, does not stage)."""
         with self._reads.cond:
             self._staging.off = True
-        return self._file.load_cut_partitions(cut_dir, manifest, self)
+        return self._file.load_cut_partitions(cut_dir, manifest, self, replace=replace)

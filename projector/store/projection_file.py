@@ -346,9 +346,12 @@ class ProjectionFile:
         with self.cursors.borrowed() as cur:
             return write_cut(cur, out_dir, partitions)
 
-    def load_cut_partitions(self, cut_dir: Path, manifest: CutManifest, listener: CommitListener) -> dict[int, int]:
-        """Insert a verified snapshot's partitions into this file, which holds nothing of them, in one
-        transaction (``cut_files.load_cut_partitions``); ``listener`` hears of it as of a write (its
+    def load_cut_partitions(
+        self, cut_dir: Path, manifest: CutManifest, listener: CommitListener, *, replace: bool = False
+    ) -> dict[int, int]:
+        """Insert a verified snapshot's partitions into this file, which holds nothing of them (``replace``:
+        or is behind the snapshot on them, their rows replaced), in one transaction
+        (``cut_files.load_cut_partitions``); ``listener`` hears of it as of a write (its
         ``committed`` carries the loaded partitions' next offsets and ``forget_heads``, no heads). Returns those next offsets."""
         from throughline.projector.store.cut_files import load_cut_partitions
 
@@ -359,7 +362,7 @@ class ProjectionFile:
             cur = self._writer
             listener.writing()
             try:
-                loaded = load_cut_partitions(cur, cut_dir, manifest)
+                loaded = load_cut_partitions(cur, cut_dir, manifest, replace=replace)
             except BaseException:
                 listener.failed(self._file_version(cur))
                 raise

@@ -103,6 +103,25 @@ def test_a_file_already_holding_a_partition_refuses_it_and_keeps_everything(tmp_
         assert member.applied_offsets()[2] == peer.applied_offsets()[2]
 
 
+def test_a_far_behind_partition_is_replaced_by_a_cut_ahead_of_it_and_never_by_one_behind(tmp_path: Path) -> None:
+    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
+    with (
+        _open(tmp_path / "full.duckdb", LOG, range(PARTITIONS)) as full,
+        _open(tmp_path / "member.duckdb", LOG, range(PARTITIONS), {2: 5, 3: ends[3] // 2}) as member,
+        _open(tmp_path / "old.duckdb", LOG, [2], {2: 4}) as old,
+    ):
+        take_cut(full, tmp_path / "cut", [2, 3])
+        take_cut(old, tmp_path / "old", [2])
+        before = _rows_of(member, [0, 1])
+        with pytest.raises(SnapshotTargetError, match="not behind"):  # the file is at 5, that cut at 4
+            member.load_cut_partitions(tmp_path / "old", verify_cut(tmp_path / "old"), replace=True)
+        assert member.applied_offsets()[2] == 5
+        loaded = member.load_cut_partitions(tmp_path / "cut", verify_cut(tmp_path / "cut"), replace=True)
+        assert loaded == {2: ends[2], 3: ends[3]}
+        assert _rows_of(member, [0, 1]) == before
+        assert member.table_digests() == full.table_digests()  # the old rows of 2 and 3 are gone, not mixed
+
+
 def test_a_cut_of_another_topic_id_is_refused(tmp_path: Path) -> None:
     with (
         _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS)) as peer,
@@ -154,5 +173,6 @@ def test_a_member_falls_back_past_a_failed_or_damaged_holder(tmp_path: Path) -> 
     assert not list(tmp_path.glob(".member.duckdb.member-boot-*"))  # the downloads are removed
 
 
-def test_only_a_partition_the_file_holds_nothing_of_wants_a_snapshot() -> None:
+def test_an_empty_or_far_behind_partition_wants_a_snapshot() -> None:
     assert wants_snapshot(0, 10) and not wants_snapshot(0, 0) and not wants_snapshot(5, 1_000_000)
+    assert wants_snapshot(5, 1_000_005) and wants_snapshot(5, 15, far_behind=10) and not wants_snapshot(5, 14, 10)
