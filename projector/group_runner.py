@@ -158,7 +158,10 @@ class GroupProjector(Projector):
             offset = boot_partition(self._projection, p, holders, fetch, facts, end, applied.get(p, 0))
             if offset is not None:
                 polled.pop(p, None)
-                consumer.seek(p, offset)
+                try:
+                    consumer.seek(p, offset)
+                except LogError as exc:  # taken away meanwhile: regained, it is sought at the loaded offset
+                    log.warning("member bootstrap of partition %d: cannot seek to %d (%s)", p, offset, exc)
 
     def _stored(self) -> list[int]:
         """The partitions this member's file has applied anything of (the assignor prefers them)."""

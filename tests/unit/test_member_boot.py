@@ -5,7 +5,7 @@ stay untouched; the file then catches up from the snapshot's offsets into exactl
 readers and waiters see the loaded offsets at once; a file already holding a partition, or a snapshot of
 another topic id, is refused with nothing changed; a member falls back past a refused or failed holder.
 
-The integration tier (tests/integration/test_member_boot.py) does it with two real ``serve --group``
+The integration tier (tests/integration/test_serve_group_boot.py) does it with two real ``serve --group``
 members on a real broker.
 """
 
