@@ -16,5 +16,6 @@ Its modules and subpackages, one concern each:
 - ``replay``: rebuild a projection from offset 0 into a new file;
 - ``cut_manifest``: a projection snapshot's manifest and the checks of its files (format, SHA-256);
 - ``cut_load``: take a projection snapshot, and build a new projection file from one, checked against the log;
+- ``member_boot``: a group member loads a partition it gains from a peer's projection snapshot, or falls back to the log;
 - ``exceptions``: errors of the projector and its projection.
 """

@@ -31,6 +31,7 @@ from typing import Any
 from throughline.log import KafkaLog, LogError
 from throughline.log.group import GroupConsumer, GroupView
 from throughline.projector.feed.poller import prepare_poll
+from throughline.projector.member_boot import CutFetcher, LogFacts, boot_partition, wants_snapshot
 from throughline.projector.periodic_check import PeriodicCheck
 from throughline.projector.prepare import PreparedBatch
 from throughline.projector.runner import Progress, Projector, RunSummary, Tally
@@ -61,12 +62,16 @@ class GroupProjector(Projector):
         on_change: Callable[[GroupView], None] | None = None,
         on_leave: Callable[[], None] | None = None,
         progress: Progress | None = None,
+        peer_cuts: CutFetcher | None = None,
     ) -> RunSummary:
         """Join ``spec.group`` and apply what the group assigns until ``stop`` is set.
 
         ``on_change(view)`` hears every generation (on kafka-python's IO thread, inside a poll);
         ``on_leave()`` hears that the member holds nothing any more: dropped from the group, or this run
-        ending (for whatever reason). Raises what ``Projector.run`` raises; on return the member has
+        ending (for whatever reason). ``peer_cuts``: how to fetch a peer's projection snapshot; with it, a
+        gained partition this file holds nothing of (or is ``member_boot.FAR_BEHIND`` behind on) is loaded
+        from a holder's snapshot first
+        (``member_boot``). Raises what ``Projector.run`` raises; on return the member has
         left the group (the others rebalance).
         """
         started = time.monotonic()
@@ -100,6 +105,11 @@ class GroupProjector(Projector):
             )
             partitions = info.partitions
             checked = log_view
+            self._boot = None
+            if peer_cuts is not None:
+                facts = LogFacts(self._topic, info.topic_id, info.partitions)
+                self._boot = (peer_cuts, facts, log_view, spec.url.rstrip("/"))
+            self._seen_held: frozenset[int] = frozenset()
             with PeriodicCheck(lambda: self._check_running(checked), o.check_interval) as check:
                 while not stop.is_set():
                     try:
@@ -119,6 +129,40 @@ class GroupProjector(Projector):
                 log_view.close()
         return self._summary(tally, None, False, started, info)
 
+    _boot: tuple[CutFetcher, LogFacts, KafkaLog, str] | None = None
+    _seen_held: frozenset[int] = frozenset()
+
+    def _boot_gained(self, consumer: GroupConsumer, gained: frozenset[int], polled: dict[int, list[Any]]) -> None:
+        """Load each gained partition the file holds nothing of, or is far behind on, from a holder's
+        snapshot (``member_boot``);
+        a loaded one's polled records (fetched from 0) are dropped and it is fetched from the snapshot's
+        offset. On this thread, the only writer, before anything of the partition is applied."""
+        assert self._boot is not None
+        fetch, facts, log_view, own = self._boot
+        view = consumer.view
+        if view is None or view.owner_map is None:
+            return
+        applied = self._projection.applied_offsets()
+        for p in sorted(gained):
+            try:
+                end = log_view.end_offset(p)
+            except LogError as exc:
+                log.warning("member bootstrap of partition %d: no end offset (%s): catching up from the log", p, exc)
+                continue
+            if not wants_snapshot(applied.get(p, 0), end):
+                continue
+            # A partition that moved here is named by no other member in this generation: every member is
+            # asked, this generation's holders first (one that held it before has its rows).
+            named = [*view.owner_map.urls(p), *(m.url for m in view.owner_map.members)]
+            holders = list(dict.fromkeys(u.rstrip("/") for u in named if u.rstrip("/") != own))
+            offset = boot_partition(self._projection, p, holders, fetch, facts, end, applied.get(p, 0))
+            if offset is not None:
+                polled.pop(p, None)
+                try:
+                    consumer.seek(p, offset)
+                except LogError as exc:  # taken away meanwhile: regained, it is sought at the loaded offset
+                    log.warning("member bootstrap of partition %d: cannot seek to %d (%s)", p, offset, exc)
+
     def _stored(self) -> list[int]:
         """The partitions this member's file has applied anything of (the assignor prefers them)."""
         return [p for p, offset in self._projection.applied_offsets().items() if offset > 0]
@@ -133,6 +177,9 @@ class GroupProjector(Projector):
         o = self._options
         polled = consumer.poll(o.poll_timeout, o.max_poll_records)
         held = consumer.assigned
+        gained, self._seen_held = held - self._seen_held, held
+        if gained and self._boot is not None:
+            self._boot_gained(consumer, gained, polled)
         applied = self._projection.applied_offsets()
         return prepare_poll(
             polled,

@@ -53,6 +53,14 @@ WHOLE: dict[str, str] = {
     "quarantine": "SELECT * FROM quarantine",
     "repairs": "SELECT * FROM repairs",
 }
+#: The ``turn_ids`` keys of the chosen partitions' live and superseded turns (``$1``: the partitions,
+#: ``$2``: ``TURN_KEY_DOMAIN``).
+_CHOSEN_TURN_KEYS = (
+    "SELECT unhex(left(sha256($2 || source_sha256 || encode(turn_id)), 32)) FROM turns "
+    "WHERE list_contains($1, log_partition) UNION ALL "
+    "SELECT unhex(left(sha256($2 || source_sha256 || encode(turn_id)), 32)) FROM superseded_turns "
+    "WHERE list_contains($1, log_partition)"
+)
 #: The same for chosen partitions (``$1``: their list). A row's partition is its ``log_partition`` where
 #: it has one (every record of a project sits on its project's partition: a misplaced one is only a
 #: quarantine row, on the partition it sat on); ``sources`` and ``project_heads`` have the project hash
@@ -65,11 +73,7 @@ PARTIAL: dict[str, str] = {
     "project_heads": "SELECT * FROM project_heads WHERE project_sha256 IN (SELECT project_sha256 FROM cut_projects)",
     "turns": "SELECT * FROM turns WHERE list_contains($1, log_partition)",
     "superseded_turns": "SELECT * FROM superseded_turns WHERE list_contains($1, log_partition)",
-    "turn_ids": "SELECT * FROM turn_ids WHERE turn_key IN ("
-    "SELECT unhex(left(sha256($2 || source_sha256 || encode(turn_id)), 32)) FROM turns "
-    "WHERE list_contains($1, log_partition) UNION ALL "
-    "SELECT unhex(left(sha256($2 || source_sha256 || encode(turn_id)), 32)) FROM superseded_turns "
-    "WHERE list_contains($1, log_partition))",
+    "turn_ids": f"SELECT * FROM turn_ids WHERE turn_key IN ({_CHOSEN_TURN_KEYS})",  # noqa: S608 - constant SQL
     "quarantine": "SELECT * FROM quarantine WHERE list_contains($1, log_partition)",
     "repairs": "SELECT * FROM repairs WHERE list_contains($1, log_partition)",
 }
@@ -195,3 +199,122 @@ def load_cut(path: Path, cut_dir: Path, manifest: CutManifest) -> None:
         cur.close()
     finally:
         con.close()
+
+
+def load_cut_partitions(
+    cur: duckdb.DuckDBPyConnection, cut_dir: Path, manifest: CutManifest, *, replace: bool = False
+) -> dict[int, tuple[int, ...]]:
+    """Insert the verified snapshot of ``cut_dir`` into an existing projection file that holds none of its
+    partitions: every table's rows and the partitions' ``applied_offsets`` rows in ONE transaction on
+    ``cur`` (the writer's cursor), so a crash leaves the file with all of it or none of it. Returns the
+    loaded ``applied_offsets`` counters per partition (``COUNTERS`` order).
+
+    ``SnapshotLogMismatchError`` when the file is of another topic, topic id or partition count;
+    ``SnapshotTargetError`` when the file already holds rows or an applied offset of one of the
+    partitions (nothing is merged); ``SnapshotDamagedError`` when a file does not read as its table, holds
+    another number of rows than the manifest says, or collides with a row the file holds.
+
+    ``replace``: the file may hold rows of the partitions when its applied offset on each is below the
+    snapshot's (else ``SnapshotTargetError``); those rows are deleted in the same transaction first (the
+    rows a cut of those partitions would hold: ``PARTIAL``'s predicates), so the file holds exactly the
+    snapshot's state of them."""
+    from throughline.projector.exceptions import SnapshotLogMismatchError, SnapshotTargetError
+
+    chosen = list(manifest.partitions)
+    cur.execute("BEGIN TRANSACTION")
+    try:
+        meta = dict(cur.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("topic") not in (None, manifest.topic):
+            raise SnapshotLogMismatchError(f"a snapshot of topic {manifest.topic!r}, the file is of {meta['topic']!r}")
+        known_id = meta.get("topic_id")
+        if known_id is not None and manifest.topic_id is not None and known_id != manifest.topic_id:
+            raise SnapshotLogMismatchError(
+                f"a snapshot of topic id {manifest.topic_id}, the file was built from topic id {known_id}"
+            )
+        count = meta.get("partitions")
+        if count is not None and int(count) != manifest.partition_count:
+            raise SnapshotLogMismatchError(
+                f"a snapshot of {manifest.partition_count} partitions, the file's topic has {count}"
+            )
+        if replace:
+            _delete_partitions(cur, manifest)
+        for table in ("applied_offsets", "turns", "superseded_turns", "quarantine", "repairs"):
+            held = cur.execute(
+                f"SELECT DISTINCT log_partition FROM {table} WHERE list_contains(?, log_partition)",  # noqa: S608
+                [chosen],
+            ).fetchall()
+            if held:
+                raise SnapshotTargetError(
+                    f"the file already holds {table} rows of partitions {sorted(int(r[0]) for r in held)}: "
+                    "a snapshot is loaded only into partitions a file holds nothing of"
+                )
+        for table in CUT_TABLES:
+            source = str(cut_dir / table_file(table))
+            try:
+                inserted = cur.execute(
+                    f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)",  # noqa: S608 - a constant name
+                    [source],
+                ).fetchall()
+            except duckdb.Error as exc:
+                raise SnapshotDamagedError(f"the snapshot's {table_file(table)} does not load here: {exc}") from None
+            got = int(inserted[0][0]) if inserted else 0
+            if got != manifest.tables[table].rows:
+                raise SnapshotDamagedError(
+                    f"the snapshot's {table_file(table)} holds {got} rows, the manifest says "
+                    f"{manifest.tables[table].rows}"
+                )
+        loaded = {
+            int(r[0]): tuple(int(v) for v in r[1:])
+            for r in cur.execute(
+                "SELECT log_partition, next_offset, records, appended, rewinds, duplicates, quarantined "
+                "FROM applied_offsets WHERE topic = ? AND list_contains(?, log_partition)",
+                [manifest.topic, chosen],
+            ).fetchall()
+        }
+        expected = {p: tuple(int(row[n]) for n in COUNTERS) for p, row in manifest.offsets.items()}
+        if loaded != expected or manifest.tables["applied_offsets"].rows != len(expected):
+            raise SnapshotDamagedError("the snapshot's applied_offsets rows are not the manifest's offsets")
+        values = {"topic": manifest.topic, "partitions": str(manifest.partition_count)}
+        if manifest.topic_id is not None and known_id is None:
+            values["topic_id"] = manifest.topic_id
+        for key, value in values.items():
+            cur.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+        cur.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            cur.execute("ROLLBACK")
+        raise
+    return loaded
+
+
+def _delete_partitions(cur: duckdb.DuckDBPyConnection, manifest: CutManifest) -> None:
+    """Inside the caller's transaction: delete every row of the snapshot's partitions, once each is
+    below the snapshot's offset (``SnapshotTargetError`` for one that is not: nothing goes backwards)."""
+    from throughline.projector.exceptions import SnapshotTargetError
+
+    chosen = list(manifest.partitions)
+    wanted = manifest.next_offsets()
+    for r in cur.execute(
+        "SELECT log_partition, next_offset FROM applied_offsets WHERE list_contains(?, log_partition)", [chosen]
+    ).fetchall():
+        if int(r[1]) >= wanted.get(int(r[0]), 0):
+            raise SnapshotTargetError(
+                f"the file applied partition {int(r[0])} to offset {int(r[1])}, the snapshot only to "
+                f"{wanted.get(int(r[0]), 0)}: it is not behind, nothing is replaced"
+            )
+    _register_projects(cur, chosen, manifest.partition_count)
+    try:
+        # turn_ids first: its keys are found through the turns about to be deleted.
+        cur.execute(
+            f"DELETE FROM turn_ids WHERE turn_key IN ({_CHOSEN_TURN_KEYS})",  # noqa: S608 - constant SQL
+            [chosen, TURN_KEY_DOMAIN],
+        )
+        for table in ("sources", "project_heads"):
+            cur.execute(
+                f"DELETE FROM {table} WHERE project_sha256 IN (SELECT project_sha256 FROM cut_projects)"  # noqa: S608
+            )
+        for table in ("turns", "superseded_turns", "quarantine", "repairs", "applied_offsets"):
+            cur.execute(f"DELETE FROM {table} WHERE list_contains($1, log_partition)", [chosen])  # noqa: S608
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            cur.unregister("cut_projects")

@@ -361,6 +361,8 @@ class DuckProjection:
         # sees a layer finds its keys in memory.
         self._staging.stored_keys.committed(batch.applied_now)
         with self._reads.cond:  # one critical section: no read sees the commit without its verdict
+            if batch.forget_heads:
+                self._reads.index.forget()
             layers = self._reads.commit(batch.next_offsets, batch.heads, batch.chains(), batch.projects)
             if layers and not agrees(layers, batch.states):
                 log.error("a commit disagrees with the fold staged for its readers: staging is off from now on")
@@ -388,3 +390,17 @@ class DuckProjection:
         """Write a projection snapshot of ``partitions`` (``None``: all) into the empty directory ``out_dir``
         (``projection_file.ProjectionFile.export_cut``)."""
         return self._file.export_cut(out_dir, partitions)
+
+    def load_cut_partitions(self, cut_dir: Path, manifest: CutManifest, *, replace: bool = False) -> dict[int, int]:
+        """Load a verified projection snapshot of partitions this file holds nothing of (``replace``: or is
+        behind the snapshot on, their rows replaced) into it (one
+        transaction, ``ProjectionFile.load_cut_partitions``) and publish the loaded applied offsets to the
+        read state, so waiters wake; returns them. Call it on the writer's thread, between two writes.
+
+        The read index's cached heads are forgotten in the publication's critical section (``committed``):
+        a project of a loaded partition may be cached as having no turns at an older version. Staging for
+        readers is turned off for good: its in-memory turn keys do not know the loaded ones (a group
+        member, the one caller, does not stage)."""
+        with self._reads.cond:
+            self._staging.off = True
+        return self._file.load_cut_partitions(cut_dir, manifest, self, replace=replace)

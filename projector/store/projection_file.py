@@ -67,6 +67,8 @@ class CommittedBatch:
     heads: Mapping[bytes, bytes]
     states: Mapping[bytes, SourceState]
     projects: frozenset[bytes]
+    #: A snapshot's partitions were loaded: every cached head may be stale (none is carried here).
+    forget_heads: bool = False
 
     def chains(self) -> dict[bytes, ChainHead]:
         """What a read needs of each source the batch changed."""
@@ -343,6 +345,40 @@ class ProjectionFile:
 
         with self.cursors.borrowed() as cur:
             return write_cut(cur, out_dir, partitions)
+
+    def load_cut_partitions(
+        self, cut_dir: Path, manifest: CutManifest, listener: CommitListener, *, replace: bool = False
+    ) -> dict[int, int]:
+        """Insert a verified snapshot's partitions into this file, which holds nothing of them (``replace``:
+        or is behind the snapshot on them, their rows replaced), in one transaction
+        (``cut_files.load_cut_partitions``); ``listener`` hears of it as of a write (its
+        ``committed`` carries the loaded partitions' next offsets and ``forget_heads``, no heads). Returns those next offsets."""
+        from throughline.projector.store.cut_files import load_cut_partitions
+
+        self.require_writable()
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = cursor(self._con)
+            cur = self._writer
+            listener.writing()
+            try:
+                loaded = load_cut_partitions(cur, cut_dir, manifest, replace=replace)
+            except BaseException:
+                listener.failed(self._file_version(cur))
+                raise
+            # The caches hold committed heads; the loaded projects' heads are read from the file again.
+            self._cache.clear()
+            self._head_cache.clear()
+            for partition, row in loaded.items():
+                self._counters[partition] = PartitionCounters(row[0], BatchSummary(*row[1:]))
+            self._topic = manifest.topic
+            self._topic_id = self._topic_id or manifest.topic_id
+            self._partitions = manifest.partition_count
+            next_offsets = {p: row[0] for p, row in loaded.items()}
+            listener.committed(CommittedBatch({}, next_offsets, {}, {}, frozenset(), forget_heads=True))
+            if self._durability is not None:
+                self._durability.after_commit(cur)
+            return next_offsets
 
     # ------------------------------------------------------------------ the write
 

@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -203,3 +203,21 @@ def bootstrap_from(
 def bootstrap_token(auth_token: str | None) -> str | None:
     """The token ``--bootstrap-from`` sends: ``THROUGHLINE_BOOTSTRAP_TOKEN``, else the serve's own."""
     return os.environ.get(ENV_BOOTSTRAP_TOKEN) or auth_token
+
+
+def peer_cut_fetcher(token: str | None, context: ssl.SSLContext | None) -> Callable[[str, Sequence[int], Path], None]:
+    """A group member's ``CutFetcher`` (``throughline.projector.member_boot``): a peer's snapshot of some
+    partitions from its ``/v1/admin/snapshot``, with the token and TLS context of ``--bootstrap-from``
+    (``bootstrap_token``), downloaded beside ``out_dir`` and unpacked into it."""
+
+    def fetch(holder: str, partitions: Sequence[int], out_dir: Path) -> None:
+        base = snapshot_url(holder.rstrip("/") + "/")
+        query = urllib.parse.urlencode({"partitions": ",".join(str(p) for p in partitions)})
+        tar_path = out_dir.with_name(out_dir.name + ".tar")
+        try:
+            fetch_cut(f"{base}?{query}", tar_path, token=token, context=context)
+            unpack_cut(tar_path, out_dir)
+        finally:
+            tar_path.unlink(missing_ok=True)
+
+    return fetch

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from throughline.log import KafkaClientConfig
     from throughline.log.group import GroupView
     from throughline.projector.group_runner import GroupSpec
+    from throughline.projector.member_boot import CutFetcher
     from throughline.projector.runner import ProgressUpdate
     from throughline.serve.group import GroupRouter
 
@@ -357,6 +358,8 @@ def run_service(
             )
             on_change, on_leave = membership.on_change, membership.on_leave
         if options.projector:
+            from throughline.serve.cut_api import bootstrap_token, peer_cut_fetcher
+
             projector = ProjectorThread(
                 projector_loop(
                     projection,
@@ -367,6 +370,7 @@ def run_service(
                     group=options.group,
                     on_change=on_change,
                     on_leave=on_leave,
+                    peer_cuts=peer_cut_fetcher(bootstrap_token(options.api.auth_token), peers),
                 ),
                 on_exit=request_stop,
             )
@@ -468,9 +472,11 @@ def projector_loop(
     group: GroupSpec | None = None,
     on_change: Callable[[GroupView], None] | None = None,
     on_leave: Callable[[], None] | None = None,
+    peer_cuts: CutFetcher | None = None,
 ) -> Callable[[threading.Event], object]:
     """The projector's consume loop over ``projection``, counting what it applies into ``metrics``
-    (with ``group``: only the partitions the group assigns this member, ``GroupProjector``)."""
+    (with ``group``: only the partitions the group assigns this member, ``GroupProjector``, which loads a
+    partition it gains from a peer's snapshot through ``peer_cuts``)."""
     from throughline.projector.group_runner import GroupProjector
     from throughline.projector.runner import Projector, ProjectorOptions
 
@@ -479,7 +485,9 @@ def projector_loop(
     def loop(stop: threading.Event) -> object:
         if group is not None:
             member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
-            return member.run_group(group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress)
+            return member.run_group(
+                group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress, peer_cuts=peer_cuts
+            )
         # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
         options = ProjectorOptions(stage_reads=True)
         return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(

@@ -1,0 +1,178 @@
+"""A group member's partial load of a peer's projection snapshot, without a broker
+(``projector/store/cut_files.py`` ``load_cut_partitions``, ``DuckProjection.load_cut_partitions``,
+``projector/member_boot.py``): a snapshot's partitions land in a file that holds other partitions, which
+stay untouched; the file then catches up from the snapshot's offsets into exactly the full projection;
+readers and waiters see the loaded offsets at once; a file already holding a partition, or a snapshot of
+another topic id, is refused with nothing changed; a member falls back past a refused or failed holder.
+
+The integration tier (tests/integration/test_serve_group_boot.py) does it with two real ``serve --group``
+members on a real broker.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from projector_histories import TOPIC
+from test_projection_cut import PARTITIONS, TOPIC_ID, _apply, _history
+
+from throughline.core.partitioning import partition_for
+from throughline.projector.cut_load import take_cut, verify_cut
+from throughline.projector.exceptions import SnapshotLogMismatchError, SnapshotTargetError
+from throughline.projector.member_boot import LogFacts, boot_partition, wants_snapshot
+from throughline.projector.store import DuckProjection, LogRecord
+from throughline.serve.exceptions import SnapshotFetchError
+
+LOG = _history(11, 400)
+
+
+def _open(
+    path: Path, log: list[LogRecord], partitions: Sequence[int], upto: dict[int, int] | None = None
+) -> DuckProjection:
+    """A file that applied ``partitions`` of ``log`` (each up to ``upto[p]`` when given)."""
+    projection = DuckProjection.open(path, topic=TOPIC)
+    projection.bind_log(TOPIC, TOPIC_ID, PARTITIONS)
+    kept = [r for r in log if r.partition in partitions and r.offset < (upto or {}).get(r.partition, 1 << 40)]
+    _apply(projection, kept)
+    return projection
+
+
+def _rows_of(projection: DuckProjection, partitions: Sequence[int]) -> dict[str, list[Any]]:
+    """Every row of the tables that carry a partition, of ``partitions``."""
+    return {
+        t: [r for r in projection.table_rows(t) if r.get("log_partition") in partitions]
+        for t in ("applied_offsets", "turns", "superseded_turns", "quarantine", "repairs")
+    }
+
+
+def _a_project_of(partition: int) -> bytes:
+    with_turns = [r for r in LOG if r.partition == partition and r.key]
+    return next(r.key for r in with_turns if partition_for(r.key, PARTITIONS) == partition)
+
+
+def test_a_cut_of_partitions_lands_beside_the_others_and_catches_up_to_the_full_projection(tmp_path: Path) -> None:
+    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
+    half = {p: ends[p] // 2 for p in range(PARTITIONS)}
+    with (
+        _open(tmp_path / "full.duckdb", LOG, range(PARTITIONS)) as full,
+        _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS), half) as peer,
+        _open(tmp_path / "member.duckdb", LOG, [0, 1]) as member,
+    ):
+        take_cut(peer, tmp_path / "cut", [2, 3])  # the peer is half way: the member catches up from there
+        before = _rows_of(member, [0, 1])
+        project = _a_project_of(2)
+        with member.view() as view:
+            assert view.head(project) is None  # read (and cached) before the load
+        woke: list[bool] = []
+        waiter = threading.Thread(target=lambda: woke.append(member.wait_applied(2, half[2], 10.0)))
+        waiter.start()
+        loaded = member.load_cut_partitions(tmp_path / "cut", verify_cut(tmp_path / "cut"))
+        waiter.join(10.0)
+        assert loaded == {2: half[2], 3: half[3]} and woke == [True]
+        assert member.applied_offsets() == {0: ends[0], 1: ends[1], 2: half[2], 3: half[3]}
+        assert _rows_of(member, [0, 1]) == before  # the other partitions are untouched
+        assert _rows_of(member, [2, 3]) == _rows_of(peer, [2, 3])
+        with member.view() as view, peer.view() as theirs:
+            assert view.head(project) is not None and view.head(project) == theirs.head(project)
+        _apply(member, [r for r in LOG if r.partition in (2, 3)], start=half)  # from the snapshot's offsets
+        assert member.applied_offsets() == full.applied_offsets()
+        assert member.table_digests() == full.table_digests()
+    with (
+        DuckProjection.open(tmp_path / "member.duckdb", read_only=True) as reopened,  # it is in the file
+        DuckProjection.open(tmp_path / "full.duckdb", read_only=True) as again,
+    ):
+        assert reopened.table_digests() == again.table_digests()
+
+
+def test_a_file_already_holding_a_partition_refuses_it_and_keeps_everything(tmp_path: Path) -> None:
+    with (
+        _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS)) as peer,
+        _open(tmp_path / "member.duckdb", LOG, [1, 2], {2: 3}) as member,
+    ):
+        take_cut(peer, tmp_path / "cut", [0, 2])
+        digests, offsets = member.table_digests(), member.applied_offsets()
+        with pytest.raises(SnapshotTargetError, match="already holds"):
+            member.load_cut_partitions(tmp_path / "cut", verify_cut(tmp_path / "cut"))
+        assert member.table_digests() == digests and member.applied_offsets() == offsets
+        _apply(member, [r for r in LOG if r.partition == 2], start={2: 3})  # it still writes
+        assert member.applied_offsets()[2] == peer.applied_offsets()[2]
+
+
+def test_a_far_behind_partition_is_replaced_by_a_cut_ahead_of_it_and_never_by_one_behind(tmp_path: Path) -> None:
+    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
+    with (
+        _open(tmp_path / "full.duckdb", LOG, range(PARTITIONS)) as full,
+        _open(tmp_path / "member.duckdb", LOG, range(PARTITIONS), {2: 5, 3: ends[3] // 2}) as member,
+        _open(tmp_path / "old.duckdb", LOG, [2], {2: 4}) as old,
+    ):
+        take_cut(full, tmp_path / "cut", [2, 3])
+        take_cut(old, tmp_path / "old", [2])
+        before = _rows_of(member, [0, 1])
+        with pytest.raises(SnapshotTargetError, match="not behind"):  # the file is at 5, that cut at 4
+            member.load_cut_partitions(tmp_path / "old", verify_cut(tmp_path / "old"), replace=True)
+        assert member.applied_offsets()[2] == 5
+        loaded = member.load_cut_partitions(tmp_path / "cut", verify_cut(tmp_path / "cut"), replace=True)
+        assert loaded == {2: ends[2], 3: ends[3]}
+        assert _rows_of(member, [0, 1]) == before
+        assert member.table_digests() == full.table_digests()  # the old rows of 2 and 3 are gone, not mixed
+
+
+def test_a_cut_of_another_topic_id_is_refused(tmp_path: Path) -> None:
+    with (
+        _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS)) as peer,
+        _open(tmp_path / "member.duckdb", LOG, [0]) as member,
+    ):
+        take_cut(peer, tmp_path / "cut", [3])
+        manifest = verify_cut(tmp_path / "cut")
+        other = type(manifest)(**{**{f: getattr(manifest, f) for f in manifest.__slots__}, "topic_id": "B" * 22})
+        digests = member.table_digests()
+        with pytest.raises(SnapshotLogMismatchError, match="topic id"):
+            member.load_cut_partitions(tmp_path / "cut", other)
+        assert member.table_digests() == digests and 3 not in member.applied_offsets()
+
+
+def test_a_member_falls_back_past_a_failed_or_damaged_holder(tmp_path: Path) -> None:
+    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
+    with (
+        _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS)) as peer,
+        _open(tmp_path / "member.duckdb", LOG, [0]) as member,
+    ):
+        take_cut(peer, tmp_path / "good", [1])
+        take_cut(peer, tmp_path / "bad", [1])
+        with open(tmp_path / "bad" / "turns.parquet", "r+b") as f:  # one flipped byte: a digest mismatch
+            f.seek(40)
+            byte = f.read(1)
+            f.seek(40)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        asked: list[str] = []
+
+        def fetch(holder: str, partitions: Sequence[int], out_dir: Path) -> None:
+            asked.append(f"{holder}/{','.join(map(str, partitions))}")
+            if holder == "http://down":
+                raise SnapshotFetchError("cannot fetch a snapshot from http://down: refused")
+            shutil.copytree(tmp_path / holder.removeprefix("http://"), out_dir)
+
+        facts = LogFacts(TOPIC, TOPIC_ID, PARTITIONS)
+        # The log ends before the snapshot's offset: a stale or other cluster, refused (nothing loaded).
+        assert boot_partition(member, 1, ["http://good"], fetch, facts, ends[1] - 1) is None
+        assert 1 not in member.applied_offsets()
+        # Down, then damaged, then good: the good one is loaded.
+        got = boot_partition(member, 1, ["http://down", "http://bad", "http://good"], fetch, facts, ends[1])
+        assert got == ends[1] and member.applied_offsets()[1] == ends[1]
+        assert asked == ["http://good/1", "http://down/1", "http://bad/1", "http://good/1"]
+        assert _rows_of(member, [1]) == _rows_of(peer, [1])
+        # Every holder refused (a damaged one; one answering with another partition): None, the caller
+        # catches up from the log.
+        assert boot_partition(member, 2, ["http://bad", "http://good"], fetch, facts, ends[2]) is None
+        assert 2 not in member.applied_offsets()
+    assert not list(tmp_path.glob(".member.duckdb.member-boot-*"))  # the downloads are removed
+
+
+def test_an_empty_or_far_behind_partition_wants_a_snapshot() -> None:
+    assert wants_snapshot(0, 10) and not wants_snapshot(0, 0) and not wants_snapshot(5, 1_000_000)
+    assert wants_snapshot(5, 1_000_005) and wants_snapshot(5, 15, far_behind=10) and not wants_snapshot(5, 14, 10)
