@@ -90,7 +90,7 @@ def replay(
         return summary
     finally:
         if not done:
-            _remove_db_files(partial)
+            remove_db_files(partial)
 
 
 def _remove_leftover(partial: Path) -> None:
@@ -105,10 +105,11 @@ def _remove_leftover(partial: Path) -> None:
             "removing %s, left by an earlier replay that did not finish: a replay always starts from an empty file",
             " and ".join(found),
         )
-    _remove_db_files(partial)
+    remove_db_files(partial)
 
 
-def _remove_db_files(path: Path) -> None:
+def remove_db_files(path: Path) -> None:
+    """Remove a projection file and its WAL (either may be missing)."""
     for p in (path, wal_path(path)):
         try:
             p.unlink()

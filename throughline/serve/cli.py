@@ -143,6 +143,12 @@ def register(subparsers: Any) -> None:
         "(reads answer projection_pending for records nobody projects)",
     )
     p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild the projection without downtime: replay the topic into a new file beside --db while this "
+        "one serves, then switch reads to it (also POST /v1/admin/rebuild; docs/operations.md)",
+    )
+    p.add_argument(
         "--group",
         default=None,
         metavar="NAME",
@@ -213,6 +219,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         token_keys=args.token_keys,
         token_audience=args.token_audience,
         tls=tls,
+        rebuild=args.rebuild,
     )
     return run_service(settings, options)
 

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -38,10 +39,13 @@ import uvicorn
 from throughline.errors import ThroughlineError
 from throughline.runtime import StopOnSignals
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
+from throughline.serve.admin_rebuild import install_rebuild_routes
 from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
-from throughline.serve.exceptions import BindFailedError, ProjectorFailedError
+from throughline.serve.auth import BearerAuth
+from throughline.serve.exceptions import BindFailedError, ProjectorFailedError, RebuildRefusedError
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
+from throughline.serve.rebuild import PausableProjector, Rebuild, rebuild_metrics
 from throughline.serve.security import (
     KeyWatcher,
     TlsOptions,
@@ -49,6 +53,7 @@ from throughline.serve.security import (
     redact_access_log,
     server_context,
 )
+from throughline.serve.switchable import SwitchableProjection
 from throughline.serve.tokens import DEFAULT_AUDIENCE, KeyRing, VerifiedTokens
 from throughline.settings import Settings
 
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
     from throughline.log import KafkaClientConfig
     from throughline.log.group import GroupView
     from throughline.projector.group_runner import GroupSpec
+    from throughline.projector.rebuild_files import RebuildFiles
     from throughline.projector.runner import ProgressUpdate
     from throughline.serve.group import GroupRouter
 
@@ -93,6 +99,7 @@ class ServeOptions:
     token_keys: str | None = None  # ``--token-keys``: scoped tokens' verification keys (docs/security.md)
     token_audience: str = DEFAULT_AUDIENCE
     tls: TlsOptions | None = None  # ``--tls-cert``/``--tls-key``: HTTPS
+    rebuild: bool = False  # ``--rebuild``: rebuild the projection without downtime at start (``serve.rebuild``)
 
 
 class ProjectorThread:
@@ -283,9 +290,14 @@ def run_service(
 ) -> int:
     """Run ``throughline serve`` until a signal (returns 0) or a projector failure (raises its error)."""
     from throughline.log import DEFAULT_PARTITIONS, KafkaLog, TopicWatch, ensure_topic
+    from throughline.projector.rebuild_files import RebuildFiles
     from throughline.projector.store import DuckProjection
 
     _configure_logging(options.log_level)
+    if options.rebuild and (not options.projector or options.group is not None):
+        raise RebuildRefusedError(
+            "serve --rebuild rebuilds what its own projector writes: not with --no-projector or --group"
+        )
     servers = settings.require_bootstrap()
     kafka_config = settings.kafka_config()
     token_key = _token_key(settings, options)
@@ -308,10 +320,20 @@ def run_service(
                 replication_factor=options.replication_factor,
                 min_insync_replicas=options.min_insync_replicas,
             )
-        projection = DuckProjection.open(
-            settings.db, read_only=not options.projector, topic=settings.topic, sync_commits=options.sync_commits
-        )
-        stack.callback(projection.close)
+
+        def open_projection(path: object, read_only: bool = False) -> DuckProjection:
+            return DuckProjection.open(
+                str(path), read_only=read_only, topic=settings.topic, sync_commits=options.sync_commits
+            )
+
+        # A rebuild a crash interrupted: finished (it had switched) or removed (it had not), before opening.
+        files = RebuildFiles(Path(settings.db))
+        files.recover(lambda path: open_projection(path).close())
+        stack.callback(_finish_rebuild, files, open_projection)
+        projection = open_projection(settings.db, read_only=not options.projector)
+        # Reads go through the switchable facade: a rebuild replaces the handle under them.
+        reads = SwitchableProjection(projection)
+        stack.callback(reads.close)
         log = KafkaLog(servers, settings.topic, kafka_config=kafka_config)
         stack.callback(log.close)
 
@@ -341,10 +363,25 @@ def run_service(
 
             membership = Membership(options.group.group, options.group.url, options.group.copies)
             router = GroupRouter(
-                membership, log, lambda p: int(projection.applied_offsets().get(p, 0)), options.api.read_wait, peers
+                membership, log, lambda p: int(reads.applied_offsets().get(p, 0)), options.api.read_wait, peers
             )
             on_change, on_leave = membership.on_change, membership.on_leave
-        if options.projector:
+        rebuild: Rebuild[DuckProjection] | None = None
+        if options.projector and options.group is None:
+            live = PausableProjector(live_run(servers, settings.topic, metrics, kafka_config), projection)
+            projector = ProjectorThread(live, on_exit=request_stop)
+            state = projector
+            rebuild = Rebuild(
+                files=files,
+                reads=reads,
+                live=live,
+                open_new=open_projection,
+                project=rebuild_run(servers, settings.topic, kafka_config),
+                stopping=stopping,
+                on_status=rebuild_metrics(metrics),
+            )
+            stack.callback(rebuild.join, DEFAULT_GRACEFUL_TIMEOUT)
+        elif options.projector:
             projector = ProjectorThread(
                 projector_loop(
                     projection,
@@ -359,8 +396,9 @@ def run_service(
                 on_exit=request_stop,
             )
             state = projector
+        app_tokens = VerifiedTokens(ring, options.token_audience) if ring is not None else None
         app = create_app(
-            projection=projection,
+            projection=reads,
             log=log,
             token_key=token_key,
             settings=options.api,
@@ -369,8 +407,9 @@ def run_service(
             stopping=stopping,
             router=router,
             replication=TopicWatch(servers, settings.topic, kafka_config=kafka_config).describe,
-            tokens=VerifiedTokens(ring, options.token_audience) if ring is not None else None,
+            tokens=app_tokens,
         )
+        install_rebuild_routes(app, BearerAuth(options.api.auth_token, app_tokens), rebuild)
         config = uvicorn.Config(
             app,
             lifespan="on",
@@ -399,6 +438,8 @@ def run_service(
         with StopOnSignals(on_first_signal, lambda _signum: force_stop()):
             if projector is not None:
                 projector.start()
+            if rebuild is not None and options.rebuild:
+                rebuild.start()
             try:
                 asyncio.run(server.serve(sockets=[sock]))
             finally:
@@ -456,21 +497,58 @@ def projector_loop(
     """The projector's consume loop over ``projection``, counting what it applies into ``metrics``
     (with ``group``: only the partitions the group assigns this member, ``GroupProjector``)."""
     from throughline.projector.group_runner import GroupProjector
-    from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
+    run = live_run(servers, topic, metrics, kafka_config)
 
     def loop(stop: threading.Event) -> object:
         if group is not None:
             member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
             return member.run_group(group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress)
+        return run(projection, stop, threading.Event())
+
+    return loop
+
+
+def live_run(
+    servers: list[str], topic: str, metrics: ServeMetrics, kafka_config: KafkaClientConfig | None = None
+) -> Callable[[Any, threading.Event, threading.Event], object]:
+    """One run of the live projector over a projection, until its stop (``PausableProjector``'s run):
+    ``commit_queued`` set, what it staged for readers is committed before it returns."""
+    from throughline.projector.runner import Projector, ProjectorOptions
+
+    progress = metered_progress(metrics)
+
+    def run(projection: Any, stop: threading.Event, commit_queued: threading.Event) -> object:
         # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
         options = ProjectorOptions(stage_reads=True)
         return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(
-            stop=stop, progress=progress
+            stop=stop, progress=progress, commit_queued=commit_queued
         )
 
-    return loop
+    return run
+
+
+def rebuild_run(
+    servers: list[str], topic: str, kafka_config: KafkaClientConfig | None = None
+) -> Callable[[Any, threading.Event], object]:
+    """The rebuild's projector over its new file, until its stop: nobody reads that file yet, so nothing
+    is staged for readers (each poll is one transaction, as ``replay``)."""
+    from throughline.projector.runner import Projector
+
+    def run(projection: Any, stop: threading.Event) -> object:
+        return Projector(projection, servers, topic, kafka_config=kafka_config).run(stop=stop)
+
+    return run
+
+
+def _finish_rebuild(files: RebuildFiles, open_projection: Callable[..., Any]) -> None:
+    """At stop, with every handle closed: move a switched-to rebuilt file to --db (``RebuildFiles.finish``);
+    a failure leaves the marker, and the next start finishes it."""
+    try:
+        files.finish(lambda path: open_projection(path).close())
+    except Exception as exc:
+        _log.error("the rebuilt projection stays at %s until the next start: %s", files.rebuilt, exc)
 
 
 def metered_progress(metrics: ServeMetrics) -> Callable[[ProgressUpdate], None]:
