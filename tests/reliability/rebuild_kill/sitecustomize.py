@@ -29,10 +29,10 @@ if _step:
     from throughline.serve.rebuild import PausableProjector
     from throughline.serve.switchable import SwitchableProjection
 
-    def _after(cls: type, name: str, when: str, check=lambda result, args: True) -> None:  # noqa: ANN001
+    def _after(cls: type, name: str, when: str, check=lambda result, args: True) -> None:
         real = getattr(cls, name)
 
-        def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        def wrapped(*args, **kwargs):
             result = real(*args, **kwargs)
             if _step == when and check(result, args):
                 _die()
