@@ -14,6 +14,7 @@ Its modules and subpackages, one concern each:
 - ``periodic_check``: the check of the log every ``check_interval`` seconds, off the projector's thread;
 - ``tally``: a run's running totals, reported to the progress callback;
 - ``replay``: rebuild a projection from offset 0 into a new file;
+- ``rebuild_files``: the files of a rebuild without downtime (``serve --rebuild``), and which one a start keeps;
 - ``cli``: the subcommands ``project``, ``replay`` and ``status``;
 - ``status``: what the projection applied, what the log holds, what was quarantined (``throughline status``);
 - ``quarantine_report``: the quarantined records, broken sources and repairs as ``throughline quarantine``
