@@ -209,6 +209,7 @@ class Rebuild(Generic[H]):
         self._lock = threading.Lock()
         self._status = RebuildStatus()
         self._thread: threading.Thread | None = None
+        self._marked = False  # the rebuild's thread's own: the marker was written
 
     def status(self) -> RebuildStatus:
         """The rebuild's phase and figures now (an immutable value)."""
@@ -261,6 +262,7 @@ class Rebuild(Generic[H]):
         self._files.remove_unfinished()
         new = self._open_new(self._files.rebuilt)
         runner = _Runner(lambda stop: self._project(new, stop))
+        self._marked = False
         switched = False
         try:
             runner.start()
@@ -276,7 +278,7 @@ class Rebuild(Generic[H]):
                 f"in {self._settings.attempts} attempts"
             )
         finally:
-            if not switched:
+            if not switched and not self._marked:  # past the marker the new file is the projection: kept
                 runner.stop()
                 new.close()
                 self._files.remove_unfinished()
@@ -329,12 +331,17 @@ class Rebuild(Generic[H]):
         runner.raise_failure()
         new.checkpoint()  # the content is on disk before the marker
         self._files.mark_switched()
+        self._marked = True
         old, drained = self._reads.switch(new, s.drain_timeout)
-        if not drained:
-            _log.error("rebuild: reads on the old file still in flight after %gs; closing it", s.drain_timeout)
-        old.close()
-        self._files.remove_old()
-        self._live.resume(new)
+        try:
+            if not drained:
+                _log.error("rebuild: reads on the old file still in flight after %gs; closing it", s.drain_timeout)
+            old.close()
+            self._files.remove_old()
+        except Exception as exc:  # the next start removes the old file (the marker names the new one)
+            _log.error("rebuild: the old file stays until the next start: %s", exc)
+        finally:
+            self._live.resume(new)
         paused = time.monotonic() - paused_at
         live, rebuilt = self._offsets(new)
         self._publish(phase="switched", finished=time.time(), paused_seconds=round(paused, 3))
