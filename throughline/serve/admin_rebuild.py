@@ -35,13 +35,14 @@ def install_rebuild_routes(app: FastAPI, auth: BearerAuth, rebuild: Any | None) 
             raise RebuildRefusedError("this serve cannot rebuild its projection (--no-projector or --group)")
         return rebuild
 
-    @app.post(REBUILD_PATH, summary="Rebuild the projection without downtime", tags=["operations"])
+    # Out of the OpenAPI document (docs/openapi.json is the read API's contract); docs/http.md describes it.
+    @app.post(REBUILD_PATH, summary="Rebuild the projection without downtime", include_in_schema=False)
     async def start_rebuild(request: Request) -> JSONResponse:
         require_admin(request)
         status = available().start()
         return JSONResponse(status.to_json(), status_code=202, headers={"Cache-Control": "no-store"})
 
-    @app.get(REBUILD_PATH, summary="The rebuild's phase and progress", tags=["operations"])
+    @app.get(REBUILD_PATH, summary="The rebuild's phase and progress", include_in_schema=False)
     async def rebuild_status(request: Request) -> JSONResponse:
         require_admin(request)
         return JSONResponse(available().status().to_json(), headers={"Cache-Control": "no-store"})
