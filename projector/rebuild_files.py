@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from throughline.durable import sync_directory
+from throughline.projector.exceptions import ProjectionBusyError
 from throughline.projector.replay import remove_db_files
 from throughline.projector.store import wal_path
 
@@ -94,8 +95,17 @@ class RebuildFiles:
         sync_directory(self.db.parent)
 
     def recover(self, settle: Callable[[Path], None]) -> None:
-        """At start: finish a switched rebuild, or remove an unfinished one."""
+        """At start: finish a switched rebuild, or remove an unfinished one. Either way ``settle`` opens
+        the rebuilt file first: a process that holds it (a running ``serve`` of the same files) makes that
+        fail on DuckDB's lock (``ProjectionBusyError``) before anything is removed or renamed."""
         if self.switched():
             self.finish(settle)
-        else:
-            self.remove_unfinished()
+            return
+        if self.rebuilt.exists():
+            try:
+                settle(self.rebuilt)
+            except ProjectionBusyError:
+                raise
+            except Exception as exc:  # an unfinished file that does not even open is removed all the same
+                log.warning("%s does not open (%s); removing it", self.rebuilt.name, exc)
+        self.remove_unfinished()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from throughline.projector.exceptions import ProjectionBusyError
 from throughline.projector.rebuild_files import RebuildFiles
 from throughline.serve.rebuild import PausableProjector, Rebuild, RebuildSettings
 from throughline.serve.switchable import EPOCH_UNIT, SwitchableProjection
@@ -325,8 +326,25 @@ def test_a_start_removes_a_rebuild_that_never_switched(tmp_path: Path) -> None:
     Path(str(files.rebuilt) + ".wal").write_bytes(b"half wal")
     settled: list[Path] = []
     files.recover(settled.append)
-    assert files.db.read_bytes() == b"old" and not files.rebuilt.exists() and settled == []
+    assert files.db.read_bytes() == b"old" and not files.rebuilt.exists() and settled == [files.rebuilt]
     assert not Path(str(files.rebuilt) + ".wal").exists()
+
+
+def test_a_start_removes_nothing_another_process_holds(tmp_path: Path) -> None:
+    files = RebuildFiles(tmp_path / "p.duckdb")
+    files.db.write_bytes(b"old")
+    files.rebuilt.write_bytes(b"being rebuilt by another serve")
+
+    def busy(path: Path) -> None:
+        raise ProjectionBusyError(f"{path} is held")
+
+    with pytest.raises(ProjectionBusyError):
+        files.recover(busy)
+    assert files.rebuilt.exists() and files.db.exists()
+    files.mark_switched()
+    with pytest.raises(ProjectionBusyError):
+        files.recover(busy)
+    assert files.rebuilt.exists() and files.db.exists() and files.switched()
 
 
 @pytest.mark.parametrize("step", ["switched", "old removed", "renamed"])
