@@ -9,10 +9,11 @@ the switch (docs/design.md, "Rebuilding without downtime"):
    returns, so the live file's applied offsets stop at ``A`` and no read saw anything beyond them;
 2. the new file's projector runs until every partition reached at least ``A`` (bounded by
    ``switch_timeout``; past it the live projector resumes and the rebuild tries again later), then stops;
-3. the new file is checkpointed (synced) and the marker written: from here a crash restarts on it;
+3. the marker is written: from here a crash restarts on the new file;
 4. reads switch to it (``SwitchableProjection.switch``): reads in flight finish on the old handle, new
-   ones go to the new, waits carry over; the old handle closes once its reads are done and its file goes;
-5. the live projector resumes on the new file from its applied offsets.
+   ones go to the new, waits carry over;
+5. the live projector resumes on the new file from its applied offsets; then (outside the pause) the old
+   handle closes once its reads are done, its file goes, and the new file is checkpointed (synced).
 
 One owner for each piece of state: the rebuild's phase and figures are this object's (published as a
 frozen ``RebuildStatus``), the current handle is the ``SwitchableProjection``'s, the live projector's
@@ -329,20 +330,21 @@ class Rebuild(Generic[H]):
                 return False
         runner.stop()
         runner.raise_failure()
-        new.checkpoint()  # the content is on disk before the marker
+        # Its commits are in the OS's hands (as every commit of serve; a process crash keeps them) before
+        # the marker; the synced checkpoint comes after the pause, so readers do not wait for it.
         self._files.mark_switched()
         self._marked = True
         old, drained = self._reads.switch(new, s.drain_timeout)
+        self._live.resume(new)
+        paused = time.monotonic() - paused_at
         try:
             if not drained:
                 _log.error("rebuild: reads on the old file still in flight after %gs; closing it", s.drain_timeout)
             old.close()
             self._files.remove_old()
+            new.checkpoint()
         except Exception as exc:  # the next start removes the old file (the marker names the new one)
-            _log.error("rebuild: the old file stays until the next start: %s", exc)
-        finally:
-            self._live.resume(new)
-        paused = time.monotonic() - paused_at
+            _log.error("rebuild: after the switch: %s (the next start finishes it)", exc)
         live, rebuilt = self._offsets(new)
         self._publish(phase="switched", finished=time.time(), paused_seconds=round(paused, 3))
         _log.warning(

@@ -74,6 +74,8 @@ RETRY_MAX = 10.0  # a restarted broker is noticed within this many seconds
 #: A run that lasted this long was healthy: a failure after it starts a new retry window.
 HEALTHY_RUN = 60.0
 MAX_PROJECTOR_ATTEMPTS = 1_000_000
+#: The rebuild's projector's poll timeout (seconds): how long it may take to stop during a switch.
+REBUILD_POLL_TIMEOUT = 0.05
 #: Bound on the wait for HTTP requests in flight after a stop (long-polls are released at once).
 DEFAULT_GRACEFUL_TIMEOUT = 10
 
@@ -534,10 +536,13 @@ def rebuild_run(
 ) -> Callable[[Any, threading.Event], object]:
     """The rebuild's projector over its new file, until its stop: nobody reads that file yet, so nothing
     is staged for readers (each poll is one transaction, as ``replay``)."""
-    from throughline.projector.runner import Projector
+    from throughline.projector.runner import Projector, ProjectorOptions
+
+    # Short polls: the switch waits for this projector to stop, and readers wait for the switch.
+    options = ProjectorOptions(poll_timeout=REBUILD_POLL_TIMEOUT)
 
     def run(projection: Any, stop: threading.Event) -> object:
-        return Projector(projection, servers, topic, kafka_config=kafka_config).run(stop=stop)
+        return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(stop=stop)
 
     return run
 
