@@ -9,7 +9,7 @@ and runs three cells of ``--rate`` turns/s over ``--projects`` projects: one wit
 a rebuild started (``POST /v1/admin/rebuild``) as its measurement starts, whose switch lands inside the
 measured seconds, and one more without (after the switch: reads on the rebuilt file). ``serve``
 switches files once per run, hence a new one per repetition. It prints one JSON line per cell and a
-markdown table (docs/benchmarks.md, "Reads during a rebuild's switch").
+markdown table (docs/benchmarks.md, "9. Reads during a rebuild's switch").
 """
 
 from __future__ import annotations
