@@ -17,5 +17,6 @@ Its modules and subpackages, one concern each:
 - ``cut_manifest``: a projection snapshot's manifest and the checks of its files (format, SHA-256);
 - ``cut_load``: take a projection snapshot, and build a new projection file from one, checked against the log;
 - ``member_boot``: a group member loads a partition it gains from a peer's projection snapshot, or falls back to the log;
+- ``rebuild_files``: the files of a rebuild without downtime (``serve --rebuild``), and which one a start keeps;
 - ``exceptions``: errors of the projector and its projection.
 """

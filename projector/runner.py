@@ -240,9 +240,14 @@ class Projector:
         until_caught_up: bool = False,
         stop: threading.Event | None = None,
         progress: Progress | None = None,
+        commit_queued: threading.Event | None = None,
     ) -> RunSummary:
         """Consume and apply until ``stop`` is set (or, with ``until_caught_up``, until every partition's
         applied offset reaches the end offset it had when the run started).
+
+        ``commit_queued`` set when the run ends on ``stop``: what was staged for readers is committed
+        before the run returns instead of dropped (``serve`` pausing its projector for a switch of
+        files: readers must never see the readable offsets go back).
 
         Raises ``LogRewoundError``/``LogTruncatedError`` when the log is not the projection's log,
         ``TopicMissingError`` when the topic does not exist at start, ``BrokerUnavailableError`` when no
@@ -279,6 +284,8 @@ class Projector:
             try:
                 with fewer_gc_passes(self._options.gc_threshold), prompt_gil_handoffs(self._options.switch_interval):
                     caught_up = self._loop(log_view, feed, writer, stop, targets)
+                if commit_queued is not None and commit_queued.is_set():
+                    writer.drain()
             finally:
                 writer.close()
         finally:

@@ -142,6 +142,12 @@ def register(subparsers: Any) -> None:
         "(reads answer projection_pending for records nobody projects)",
     )
     p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild the projection without downtime: replay the topic into a new file beside --db while this "
+        "one serves, then switch reads to it (also POST /v1/admin/rebuild; docs/operations.md)",
+    )
+    p.add_argument(
         "--group",
         default=None,
         metavar="NAME",
@@ -221,6 +227,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         token_audience=args.token_audience,
         tls=tls,
         bootstrap_from=_bootstrap_url(args.bootstrap_from),
+        rebuild=args.rebuild,
     )
     return run_service(settings, options, announce=_announce)
 

@@ -15,6 +15,9 @@ Its modules, one concern each:
 - ``openapi``: the OpenAPI document (``GET /openapi.json``);
 - ``auth``: bearer-token authentication; ``tokens``: scoped read tokens, signed and self-contained;
 - ``security``: HTTPS and token-key upkeep;
+- ``rebuild``: rebuilding the projection without downtime (``Rebuild``, ``PausableProjector``);
+  ``switchable``: ``SwitchableProjection``, the read facade a rebuild switches files under;
+  ``admin_rebuild``: its admin endpoint (``/v1/admin/rebuild``);
 - ``group``: the read side of a ``serve --group`` member; ``forward``: a read passed on to its member;
 - ``client``: ``HttpReader``, the library's reader over HTTP (a ``PageReader`` for the Observer);
 - ``transport``: one HTTP request to a server, and the same request along a group's members;

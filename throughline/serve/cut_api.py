@@ -54,13 +54,14 @@ _CHUNK = 1 << 20
 _MAX_CHUNKS = 1 << 24  # 16 TiB at 1 MiB a chunk: the loop's count bound, far beyond any disk
 
 
-def install_cut_route(app: FastAPI, projection: DuckProjection, auth: BearerAuth) -> None:
-    """Add ``GET /v1/admin/snapshot`` to ``app`` (left out of the OpenAPI document: an operator's
-    endpoint, described in docs/operations.md)."""
+def install_cut_route(app: FastAPI, current: Callable[[], DuckProjection], auth: BearerAuth) -> None:
+    """Add ``GET /v1/admin/snapshot`` to ``app``, a snapshot of the projection ``current()`` names at each
+    request (left out of the OpenAPI document: an operator's endpoint, described in docs/operations.md)."""
     from throughline.projector.cut_load import remove_tree, take_cut
     from throughline.projector.cut_manifest import parse_partitions
 
     def build(partitions: Sequence[int] | None) -> tuple[Path, Path]:
+        projection = current()
         work = Path(tempfile.mkdtemp(prefix=f".{projection.path.name}.snapshot-", dir=projection.path.parent))
         try:
             cut = work / "cut"

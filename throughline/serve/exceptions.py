@@ -106,6 +106,13 @@ class ProjectorFailedError(ServeError):
     code = "projector_failed"
 
 
+class RebuildRefusedError(ServeError):
+    """A rebuild without downtime that cannot start (one runs, or this serve switched files already) or
+    that failed (the live file keeps serving) (HTTP 409)."""
+
+    code = "rebuild_refused"
+
+
 class BindFailedError(ServeError):
     """``serve`` cannot resolve ``--host`` or listen on ``--host``/``--port``."""
 

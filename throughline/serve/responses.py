@@ -25,6 +25,7 @@ from throughline.serve.exceptions import (
     HttpProtocolError,
     InvalidRequestError,
     MethodNotAllowedError,
+    RebuildRefusedError,
     RequestTooLargeError,
     UnauthorizedError,
 )
@@ -70,6 +71,8 @@ def http_status(error: ThroughlineError) -> int:
         return 405
     if isinstance(error, InputError):
         return 400
+    if isinstance(error, RebuildRefusedError):
+        return 409  # the request is fine; the rebuild's state forbids it now
     if isinstance(error, SourceQuarantinedError):
         return 409  # the request is fine; the source's state forbids serving it until an operator acts
     if error.retriable:

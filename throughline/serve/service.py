@@ -39,11 +39,13 @@ import uvicorn
 from throughline.errors import ThroughlineError
 from throughline.runtime import StopOnSignals
 from throughline.serve import DEFAULT_DRAIN_TIMEOUT, DEFAULT_HOST, DEFAULT_PORT
+from throughline.serve.admin_rebuild import install_rebuild_routes
 from throughline.serve.app import ApiSettings, ProjectorPhase, create_app
 from throughline.serve.auth import BearerAuth
-from throughline.serve.exceptions import BindFailedError, ProjectorFailedError
+from throughline.serve.exceptions import BindFailedError, ProjectorFailedError, RebuildRefusedError
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
+from throughline.serve.rebuild import PausableProjector, Rebuild, rebuild_metrics
 from throughline.serve.security import (
     KeyWatcher,
     TlsOptions,
@@ -51,6 +53,7 @@ from throughline.serve.security import (
     redact_access_log,
     server_context,
 )
+from throughline.serve.switchable import SwitchableProjection
 from throughline.serve.tokens import DEFAULT_AUDIENCE, KeyRing, VerifiedTokens
 from throughline.settings import Settings
 
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
     from throughline.log.group import GroupView
     from throughline.projector.group_runner import GroupSpec
     from throughline.projector.member_boot import CutFetcher
+    from throughline.projector.rebuild_files import RebuildFiles
     from throughline.projector.runner import ProgressUpdate
     from throughline.serve.group import GroupRouter
 
@@ -71,6 +75,8 @@ RETRY_MAX = 10.0  # a restarted broker is noticed within this many seconds
 #: A run that lasted this long was healthy: a failure after it starts a new retry window.
 HEALTHY_RUN = 60.0
 MAX_PROJECTOR_ATTEMPTS = 1_000_000
+#: The rebuild's projector's poll timeout (seconds): how long it may take to stop during a switch.
+REBUILD_POLL_TIMEOUT = 0.05
 #: Bound on the wait for HTTP requests in flight after a stop (long-polls are released at once).
 DEFAULT_GRACEFUL_TIMEOUT = 10
 
@@ -97,6 +103,7 @@ class ServeOptions:
     token_audience: str = DEFAULT_AUDIENCE
     tls: TlsOptions | None = None  # ``--tls-cert``/``--tls-key``: HTTPS
     bootstrap_from: str | None = None  # ``--bootstrap-from``: a new file starts from a peer's projection snapshot
+    rebuild: bool = False  # ``--rebuild``: rebuild the projection without downtime at start (``serve.rebuild``)
 
 
 class ProjectorThread:
@@ -284,9 +291,14 @@ def run_service(
     """Run ``throughline serve`` until a signal (returns 0) or a projector failure (raises its error);
     ``announce`` is given the URL once the server accepts requests (the command prints it)."""
     from throughline.log import DEFAULT_PARTITIONS, KafkaLog, TopicWatch, ensure_topic
+    from throughline.projector.rebuild_files import RebuildFiles
     from throughline.projector.store import DuckProjection
 
     _configure_logging(options.log_level)
+    if options.rebuild and (not options.projector or options.group is not None):
+        raise RebuildRefusedError(
+            "serve --rebuild rebuilds what its own projector writes: not with --no-projector or --group"
+        )
     servers = settings.require_bootstrap()
     kafka_config = settings.kafka_config()
     token_key = _token_key(settings, options)
@@ -321,10 +333,20 @@ def run_service(
                 token=bootstrap_token(options.api.auth_token),
                 context=peers,
             )
-        projection = DuckProjection.open(
-            settings.db, read_only=not options.projector, topic=settings.topic, sync_commits=options.sync_commits
-        )
-        stack.callback(projection.close)
+
+        def open_projection(path: object, read_only: bool = False) -> DuckProjection:
+            return DuckProjection.open(
+                str(path), read_only=read_only, topic=settings.topic, sync_commits=options.sync_commits
+            )
+
+        # A rebuild a crash interrupted: finished (it had switched) or removed (it had not), before opening.
+        files = RebuildFiles(Path(settings.db))
+        files.recover(lambda path: open_projection(path).close())
+        stack.callback(_finish_rebuild, files, open_projection)
+        projection = open_projection(settings.db, read_only=not options.projector)
+        # Reads go through the switchable facade: a rebuild replaces the handle under them.
+        reads = SwitchableProjection(projection)
+        stack.callback(reads.close)
         log = KafkaLog(servers, settings.topic, kafka_config=kafka_config)
         stack.callback(log.close)
 
@@ -354,10 +376,25 @@ def run_service(
 
             membership = Membership(options.group.group, options.group.url, options.group.copies)
             router = GroupRouter(
-                membership, log, lambda p: int(projection.applied_offsets().get(p, 0)), options.api.read_wait, peers
+                membership, log, lambda p: int(reads.applied_offsets().get(p, 0)), options.api.read_wait, peers
             )
             on_change, on_leave = membership.on_change, membership.on_leave
-        if options.projector:
+        rebuild: Rebuild[DuckProjection] | None = None
+        if options.projector and options.group is None:
+            live = PausableProjector(live_run(servers, settings.topic, metrics, kafka_config), projection)
+            projector = ProjectorThread(live, on_exit=request_stop)
+            state = projector
+            rebuild = Rebuild(
+                files=files,
+                reads=reads,
+                live=live,
+                open_new=open_projection,
+                project=rebuild_run(servers, settings.topic, kafka_config),
+                stopping=stopping,
+                on_status=rebuild_metrics(metrics),
+            )
+            stack.callback(rebuild.join, DEFAULT_GRACEFUL_TIMEOUT)
+        elif options.projector:
             from throughline.serve.cut_api import bootstrap_token, peer_cut_fetcher
 
             projector = ProjectorThread(
@@ -377,7 +414,7 @@ def run_service(
             state = projector
         verified = VerifiedTokens(ring, options.token_audience) if ring is not None else None
         app = create_app(
-            projection=projection,
+            projection=reads,
             log=log,
             token_key=token_key,
             settings=options.api,
@@ -390,7 +427,10 @@ def run_service(
         )
         from throughline.serve.cut_api import install_cut_route
 
-        install_cut_route(app, projection, BearerAuth(options.api.auth_token, verified))
+        auth = BearerAuth(options.api.auth_token, verified)
+        # The snapshot is of the file reads go to now (a rebuild switches it).
+        install_cut_route(app, lambda: reads.current, auth)
+        install_rebuild_routes(app, auth, rebuild)
         config = uvicorn.Config(
             app,
             lifespan="on",
@@ -419,6 +459,8 @@ def run_service(
         with StopOnSignals(on_first_signal, lambda _signum: force_stop()):
             if projector is not None:
                 projector.start()
+            if rebuild is not None and options.rebuild:
+                rebuild.start()
             try:
                 asyncio.run(server.serve(sockets=[sock]))
             finally:
@@ -478,9 +520,9 @@ def projector_loop(
     (with ``group``: only the partitions the group assigns this member, ``GroupProjector``, which loads a
     partition it gains from a peer's snapshot through ``peer_cuts``)."""
     from throughline.projector.group_runner import GroupProjector
-    from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
+    run = live_run(servers, topic, metrics, kafka_config)
 
     def loop(stop: threading.Event) -> object:
         if group is not None:
@@ -488,13 +530,53 @@ def projector_loop(
             return member.run_group(
                 group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress, peer_cuts=peer_cuts
             )
+        return run(projection, stop, threading.Event())
+
+    return loop
+
+
+def live_run(
+    servers: list[str], topic: str, metrics: ServeMetrics, kafka_config: KafkaClientConfig | None = None
+) -> Callable[[Any, threading.Event, threading.Event], object]:
+    """One run of the live projector over a projection, until its stop (``PausableProjector``'s run):
+    ``commit_queued`` set, what it staged for readers is committed before it returns."""
+    from throughline.projector.runner import Projector, ProjectorOptions
+
+    progress = metered_progress(metrics)
+
+    def run(projection: Any, stop: threading.Event, commit_queued: threading.Event) -> object:
         # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
         options = ProjectorOptions(stage_reads=True)
         return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(
-            stop=stop, progress=progress
+            stop=stop, progress=progress, commit_queued=commit_queued
         )
 
-    return loop
+    return run
+
+
+def rebuild_run(
+    servers: list[str], topic: str, kafka_config: KafkaClientConfig | None = None
+) -> Callable[[Any, threading.Event], object]:
+    """The rebuild's projector over its new file, until its stop: nobody reads that file yet, so nothing
+    is staged for readers (each poll is one transaction, as ``replay``)."""
+    from throughline.projector.runner import Projector, ProjectorOptions
+
+    # Short polls: the switch waits for this projector to stop, and readers wait for the switch.
+    options = ProjectorOptions(poll_timeout=REBUILD_POLL_TIMEOUT)
+
+    def run(projection: Any, stop: threading.Event) -> object:
+        return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(stop=stop)
+
+    return run
+
+
+def _finish_rebuild(files: RebuildFiles, open_projection: Callable[..., Any]) -> None:
+    """At stop, with every handle closed: move a switched-to rebuilt file to --db (``RebuildFiles.finish``);
+    a failure leaves the marker, and the next start finishes it."""
+    try:
+        files.finish(lambda path: open_projection(path).close())
+    except Exception as exc:
+        _log.error("the rebuilt projection stays at %s until the next start: %s", files.rebuilt, exc)
 
 
 def metered_progress(metrics: ServeMetrics) -> Callable[[ProgressUpdate], None]:

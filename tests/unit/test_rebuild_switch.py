@@ -1,0 +1,365 @@
+"""The switch of a rebuild without downtime, without Kafka: ``SwitchableProjection`` (reads in flight end on
+the old handle, new ones go to the new, waits and change counts carry over), ``PausableProjector`` (a pause
+commits the staged polls and holds the next run), ``Rebuild`` (catch up, pause, switch, resume; a failure
+leaves the live file serving) and ``RebuildFiles`` (which file a start keeps after a crash)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from throughline.projector.exceptions import ProjectionBusyError
+from throughline.projector.rebuild_files import RebuildFiles
+from throughline.serve.rebuild import PausableProjector, Rebuild, RebuildSettings
+from throughline.serve.switchable import EPOCH_UNIT, SwitchableProjection
+
+BOUND = 10.0
+
+
+class Handle:
+    """A projection handle in memory: applied offsets, change counts, waits that a close wakes."""
+
+    def __init__(self, name: str, applied: dict[int, int] | None = None) -> None:
+        self.name = name
+        self.cond = threading.Condition()
+        self.applied: dict[int, int] = dict(applied or {})
+        self.changes = 0
+        self.closed = False
+        self.checkpoints = 0
+
+    def advance(self, partition: int, offset: int) -> None:
+        with self.cond:
+            self.applied[partition] = max(offset, self.applied.get(partition, 0))
+            self.changes += 1
+            self.cond.notify_all()
+
+    @contextmanager
+    def view(self) -> Iterator[Any]:
+        assert not self.closed, f"{self.name} read after close"
+        yield self
+
+    def read(self, answer: Callable[[Any], Any]) -> Any:
+        assert not self.closed, f"{self.name} read after close"
+        return answer(self)
+
+    def readable_offsets(self) -> dict[int, int]:
+        with self.cond:
+            return dict(self.applied)
+
+    def committed_offsets(self) -> dict[int, int]:
+        return self.readable_offsets()
+
+    applied_offsets = readable_offsets
+
+    def quarantine(self, project_sha256: bytes | None = None, *, times: bool = True) -> None:
+        return None
+
+    def _wait(self, reached: Callable[[], bool], timeout: float) -> bool:
+        with self.cond:
+            self.cond.wait_for(lambda: reached() or self.closed, timeout)
+            return reached()
+
+    def wait_applied(self, partition: int, offset: int, timeout: float) -> bool:
+        return self._wait(lambda: self.applied.get(partition, 0) >= offset, timeout)
+
+    def wait_settled(self, partition: int, project_sha256: bytes, offset: int, timeout: float) -> bool:
+        return self.wait_applied(partition, offset, timeout)
+
+    def project_changes(self, project_sha256: bytes) -> int:
+        with self.cond:
+            return self.changes
+
+    def wait_project_changed(self, project_sha256: bytes, seen: int, timeout: float) -> bool:
+        return self._wait(lambda: self.changes > seen, timeout)
+
+    def checkpoint(self) -> None:
+        self.checkpoints += 1
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
+def _thread(target: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    box: list[Any] = []
+    thread = threading.Thread(target=lambda: box.append(target()), daemon=True)
+    thread.start()
+    return thread, box
+
+
+# ------------------------------------------------------------------ SwitchableProjection
+
+
+def test_a_read_in_flight_ends_on_the_old_handle_and_new_reads_go_to_the_new() -> None:
+    old, new = Handle("old", {0: 5}), Handle("new", {0: 5})
+    reads = SwitchableProjection(old)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(view: Any) -> str:
+        inside.set()
+        assert release.wait(BOUND)
+        return str(view.name)
+
+    reader, answer = _thread(lambda: reads.read(slow))
+    assert inside.wait(BOUND)
+    switcher, switched = _thread(lambda: reads.switch(new, BOUND))
+    time.sleep(0.2)
+    assert switcher.is_alive()  # the switch waits for the read on the old handle
+    assert reads.read(lambda v: v.name) == "new"  # while new reads already go to the new one
+    release.set()
+    reader.join(BOUND)
+    switcher.join(BOUND)
+    assert answer == ["old"] and switched == [(old, True)]
+    assert reads.reads_in_flight(old) == 0 and reads.epoch == 1
+
+
+def test_the_switch_is_bounded_by_its_drain_timeout() -> None:
+    old, new = Handle("old"), Handle("new")
+    reads = SwitchableProjection(old)
+    with reads.view():
+        assert reads.switch(new, 0.1) == (old, False)
+    assert reads.reads_in_flight(old) == 0
+
+
+def test_a_wait_on_the_old_handle_carries_over_to_the_new_one() -> None:
+    old, new = Handle("old", {0: 3}), Handle("new", {0: 3})
+    reads = SwitchableProjection(old)
+    waiter, answer = _thread(lambda: reads.wait_applied(0, 10, BOUND))
+    time.sleep(0.1)
+    previous, _ = reads.switch(new, BOUND)
+    previous.close()  # wakes the wait on the old handle, which goes on waiting on the new one
+    time.sleep(0.1)
+    assert waiter.is_alive()
+    new.advance(0, 10)
+    waiter.join(BOUND)
+    assert answer == [True]
+
+
+def test_a_wait_times_out_as_before_without_a_switch() -> None:
+    reads = SwitchableProjection(Handle("old", {0: 3}))
+    started = time.monotonic()
+    assert reads.wait_applied(0, 10, 0.2) is False
+    assert time.monotonic() - started >= 0.2
+
+
+def test_change_counts_grow_across_a_switch_and_wake_long_polls() -> None:
+    old, new = Handle("old"), Handle("new")
+    for _ in range(3):
+        old.advance(0, 1)
+    reads = SwitchableProjection(old)
+    seen = reads.project_changes(b"p")
+    assert seen == 3
+    waiter, answer = _thread(lambda: reads.wait_project_changed(b"p", seen, BOUND))
+    time.sleep(0.1)
+    previous, _ = reads.switch(new, BOUND)
+    previous.close()
+    waiter.join(BOUND)
+    assert answer == [True]  # the long-poll reads again, on the new handle
+    assert reads.project_changes(b"p") == EPOCH_UNIT > seen
+    assert reads.wait_project_changed(b"p", EPOCH_UNIT, 0.05) is False
+    new.advance(0, 1)
+    assert reads.wait_project_changed(b"p", EPOCH_UNIT, 0.05) is True
+
+
+# ------------------------------------------------------------------ PausableProjector
+
+
+def test_a_pause_commits_what_was_staged_and_holds_the_next_run_until_resume() -> None:
+    first, second = Handle("first"), Handle("second")
+    runs: list[tuple[str, bool]] = []
+
+    def run(projection: Handle, stop: threading.Event, commit: threading.Event) -> None:
+        assert stop.wait(BOUND)
+        runs.append((projection.name, commit.is_set()))
+
+    live = PausableProjector(run, first)
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    time.sleep(0.1)
+    assert live.pause(BOUND)
+    assert runs == [("first", True)]
+    time.sleep(0.3)
+    assert runs == [("first", True)]  # held while paused
+    live.resume(second)
+    time.sleep(0.1)
+    assert live.projection is second
+    stop.set()  # the service's stop reaches the run in progress
+    loop.join(BOUND)
+    assert not loop.is_alive()
+    assert runs == [("first", True), ("second", False)]
+
+
+# ------------------------------------------------------------------ Rebuild
+
+
+def _rebuild(
+    tmp_path: Path, live_handle: Handle, project: Callable[[Handle, threading.Event], object]
+) -> tuple[Rebuild[Any], SwitchableProjection[Any], PausableProjector[Any], list[Handle], RebuildFiles]:
+    db = tmp_path / "p.duckdb"
+    db.write_bytes(b"old")
+    (tmp_path / "p.duckdb.wal").write_bytes(b"old wal")
+    files = RebuildFiles(db)
+    reads = SwitchableProjection(live_handle)
+
+    def run_live(projection: Handle, stop: threading.Event, commit: threading.Event) -> None:
+        for _ in range(10_000):
+            if stop.wait(0.01):
+                return
+            projection.advance(0, projection.applied.get(0, 0) + 1)
+
+    live = PausableProjector(run_live, live_handle)
+    opened: list[Handle] = []
+
+    def open_new(path: Path) -> Handle:
+        Path(path).write_bytes(b"new")
+        opened.append(Handle("new"))
+        return opened[-1]
+
+    settings = RebuildSettings(close_enough=5, switch_timeout=5.0, drain_timeout=5.0, attempts=2, poll=0.01)
+    rebuild = Rebuild(
+        files=files,
+        reads=reads,
+        live=live,
+        open_new=open_new,
+        project=project,
+        stopping=threading.Event(),
+        settings=settings,
+    )
+    return rebuild, reads, live, opened, files
+
+
+def test_a_rebuild_catches_up_pauses_switches_and_resumes_on_the_new_file(tmp_path: Path) -> None:
+    old = Handle("old", {0: 50})
+
+    def replay(projection: Handle, stop: threading.Event) -> None:
+        for _ in range(100_000):  # faster than the live projector: it catches up
+            if stop.wait(0.001):
+                return
+            projection.advance(0, projection.applied.get(0, 0) + 5)
+
+    rebuild, reads, live, opened, files = _rebuild(tmp_path, old, replay)
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    try:
+        rebuild.start()
+        assert rebuild.join(BOUND)
+        status = rebuild.status()
+        assert status.phase == "switched", status
+        new = opened[0]
+        assert reads.current is new and live.projection is new and old.closed and not new.closed
+        assert new.checkpoints == 1
+        assert all(new.applied[p] >= o for p, o in status.live.items())
+        assert files.switched() and files.rebuilt.read_bytes() == b"new"
+        assert not files.db.exists() and not (tmp_path / "p.duckdb.wal").exists()  # the old file went
+        before = new.applied[0]
+        time.sleep(0.2)
+        assert new.applied[0] > before  # the live projector goes on, on the new file
+        with pytest.raises(Exception, match="switched to a rebuilt file already"):
+            rebuild.start()
+    finally:
+        stop.set()
+        loop.join(BOUND)
+    files.finish(lambda path: None)
+    assert files.db.read_bytes() == b"new" and not files.rebuilt.exists() and not files.switched()
+
+
+def test_a_failed_rebuild_leaves_the_live_file_serving_and_removes_the_new_one(tmp_path: Path) -> None:
+    old = Handle("old", {0: 50})
+
+    def broken(projection: Handle, stop: threading.Event) -> None:
+        raise RuntimeError("the log went away")
+
+    rebuild, reads, live, opened, files = _rebuild(tmp_path, old, broken)
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    try:
+        rebuild.start()
+        assert rebuild.join(BOUND)
+        status = rebuild.status()
+        assert status.phase == "failed" and "the log went away" in (status.error or "")
+        assert reads.current is old and not old.closed and opened[0].closed
+        assert not files.rebuilt.exists() and not files.switched() and files.db.read_bytes() == b"old"
+        before = old.applied[0]
+        time.sleep(0.2)
+        assert old.applied[0] > before  # never paused for good
+    finally:
+        stop.set()
+        loop.join(BOUND)
+
+
+def test_a_rebuild_that_cannot_reach_the_live_file_during_the_pause_gives_up(tmp_path: Path) -> None:
+    old = Handle("old", {0: 3})
+
+    def stuck(projection: Handle, stop: threading.Event) -> None:
+        projection.advance(0, 1)  # within close_enough, never at the live offsets
+        stop.wait(BOUND)
+
+    rebuild, reads, live, _, files = _rebuild(tmp_path, old, stuck)
+    rebuild._settings = RebuildSettings(close_enough=10**9, switch_timeout=0.2, attempts=2, poll=0.01)
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    try:
+        rebuild.start()
+        assert rebuild.join(BOUND)
+        status = rebuild.status()
+        assert status.phase == "failed" and status.attempts == 2 and "did not reach" in (status.error or "")
+        assert reads.current is old and not files.rebuilt.exists()
+    finally:
+        stop.set()
+        loop.join(BOUND)
+
+
+# ------------------------------------------------------------------ RebuildFiles after a crash
+
+
+def test_a_start_removes_a_rebuild_that_never_switched(tmp_path: Path) -> None:
+    files = RebuildFiles(tmp_path / "p.duckdb")
+    files.db.write_bytes(b"old")
+    files.rebuilt.write_bytes(b"half")
+    Path(str(files.rebuilt) + ".wal").write_bytes(b"half wal")
+    settled: list[Path] = []
+    files.recover(settled.append)
+    assert files.db.read_bytes() == b"old" and not files.rebuilt.exists() and settled == [files.rebuilt]
+    assert not Path(str(files.rebuilt) + ".wal").exists()
+
+
+def test_a_start_removes_nothing_another_process_holds(tmp_path: Path) -> None:
+    files = RebuildFiles(tmp_path / "p.duckdb")
+    files.db.write_bytes(b"old")
+    files.rebuilt.write_bytes(b"being rebuilt by another serve")
+
+    def busy(path: Path) -> None:
+        raise ProjectionBusyError(f"{path} is held")
+
+    with pytest.raises(ProjectionBusyError):
+        files.recover(busy)
+    assert files.rebuilt.exists() and files.db.exists()
+    files.mark_switched()
+    with pytest.raises(ProjectionBusyError):
+        files.recover(busy)
+    assert files.rebuilt.exists() and files.db.exists() and files.switched()
+
+
+@pytest.mark.parametrize("step", ["switched", "old removed", "renamed"])
+def test_a_start_finishes_a_switched_rebuild_whatever_step_the_crash_stopped_at(tmp_path: Path, step: str) -> None:
+    files = RebuildFiles(tmp_path / "p.duckdb")
+    files.db.write_bytes(b"old")
+    Path(str(files.db) + ".wal").write_bytes(b"old wal")
+    files.rebuilt.write_bytes(b"new")
+    files.mark_switched()
+    if step in ("old removed", "renamed"):
+        files.remove_old()
+    if step == "renamed":
+        files.rebuilt.replace(files.db)
+    settled: list[Path] = []
+    files.recover(settled.append)
+    assert files.db.read_bytes() == b"new"
+    assert not Path(str(files.db) + ".wal").exists() and not files.rebuilt.exists() and not files.switched()
+    assert settled == ([] if step == "renamed" else [files.rebuilt])

@@ -1,0 +1,414 @@
+"""Rebuilding ``serve``'s projection without downtime (``serve --rebuild``, ``POST /v1/admin/rebuild``).
+
+The topic is replayed into a new file beside the live one (``throughline.projector.rebuild_files``) by a
+projector of its own, on a thread of the rebuild, while the live file keeps answering every read and its
+projector keeps following the log. Once the new file is within ``close_enough`` records of the live one,
+the switch (docs/design.md, "Rebuilding without downtime"):
+
+1. the live projector pauses (``PausableProjector.pause``): it commits what it staged for readers and
+   returns, so the live file's applied offsets stop at ``A`` and no read saw anything beyond them;
+2. the new file's projector runs until every partition reached at least ``A`` (bounded by
+   ``switch_timeout``; past it the live projector resumes and the rebuild tries again later), then stops;
+3. the marker is written: from here a crash restarts on the new file;
+4. reads switch to it (``SwitchableProjection.switch``): reads in flight finish on the old handle, new
+   ones go to the new, waits carry over;
+5. the live projector resumes on the new file from its applied offsets; then (outside the pause) the old
+   handle closes once its reads are done, its file goes, and the new file is checkpointed (synced).
+
+One owner for each piece of state: the rebuild's phase and figures are this object's (published as a
+frozen ``RebuildStatus``), the current handle is the ``SwitchableProjection``'s, the live projector's
+projection and pause are the ``PausableProjector``'s; the threads hand each other only handles and
+immutable values.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, Protocol, TypeVar
+
+from throughline.projector.rebuild_files import RebuildFiles
+from throughline.serve.exceptions import RebuildRefusedError
+from throughline.serve.metrics import ServeMetrics
+from throughline.serve.switchable import SwitchableHandle, SwitchableProjection
+
+_log = logging.getLogger("throughline.serve.rebuild")
+
+
+class RebuiltHandle(SwitchableHandle, Protocol):
+    """A projection a rebuild writes and switches to (``DuckProjection``)."""
+
+    def checkpoint(self) -> None:
+        """Write everything committed into the file, synced to the disk."""
+        ...
+
+
+H = TypeVar("H", bound=RebuiltHandle)
+
+#: Pause cycles of the live projector in one service (each a rebuild's switch attempt).
+MAX_RUNS = 1_000_000
+#: Checks of the new file's progress while it replays (one every ``poll`` seconds: days of replay).
+MAX_CHECKS = 100_000_000
+#: Bound on the rebuild's projector committing its batch in flight and returning.
+RUNNER_STOP_TIMEOUT = 120.0
+_WATCH = 0.2  # how soon a paused or stopping run notices the service's stop
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildSettings:
+    """How a rebuild decides to switch."""
+
+    close_enough: int = 10_000  # records the new file may be behind the live one when the live projector pauses
+    pause_timeout: float = 60.0  # bound on the live projector committing its staged polls and returning
+    switch_timeout: float = 30.0  # bound on the pause: the new file reaches the live offsets within it
+    drain_timeout: float = 30.0  # bound on the reads in flight on the old handle after the switch
+    attempts: int = 5  # switch attempts before the rebuild gives up (the live file keeps serving)
+    poll: float = 0.1  # how often the rebuild looks at the two files' offsets
+    progress_interval: float = 10.0  # seconds between progress lines in the log
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildStatus:
+    """What ``GET /v1/admin/rebuild`` answers: the rebuild's phase and figures at one instant."""
+
+    phase: str = "idle"  # idle, replaying, switching, switched, failed
+    started: float | None = None  # wall-clock seconds
+    finished: float | None = None
+    live: Mapping[int, int] = field(default_factory=dict)  # the live file's applied offsets
+    rebuilt: Mapping[int, int] = field(default_factory=dict)  # the new file's applied offsets
+    attempts: int = 0
+    paused_seconds: float | None = None  # how long the live projector was paused for the switch
+    error: str | None = None
+
+    @property
+    def behind(self) -> int:
+        """Records the new file is behind the live one (summed over partitions)."""
+        return behind(self.live, self.rebuilt)
+
+    def to_json(self) -> dict[str, Any]:
+        """The document of ``GET /v1/admin/rebuild``."""
+        return {
+            "phase": self.phase,
+            "started": self.started,
+            "finished": self.finished,
+            "behind": self.behind,
+            "live": {str(p): o for p, o in sorted(self.live.items())},
+            "rebuilt": {str(p): o for p, o in sorted(self.rebuilt.items())},
+            "attempts": self.attempts,
+            "pausedSeconds": self.paused_seconds,
+            "error": self.error,
+        }
+
+
+def behind(target: Mapping[int, int], reached: Mapping[int, int]) -> int:
+    """Offsets ``reached`` lacks to reach ``target``, summed over the partitions."""
+    return sum(max(0, int(end) - int(reached.get(p, 0))) for p, end in target.items())
+
+
+class PausableProjector(Generic[H]):
+    """The live projector loop of ``serve`` (a ``ProjectorThread`` loop) over a projection that a switch
+    replaces: ``pause`` ends the run in progress (its staged polls committed) and holds the next one
+    until ``resume`` names the projection it goes on with.
+
+    ``run(projection, stop, commit_queued)`` is one projector run (``Projector.run``): it returns once
+    ``stop`` is set, having committed its queued polls when ``commit_queued`` is set.
+    """
+
+    def __init__(self, run: Callable[[H, threading.Event, threading.Event], object], projection: H) -> None:
+        self._run = run
+        self._cond = threading.Condition()
+        self._projection = projection
+        self._paused = False
+        self._running = False
+        self._stop_run: threading.Event | None = None
+        self._commit = threading.Event()
+
+    @property
+    def projection(self) -> H:
+        """The projection the live projector writes."""
+        with self._cond:
+            return self._projection
+
+    def __call__(self, stop: threading.Event) -> object:
+        for _ in range(MAX_RUNS):
+            with self._cond:
+                while self._paused and not stop.is_set():
+                    self._cond.wait(_WATCH)
+                if stop.is_set():
+                    return None
+                run_stop, commit = threading.Event(), threading.Event()
+                self._stop_run, self._commit, self._running = run_stop, commit, True
+                projection = self._projection
+            watcher = threading.Thread(target=_relay, args=(stop, run_stop), name="throughline-pause", daemon=True)
+            watcher.start()
+            try:
+                self._run(projection, run_stop, commit)
+            finally:
+                run_stop.set()
+                with self._cond:
+                    self._running = False
+                    self._cond.notify_all()
+                watcher.join()
+            with self._cond:
+                if not self._paused:
+                    return None  # stopped by the service (or by itself: the ProjectorThread says so)
+        return None
+
+    def pause(self, timeout: float) -> bool:
+        """End the run in progress (its staged polls committed) and hold the next; ``True`` once it
+        returned within ``timeout``."""
+        with self._cond:
+            self._paused = True
+            self._commit.set()
+            if self._stop_run is not None:
+                self._stop_run.set()
+            return self._cond.wait_for(lambda: not self._running, timeout)
+
+    def resume(self, projection: H | None = None) -> None:
+        """Let the live projector run again (on ``projection`` when given: the switched-to file)."""
+        with self._cond:
+            if projection is not None:
+                self._projection = projection
+            self._paused = False
+            self._cond.notify_all()
+
+
+def _relay(stop: threading.Event, run_stop: threading.Event) -> None:
+    """Set ``run_stop`` when the service stops; ends with the run (bounded by the run's life)."""
+    while not run_stop.wait(_WATCH):
+        if stop.is_set():
+            run_stop.set()
+
+
+class Rebuild(Generic[H]):
+    """One service's rebuilds: at most one at a time, and one switch per run of ``serve`` (the switched-to
+    file keeps its name until the service stops: ``RebuildFiles``)."""
+
+    def __init__(
+        self,
+        *,
+        files: RebuildFiles,
+        reads: SwitchableProjection[H],
+        live: PausableProjector[H],
+        open_new: Callable[[Any], H],
+        project: Callable[[H, threading.Event], object],
+        stopping: threading.Event,
+        settings: RebuildSettings | None = None,
+        on_status: Callable[[RebuildStatus], None] | None = None,
+    ) -> None:
+        self._files = files
+        self._reads = reads
+        self._live = live
+        self._open_new = open_new
+        self._project = project
+        self._stopping = stopping
+        self._settings = settings or RebuildSettings()
+        self._on_status = on_status
+        self._lock = threading.Lock()
+        self._status = RebuildStatus()
+        self._thread: threading.Thread | None = None
+        self._marked = False  # the rebuild's thread's own: the marker was written
+
+    def status(self) -> RebuildStatus:
+        """The rebuild's phase and figures now (an immutable value)."""
+        with self._lock:
+            return self._status
+
+    def _publish(self, **changes: Any) -> RebuildStatus:
+        with self._lock:
+            self._status = replace(self._status, **changes)
+            status = self._status
+        if self._on_status is not None:
+            self._on_status(status)
+        return status
+
+    def start(self) -> RebuildStatus:
+        """Start a rebuild on a thread of its own; ``RebuildRefusedError`` while one runs or after a switch."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                raise RebuildRefusedError("a rebuild is already running: follow it with GET /v1/admin/rebuild")
+            if self._status.phase == "switched":
+                raise RebuildRefusedError(
+                    "this serve switched to a rebuilt file already; restart it (the file moves to --db) to rebuild again"
+                )
+            if self._stopping.is_set():
+                raise RebuildRefusedError("serve is stopping")
+            self._status = RebuildStatus(phase="replaying", started=time.time())
+            self._thread = threading.Thread(target=self._main, name="throughline-rebuild", daemon=True)
+            self._thread.start()
+        _log.warning("rebuild: replaying the topic into %s while %s serves", self._files.rebuilt, self._files.db)
+        return self.status()
+
+    def join(self, timeout: float) -> bool:
+        """Wait (bounded) for a rebuild in progress to end; ``True`` when none runs."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
+    # ------------------------------------------------------------------ the rebuild's thread
+
+    def _main(self) -> None:
+        try:
+            self._rebuild()
+        except Exception as exc:  # reported in the status and the log; the live file keeps serving
+            message = f"{exc.__class__.__name__}: {exc}"
+            _log.error("rebuild failed: %s; %s keeps serving", message, self._files.db)
+            self._publish(phase="failed", finished=time.time(), error=message)
+
+    def _rebuild(self) -> None:
+        self._files.remove_unfinished()
+        new = self._open_new(self._files.rebuilt)
+        runner = _Runner(lambda stop: self._project(new, stop))
+        self._marked = False
+        switched = False
+        try:
+            runner.start()
+            for attempt in range(1, self._settings.attempts + 1):
+                self._publish(attempts=attempt)
+                if not self._catch_up(new, runner):
+                    raise RebuildRefusedError("serve stopped before the rebuild caught up")
+                if self._switch(new, runner):
+                    switched = True
+                    return
+            raise RebuildRefusedError(
+                f"the rebuilt file did not reach the live one within {self._settings.switch_timeout:g}s of a pause "
+                f"in {self._settings.attempts} attempts"
+            )
+        finally:
+            if not switched and not self._marked:  # past the marker the new file is the projection: kept
+                runner.stop()
+                new.close()
+                self._files.remove_unfinished()
+                self._live.resume()
+
+    def _offsets(self, new: H) -> tuple[dict[int, int], dict[int, int]]:
+        live = dict(self._live.projection.applied_offsets())
+        rebuilt = dict(new.applied_offsets())
+        self._publish(live=live, rebuilt=rebuilt)
+        return live, rebuilt
+
+    def _catch_up(self, new: H, runner: _Runner) -> bool:
+        """Wait until the new file is within ``close_enough`` records of the live one."""
+        s = self._settings
+        last_line = time.monotonic()
+        self._publish(phase="replaying")
+        for _ in range(MAX_CHECKS):
+            runner.raise_failure()
+            live, rebuilt = self._offsets(new)
+            lacking = behind(live, rebuilt)
+            if lacking <= s.close_enough:
+                return True
+            if time.monotonic() - last_line >= s.progress_interval:
+                last_line = time.monotonic()
+                _log.warning("rebuild: %d records behind the live file (rebuilt %s)", lacking, rebuilt)
+            if self._stopping.wait(s.poll):
+                return False
+        return False
+
+    def _switch(self, new: H, runner: _Runner) -> bool:
+        """Pause the live projector, let the new file reach it, switch reads; ``False``: not in time (the
+        live projector resumed)."""
+        s = self._settings
+        self._publish(phase="switching")
+        paused_at = time.monotonic()
+        if not self._live.pause(s.pause_timeout):
+            self._live.resume()
+            raise RebuildRefusedError(f"the live projector did not pause within {s.pause_timeout:g}s")
+        target = dict(self._live.projection.applied_offsets())
+        deadline = time.monotonic() + s.switch_timeout
+        for _ in range(MAX_CHECKS):
+            runner.raise_failure()
+            if behind(target, new.applied_offsets()) == 0:
+                break
+            if time.monotonic() >= deadline or self._stopping.wait(s.poll / 10):
+                self._live.resume()
+                _log.warning("rebuild: the new file did not reach the live one during the pause; trying again")
+                return False
+        runner.stop()
+        runner.raise_failure()
+        # Its commits are in the OS's hands (as every commit of serve; a process crash keeps them) before
+        # the marker; the synced checkpoint comes after the pause, so readers do not wait for it.
+        self._files.mark_switched()
+        self._marked = True
+        old, drained = self._reads.switch(new, s.drain_timeout)
+        self._live.resume(new)
+        paused = time.monotonic() - paused_at
+        try:
+            if not drained:
+                _log.error("rebuild: reads on the old file still in flight after %gs; closing it", s.drain_timeout)
+            old.close()
+            self._files.remove_old()
+            new.checkpoint()
+        except Exception as exc:  # the next start removes the old file (the marker names the new one)
+            _log.error("rebuild: after the switch: %s (the next start finishes it)", exc)
+        live, rebuilt = self._offsets(new)
+        self._publish(phase="switched", finished=time.time(), paused_seconds=round(paused, 3))
+        _log.warning(
+            "rebuild: reads switched to %s (live projector paused %.3fs); it moves to %s when serve stops",
+            self._files.rebuilt,
+            paused,
+            self._files.db,
+        )
+        return True
+
+
+class _Runner:
+    """The new file's projector on a thread, remembering how it ended."""
+
+    def __init__(self, run: Callable[[threading.Event], object]) -> None:
+        self._run = run
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="throughline-rebuild-projector", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            self._run(self._stop)
+        except BaseException as exc:  # handed to the rebuild's thread, which fails the rebuild with it
+            self._error = exc
+        else:
+            if not self._stop.is_set():
+                self._error = RebuildRefusedError("the rebuild's projector stopped without being asked")
+
+    def raise_failure(self) -> None:
+        """Raise why the projector ended, if it did."""
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        """Stop the projector (it commits its batch in flight) and wait for it."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(RUNNER_STOP_TIMEOUT)
+            if self._thread.is_alive():
+                raise RebuildRefusedError(f"the rebuild's projector did not stop within {RUNNER_STOP_TIMEOUT:g}s")
+
+
+def rebuild_metrics(metrics: ServeMetrics) -> Callable[[RebuildStatus], None]:
+    """A ``Rebuild``'s ``on_status`` that shows its phase and progress in ``/metrics``."""
+    phase = metrics.registry.gauge(
+        "throughline_rebuild_phase",
+        "1 for the phase the projection's rebuild is in (replaying, switching, ...)",
+        ("phase",),
+    )
+    lacking = metrics.registry.gauge(
+        "throughline_rebuild_behind_records", "Records the file being rebuilt is behind the live one"
+    )
+    paused = metrics.registry.gauge(
+        "throughline_rebuild_paused_seconds", "How long the live projector was paused for the last switch of files"
+    )
+
+    def on_status(status: RebuildStatus) -> None:
+        phase.replace([({"phase": status.phase}, 1.0)])
+        lacking.set(status.behind)
+        if status.paused_seconds is not None:
+            paused.set(status.paused_seconds)
+
+    return on_status
