@@ -324,7 +324,7 @@ def test_only_the_admin_takes_a_snapshot_over_http(full: DuckProjection, tmp_pat
 
     app = FastAPI()
     install_error_handlers(app)
-    install_cut_route(app, full, _Grants(scope))  # type: ignore[arg-type]
+    install_cut_route(app, lambda: full, _Grants(scope))  # type: ignore[arg-type]
     with TestClient(app) as client:
         answer = client.get(SNAPSHOT_PATH, params={"partitions": "0,3"})
         if scope != "admin":

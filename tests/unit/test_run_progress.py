@@ -11,7 +11,7 @@ from projector_histories import TOPIC, place, to_log, turn
 from throughline.projector.runner import ProgressUpdate, Tally
 from throughline.projector.store import BatchSummary, DuckProjection
 from throughline.serve.metrics import ServeMetrics
-from throughline.serve.service import metered_progress
+from throughline.serve.projector_runs import metered_progress
 
 
 def test_each_applied_batch_is_reported_with_its_records_and_its_time(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Its modules, one concern each:
 
 - ``service``: the process: projector thread, uvicorn, signals (``run_service``; its options are
-  ``throughline.commands.serve``'s);
+  ``throughline.commands.serve``'s); ``projector_runs``: the projector runs it starts (live, group member,
+  rebuild) and the progress callback that counts them into ``/metrics``;
 - ``app``: the FastAPI application (``create_app``) over a projection, a log view and the token key;
 - ``read_route``: the read endpoint as a plain ASGI handler, ahead of FastAPI's router;
 - ``read_api``: ``ReadApi``, what the routes do, without HTTP;

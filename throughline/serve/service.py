@@ -45,6 +45,7 @@ from throughline.serve.auth import BearerAuth
 from throughline.serve.exceptions import BindFailedError, ProjectorFailedError, RebuildRefusedError
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
+from throughline.serve.projector_runs import live_run, projector_loop, rebuild_run
 from throughline.serve.rebuild import PausableProjector, Rebuild, rebuild_metrics
 from throughline.serve.security import (
     KeyWatcher,
@@ -58,12 +59,9 @@ from throughline.serve.tokens import DEFAULT_AUDIENCE, KeyRing, VerifiedTokens
 from throughline.settings import Settings
 
 if TYPE_CHECKING:
-    from throughline.log import KafkaClientConfig
     from throughline.log.group import GroupView
     from throughline.projector.group_runner import GroupSpec
-    from throughline.projector.member_boot import CutFetcher
     from throughline.projector.rebuild_files import RebuildFiles
-    from throughline.projector.runner import ProgressUpdate
     from throughline.serve.group import GroupRouter
 
 _log = logging.getLogger("throughline.serve")
@@ -75,8 +73,6 @@ RETRY_MAX = 10.0  # a restarted broker is noticed within this many seconds
 #: A run that lasted this long was healthy: a failure after it starts a new retry window.
 HEALTHY_RUN = 60.0
 MAX_PROJECTOR_ATTEMPTS = 1_000_000
-#: The rebuild's projector's poll timeout (seconds): how long it may take to stop during a switch.
-REBUILD_POLL_TIMEOUT = 0.05
 #: Bound on the wait for HTTP requests in flight after a stop (long-polls are released at once).
 DEFAULT_GRACEFUL_TIMEOUT = 10
 
@@ -504,72 +500,6 @@ def _token_key(settings: Settings, options: ServeOptions) -> bytes:
         ) from None
 
 
-def projector_loop(
-    projection: Any,
-    servers: list[str],
-    topic: str,
-    metrics: ServeMetrics,
-    kafka_config: KafkaClientConfig | None = None,
-    *,
-    group: GroupSpec | None = None,
-    on_change: Callable[[GroupView], None] | None = None,
-    on_leave: Callable[[], None] | None = None,
-    peer_cuts: CutFetcher | None = None,
-) -> Callable[[threading.Event], object]:
-    """The projector's consume loop over ``projection``, counting what it applies into ``metrics``
-    (with ``group``: only the partitions the group assigns this member, ``GroupProjector``, which loads a
-    partition it gains from a peer's snapshot through ``peer_cuts``)."""
-    from throughline.projector.group_runner import GroupProjector
-
-    progress = metered_progress(metrics)
-    run = live_run(servers, topic, metrics, kafka_config)
-
-    def loop(stop: threading.Event) -> object:
-        if group is not None:
-            member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
-            return member.run_group(
-                group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress, peer_cuts=peer_cuts
-            )
-        return run(projection, stop, threading.Event())
-
-    return loop
-
-
-def live_run(
-    servers: list[str], topic: str, metrics: ServeMetrics, kafka_config: KafkaClientConfig | None = None
-) -> Callable[[Any, threading.Event, threading.Event], object]:
-    """One run of the live projector over a projection, until its stop (``PausableProjector``'s run):
-    ``commit_queued`` set, what it staged for readers is committed before it returns."""
-    from throughline.projector.runner import Projector, ProjectorOptions
-
-    progress = metered_progress(metrics)
-
-    def run(projection: Any, stop: threading.Event, commit_queued: threading.Event) -> object:
-        # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
-        options = ProjectorOptions(stage_reads=True)
-        return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(
-            stop=stop, progress=progress, commit_queued=commit_queued
-        )
-
-    return run
-
-
-def rebuild_run(
-    servers: list[str], topic: str, kafka_config: KafkaClientConfig | None = None
-) -> Callable[[Any, threading.Event], object]:
-    """The rebuild's projector over its new file, until its stop: nobody reads that file yet, so nothing
-    is staged for readers (each poll is one transaction, as ``replay``)."""
-    from throughline.projector.runner import Projector, ProjectorOptions
-
-    # Short polls: the switch waits for this projector to stop, and readers wait for the switch.
-    options = ProjectorOptions(poll_timeout=REBUILD_POLL_TIMEOUT)
-
-    def run(projection: Any, stop: threading.Event) -> object:
-        return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(stop=stop)
-
-    return run
-
-
 def _finish_rebuild(files: RebuildFiles, open_projection: Callable[..., Any]) -> None:
     """At stop, with every handle closed: move a switched-to rebuilt file to --db (``RebuildFiles.finish``);
     a failure leaves the marker, and the next start finishes it."""
@@ -577,25 +507,3 @@ def _finish_rebuild(files: RebuildFiles, open_projection: Callable[..., Any]) ->
         files.finish(lambda path: open_projection(path).close())
     except Exception as exc:
         _log.error("the rebuilt projection stays at %s until the next start: %s", files.rebuilt, exc)
-
-
-def metered_progress(metrics: ServeMetrics) -> Callable[[ProgressUpdate], None]:
-    """The projector runs' ``progress`` callback that counts what they apply into ``metrics``: the
-    record, turn and quarantine counters, and each transaction's duration and records (one callback
-    for every run of the service: a run retried after a failure goes on counting)."""
-
-    def progress(update: ProgressUpdate) -> None:
-        # From the batch, not the run's totals: a retried run starts its totals again at 0.
-        batch = update.batch
-        for counter, applied in (
-            (metrics.records_applied, batch.records),
-            (metrics.turns_applied, batch.appended),
-            (metrics.quarantined, batch.quarantined),
-        ):
-            if applied:
-                counter.inc(applied)
-        if batch.records:
-            metrics.transaction_duration.observe(update.batch_seconds)
-            metrics.transaction_records.observe(batch.records)
-
-    return progress

@@ -1,0 +1,110 @@
+"""The projector runs ``serve`` starts: the live one (``live_run``, alone or as a group member through
+``projector_loop``), a rebuild's (``rebuild_run``), and the progress callback that counts what they apply
+into ``/metrics`` (``metered_progress``). ``service`` owns the threads that run them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from throughline.serve.metrics import ServeMetrics
+
+if TYPE_CHECKING:
+    from throughline.log import KafkaClientConfig
+    from throughline.log.group import GroupView
+    from throughline.projector.group_runner import GroupSpec
+    from throughline.projector.member_boot import CutFetcher
+    from throughline.projector.runner import ProgressUpdate
+
+#: The rebuild's projector's poll timeout (seconds): how long it may take to stop during a switch.
+REBUILD_POLL_TIMEOUT = 0.05
+
+
+def projector_loop(
+    projection: Any,
+    servers: list[str],
+    topic: str,
+    metrics: ServeMetrics,
+    kafka_config: KafkaClientConfig | None = None,
+    *,
+    group: GroupSpec | None = None,
+    on_change: Callable[[GroupView], None] | None = None,
+    on_leave: Callable[[], None] | None = None,
+    peer_cuts: CutFetcher | None = None,
+) -> Callable[[threading.Event], object]:
+    """The projector's consume loop over ``projection``, counting what it applies into ``metrics``
+    (with ``group``: only the partitions the group assigns this member, ``GroupProjector``, which loads a
+    partition it gains from a peer's snapshot through ``peer_cuts``)."""
+    from throughline.projector.group_runner import GroupProjector
+
+    progress = metered_progress(metrics)
+    run = live_run(servers, topic, metrics, kafka_config)
+
+    def loop(stop: threading.Event) -> object:
+        if group is not None:
+            member = GroupProjector(projection, servers, topic, kafka_config=kafka_config)
+            return member.run_group(
+                group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress, peer_cuts=peer_cuts
+            )
+        return run(projection, stop, threading.Event())
+
+    return loop
+
+
+def live_run(
+    servers: list[str], topic: str, metrics: ServeMetrics, kafka_config: KafkaClientConfig | None = None
+) -> Callable[[Any, threading.Event, threading.Event], object]:
+    """One run of the live projector over a projection, until its stop (``PausableProjector``'s run):
+    ``commit_queued`` set, what it staged for readers is committed before it returns."""
+    from throughline.projector.runner import Projector, ProjectorOptions
+
+    progress = metered_progress(metrics)
+
+    def run(projection: Any, stop: threading.Event, commit_queued: threading.Event) -> object:
+        # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
+        options = ProjectorOptions(stage_reads=True)
+        return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(
+            stop=stop, progress=progress, commit_queued=commit_queued
+        )
+
+    return run
+
+
+def rebuild_run(
+    servers: list[str], topic: str, kafka_config: KafkaClientConfig | None = None
+) -> Callable[[Any, threading.Event], object]:
+    """The rebuild's projector over its new file, until its stop: nobody reads that file yet, so nothing
+    is staged for readers (each poll is one transaction, as ``replay``)."""
+    from throughline.projector.runner import Projector, ProjectorOptions
+
+    # Short polls: the switch waits for this projector to stop, and readers wait for the switch.
+    options = ProjectorOptions(poll_timeout=REBUILD_POLL_TIMEOUT)
+
+    def run(projection: Any, stop: threading.Event) -> object:
+        return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(stop=stop)
+
+    return run
+
+
+def metered_progress(metrics: ServeMetrics) -> Callable[[ProgressUpdate], None]:
+    """The projector runs' ``progress`` callback that counts what they apply into ``metrics``: the
+    record, turn and quarantine counters, and each transaction's duration and records (one callback
+    for every run of the service: a run retried after a failure goes on counting)."""
+
+    def progress(update: ProgressUpdate) -> None:
+        # From the batch, not the run's totals: a retried run starts its totals again at 0.
+        batch = update.batch
+        for counter, applied in (
+            (metrics.records_applied, batch.records),
+            (metrics.turns_applied, batch.appended),
+            (metrics.quarantined, batch.quarantined),
+        ):
+            if applied:
+                counter.inc(applied)
+        if batch.records:
+            metrics.transaction_duration.observe(update.batch_seconds)
+            metrics.transaction_records.observe(batch.records)
+
+    return progress
