@@ -170,21 +170,7 @@ def load_cut(path: Path, cut_dir: Path, manifest: CutManifest) -> None:
         cur = cursor(con)
         cur.execute("BEGIN TRANSACTION")
         try:
-            for table in CUT_TABLES:
-                source = str(cut_dir / table_file(table))
-                try:
-                    inserted = cur.execute(
-                        f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)",  # noqa: S608 - a constant name
-                        [source],
-                    ).fetchall()
-                except duckdb.Error as exc:
-                    raise SnapshotDamagedError(f"the snapshot's {table_file(table)} does not load: {exc}") from None
-                got = int(inserted[0][0]) if inserted else 0
-                if got != manifest.tables[table].rows:
-                    raise SnapshotDamagedError(
-                        f"the snapshot's {table_file(table)} holds {got} rows, the manifest says "
-                        f"{manifest.tables[table].rows}"
-                    )
+            _insert_tables(cur, cut_dir, manifest, "does not load")
             values = {"topic": manifest.topic, "partitions": str(manifest.partition_count)}
             if manifest.topic_id is not None:
                 values["topic_id"] = manifest.topic_id
@@ -248,21 +234,7 @@ def load_cut_partitions(
                     f"the file already holds {table} rows of partitions {sorted(int(r[0]) for r in held)}: "
                     "a snapshot is loaded only into partitions a file holds nothing of"
                 )
-        for table in CUT_TABLES:
-            source = str(cut_dir / table_file(table))
-            try:
-                inserted = cur.execute(
-                    f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)",  # noqa: S608 - a constant name
-                    [source],
-                ).fetchall()
-            except duckdb.Error as exc:
-                raise SnapshotDamagedError(f"the snapshot's {table_file(table)} does not load here: {exc}") from None
-            got = int(inserted[0][0]) if inserted else 0
-            if got != manifest.tables[table].rows:
-                raise SnapshotDamagedError(
-                    f"the snapshot's {table_file(table)} holds {got} rows, the manifest says "
-                    f"{manifest.tables[table].rows}"
-                )
+        _insert_tables(cur, cut_dir, manifest, "does not load here")
         loaded = {
             int(r[0]): tuple(int(v) for v in r[1:])
             for r in cur.execute(
@@ -285,6 +257,26 @@ def load_cut_partitions(
             cur.execute("ROLLBACK")
         raise
     return loaded
+
+
+def _insert_tables(cur: duckdb.DuckDBPyConnection, cut_dir: Path, manifest: CutManifest, failed: str) -> None:
+    """Insert every table's file of the snapshot in ``cut_dir`` in the transaction open on ``cur``, each
+    checked to hold the rows the manifest says (``SnapshotDamagedError``, saying the file ``failed`` when
+    DuckDB refuses it)."""
+    for table in CUT_TABLES:
+        source = str(cut_dir / table_file(table))
+        try:
+            inserted = cur.execute(
+                f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)",  # noqa: S608 - a constant name
+                [source],
+            ).fetchall()
+        except duckdb.Error as exc:
+            raise SnapshotDamagedError(f"the snapshot's {table_file(table)} {failed}: {exc}") from None
+        got = int(inserted[0][0]) if inserted else 0
+        if got != manifest.tables[table].rows:
+            raise SnapshotDamagedError(
+                f"the snapshot's {table_file(table)} holds {got} rows, the manifest says {manifest.tables[table].rows}"
+            )
 
 
 def _delete_partitions(cur: duckdb.DuckDBPyConnection, manifest: CutManifest) -> None:
