@@ -60,6 +60,21 @@ def _row_chained(row: Row, digest: bytes) -> Row:
     return (row[0], row[1], row[2], row[3], row[4], row[5], digest, row[7], row[8])
 
 
+def _turn_row(it: SoundRecord, seq: int, chain_digest: bytes, partition: int) -> Row:
+    """The ``turns`` row (in ``_ROW_COLUMNS`` order) that places record ``it`` at ``seq``."""
+    return (
+        seq,
+        it.turn_id,
+        it.completed_at_micros,
+        it.body,
+        it.body_bytes,
+        it.content_digest,
+        chain_digest,
+        partition,
+        it.offset,
+    )
+
+
 def stored_turn_ids(
     cur: duckdb.DuckDBPyConnection, keys: Sequence[bytes], table: pa.Table | None = None
 ) -> dict[bytes, bytes]:
@@ -379,19 +394,7 @@ class ApplyTransaction:
                         milestone = True
                         for row in w.rewind(seq, part, it.offset):
                             superseded.append((it.source, st.project_sha256, row, part, it.offset))
-                    w.pending.append(
-                        (
-                            seq,
-                            it.turn_id,
-                            it.completed_at_micros,
-                            it.body,
-                            it.body_bytes,
-                            it.content_digest,
-                            outcome.chain_digest,
-                            part,
-                            it.offset,
-                        )
-                    )
+                    w.pending.append(_turn_row(it, seq, outcome.chain_digest, part))
                     st.length = seq
                     st.chain_digest = outcome.chain_digest
                     st.head_partition = part
@@ -412,19 +415,7 @@ class ApplyTransaction:
                     gone, kept = w.amend(seq, part, it.offset, partial(self._stored_rows, it.source))
                     for row in gone:
                         superseded.append((it.source, st.project_sha256, row, part, it.offset))
-                    w.pending.append(
-                        (
-                            seq,
-                            it.turn_id,
-                            it.completed_at_micros,
-                            it.body,
-                            it.body_bytes,
-                            it.content_digest,
-                            outcome.chain_digest,
-                            part,
-                            it.offset,
-                        )
-                    )
+                    w.pending.append(_turn_row(it, seq, outcome.chain_digest, part))
                     w.pending.extend(rechain(outcome.chain_digest, kept, _ROW_CONTENT, _row_chained))
                     head = w.pending[-1]
                     st.length, st.chain_digest, st.head_partition, st.head_offset = head[0], head[6], head[7], head[8]
