@@ -153,8 +153,8 @@ def test_serve_killed_during_a_rebuild_restarts_on_one_whole_file(
         assert served.table_digests() == expected  # nothing lost, doubled or stale
         assert served.stats().turns == turns
     rel_support.record(
-        "serve killed during a rebuild",
-        step,
+        "rebuild",
+        f"serve killed at {step}",
         kills=1,
         restarts=1,
         lost=0,
