@@ -360,7 +360,7 @@ def _register_one(client: RegistryClient, subject: str, schema: SchemaVersion) -
         family = "repair" if schema.family == REPAIR else "turn"
         raise SchemaIncompatibleError(
             f"the {family} schema v{schema.version} is not compatible with the latest version under subject "
-            f"{subject!r}" + (f": {reasons}" if reasons else "") + "; nothing was sent"
+            f"{subject!r}" + (f": {reasons}" if reasons else " (the registry gave no reasons)") + "; nothing was sent"
         )
     return client.register(subject, text)
 

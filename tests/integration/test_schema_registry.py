@@ -3,12 +3,14 @@ format, every reader reads both framings, a mixed topic projects exactly, schema
 registry's compatibility check, and a reader that is not throughline (confluent-kafka's
 ``AvroDeserializer`` with its ``SchemaRegistryClient``, in a pinned environment) decodes every turn.
 
-The broker is the session's real one. The registry is ``THROUGHLINE_TEST_SCHEMA_REGISTRY`` when set,
-else the loopback stand-in of ``throughline.testing.kafka.registry`` (why: that module's docstring).
+The broker is the session's real one, and so is the registry: the pytest plugin's ``schema_registry_url``
+(Apicurio Registry's server from Maven Central on loopback, or ``THROUGHLINE_TEST_SCHEMA_REGISTRY``).
+The outage test runs a second Apicurio Registry of its own, kept on disk, which it stops and starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -30,7 +32,7 @@ from throughline.projector.store import DuckProjection
 from throughline.schemas import codec, registry
 from throughline.schemas.codec import SCHEMAS
 from throughline.schemas.exceptions import SchemaIncompatibleError
-from throughline.testing.kafka.registry import schema_registry
+from throughline.testing.kafka.apicurio import ApicurioRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # the bench package lives beside the tests, not in the installed package
@@ -53,10 +55,9 @@ READER_ENV = PeerEnv("registry-reader", READER_PINS)
 
 
 @pytest.fixture
-def registry_url() -> Iterator[str]:
+def registry_url(schema_registry_url: str) -> Iterator[str]:
     before = codec.schema_ids()
-    with schema_registry() as url:
-        yield url
+    yield schema_registry_url
     codec.set_schema_ids(before)
 
 
@@ -90,6 +91,9 @@ def test_a_mixed_topic_projects_exactly(
     stored = read_topic(kafka_bootstrap, kafka_topic_name)
     firsts = [r.value[0] for r in sorted(stored, key=lambda r: r.value[0] != 0xC3)]
     assert firsts.count(0xC3) == 12 and firsts.count(0x00) == 13
+    client = registry.RegistryClient(registry.RegistrySettings(registry_url))
+    for subject in (registry.value_subject(kafka_topic_name), registry.repair_subject(kafka_topic_name)):
+        assert client.compatibility(subject) == "BACKWARD", subject  # new subjects are given BACKWARD
 
     db = tmp_path / "p.duckdb"
     done = cli_process(
@@ -130,38 +134,42 @@ def test_without_the_registry_framed_records_are_quarantined_not_lost(
 def test_a_registry_that_is_away_is_ridden_out_not_quarantined(
     kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
 ) -> None:
-    # The producer registers with one registry; the projector is pointed at a second one on a port
-    # where nothing listens yet, which starts (with the same ids) only after the projector has tried.
+    # A registry of this test's own, kept on disk: the producer registers with it, then it stops. The
+    # projector is pointed at its port while nothing listens; it comes back (same data, same ids) only
+    # after the projector has tried.
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/apis/ccompat/v7"
+    server = ApicurioRegistry(port=port, on_disk=True)
     turns = _turns("a", 4)
     db = tmp_path / "a.duckdb"
     log = tmp_path / "project.log"
-    with schema_registry(port=port):
-        with TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(url)) as producer:
+    with contextlib.closing(server):
+        server.start()
+        with TurnProducer(
+            kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(server.url)
+        ) as producer:
             producer.send_many(turns)
-    projector = start_projector(
-        "--until-caught-up",
-        "--schema-registry",
-        url,
-        *connection(kafka_bootstrap, kafka_topic_name, db),
-        log=log,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while "registry_unavailable" not in log.read_text("utf-8") and time.monotonic() < deadline:
-            assert projector.poll() is None, log.read_text("utf-8")
-            time.sleep(0.2)
-        assert "registry_unavailable" in log.read_text("utf-8")
-        with schema_registry(port=port):  # a fresh registry: the producer registers the same schemas again
-            TurnProducer(kafka_bootstrap, kafka_topic_name, partitions=1, kafka_config=_config(url)).close()
+        server.stop()
+        projector = start_projector(
+            "--until-caught-up",
+            "--schema-registry",
+            server.url,
+            *connection(kafka_bootstrap, kafka_topic_name, db),
+            log=log,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while "registry_unavailable" not in log.read_text("utf-8") and time.monotonic() < deadline:
+                assert projector.poll() is None, log.read_text("utf-8")
+                time.sleep(0.2)
+            assert "registry_unavailable" in log.read_text("utf-8")
+            server.start()
             assert projector.wait(timeout=120) == 0, log.read_text("utf-8")
-    finally:
-        if projector.poll() is None:
-            projector.kill()
-            projector.wait(timeout=10)
+        finally:
+            if projector.poll() is None:
+                projector.kill()
+                projector.wait(timeout=10)
     with DuckProjection.open(db, read_only=True) as projection:
         assert projection.table_rows("quarantine") == []
         assert sorted(r["turn_id"] for r in projection.table_rows("turns")) == sorted(t.turn_id for t in turns)
@@ -188,8 +196,7 @@ def test_v1_to_v2_passes_and_an_incompatible_schema_is_refused_before_any_turn(
         "fields": [{"name": "project", "type": "string"}],
     }
     other_subject = registry.value_subject(other)
-    client.set_compatibility(other_subject)
-    client.register(other_subject, json.dumps(foreign))
+    client.register(other_subject, json.dumps(foreign))  # by another tool, with no level of the subject's own
     with pytest.raises(SchemaIncompatibleError, match="not compatible") as info:
         TurnProducer(kafka_bootstrap, other, partitions=1, kafka_config=_config(registry_url))
     assert "nothing was sent" in info.value.message

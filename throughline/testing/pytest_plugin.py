@@ -26,6 +26,11 @@ Session-wide, started lazily the first time a test asks for it, stopped at sessi
     A :class:`~throughline.testing.kafka.secured.SecuredKafka`: one more JVM broker with SASL_SSL
     (PLAIN, SCRAM-SHA-256/512), mutual-TLS and wrong-host-name TLS listeners, certificates made for
     the session; started on first use only.
+``schema_registry_url``
+    The Confluent-compatible base URL of a real schema registry: ``THROUGHLINE_TEST_SCHEMA_REGISTRY``
+    when set, else Apicurio Registry's server (:mod:`~throughline.testing.kafka.apicurio`, fetched
+    from Maven Central once) on loopback, in memory, one for the session. Tests share it: give each
+    test its own subjects (topic names from ``kafka_topic_name`` do).
 
 Per test:
 
@@ -80,6 +85,7 @@ from throughline.testing.kafka import (
     provision_kafka,
     provision_private_kafka,
 )
+from throughline.testing.kafka.apicurio import ENV_TEST_REGISTRY, ApicurioRegistry
 from throughline.testing.kafka.cluster import KafkaCluster
 from throughline.testing.kafka.secured import SecuredKafka
 
@@ -221,6 +227,19 @@ def kafka_secured_broker(request: pytest.FixtureRequest) -> Iterator[SecuredKafk
     with contextlib.closing(SecuredKafka(report=_terminal_reporter(request.config)).start()) as broker:
         _announce(request, f"{broker.describe()} ready in {broker.startup_s:.1f}s")
         yield broker
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The session's schema registry: ``THROUGHLINE_TEST_SCHEMA_REGISTRY``, else Apicurio Registry on loopback."""
+    external = os.environ.get(ENV_TEST_REGISTRY, "").strip()
+    if external:
+        _announce(request, f"schema registry: {external} (from ${ENV_TEST_REGISTRY})")
+        yield external.rstrip("/")
+        return
+    with contextlib.closing(ApicurioRegistry(report=_terminal_reporter(request.config)).start()) as server:
+        _announce(request, f"schema registry: {server.describe()} ready in {server.last_startup_s or 0:.1f}s")
+        yield server.url
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,9 @@ docker provider), :mod:`~throughline.testing.kafka.provision` (choosing one),
 :mod:`~throughline.testing.kafka.handle` (what they return), :mod:`~throughline.testing.kafka.cluster`
 (three JVM nodes as one KRaft cluster, for leader and controller failovers), :mod:`~throughline.testing.kafka.admin`
 (readiness and topics), :mod:`~throughline.testing.kafka.secured` (a JVM broker with secured
-listeners, and the files and client configs to reach it), :mod:`~throughline.testing.kafka.registry`
-(a schema registry for the tests), :mod:`~throughline.testing.kafka.cli` (the command line);
+listeners, and the files and client configs to reach it), :mod:`~throughline.testing.kafka.apicurio`
+(a real schema registry for the tests: Apicurio Registry's server from Maven Central, on loopback),
+:mod:`~throughline.testing.kafka.cli` (the command line);
 :mod:`~throughline.testing.kafka.config`, :mod:`~throughline.testing.kafka.support` and
 :mod:`~throughline.testing.kafka.exceptions` hold what they share.
 
@@ -30,6 +31,7 @@ Command line (also wrapped by ``scripts/kafka-local``)::
     python -m throughline.testing.kafka status [--state-dir DIR]
     python -m throughline.testing.kafka stop   [--state-dir DIR] [--keep-data]
     python -m throughline.testing.kafka fetch                      # only fetch the jars
+    python -m throughline.testing.kafka fetch-registry             # only fetch Apicurio Registry
 
 Environment variables:
 
@@ -39,6 +41,10 @@ Environment variables:
     ``auto`` (default), ``external``, ``docker`` or ``jvm``.
 ``THROUGHLINE_KAFKA_CACHE``
     Where the Maven-fetched jars live (default ``~/.cache/throughline/kafka-4.1.0``).
+``THROUGHLINE_REGISTRY_CACHE``
+    Where Apicurio Registry's server is unpacked (default ``~/.cache/throughline/apicurio-registry-3.3.3``).
+``THROUGHLINE_TEST_SCHEMA_REGISTRY``
+    A schema registry's Confluent-compatible base URL: the tests use it instead of starting Apicurio.
 ``THROUGHLINE_KAFKA_STATE``
     State folder of the CLI's detached broker (default ``./.cache/kafka-local``).
 ``THROUGHLINE_KAFKA_KEEP_WORKDIR``

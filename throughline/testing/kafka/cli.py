@@ -1,4 +1,5 @@
-"""``python -m throughline.testing.kafka start|stop|status|fetch``: a detached local JVM broker."""
+"""``python -m throughline.testing.kafka start|stop|status|fetch|fetch-registry``: a detached local JVM broker,
+and the one-time fetches of the Kafka jars and of the tests' schema registry."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from throughline.testing.kafka.apicurio import fetch_apicurio
 from throughline.testing.kafka.config import (
     ENV_BOOTSTRAP,
     ENV_CACHE,
@@ -152,6 +154,12 @@ def _cli_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cli_fetch_registry(args: argparse.Namespace) -> int:
+    dist = fetch_apicurio(args.cache_dir)
+    stderr_reporter(f"Apicurio Registry {dist.version} ready in {dist.root} (java -jar {dist.run_jar})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m throughline.testing.kafka start|stop|status|fetch``."""
     parser = argparse.ArgumentParser(
@@ -187,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     p_fetch.add_argument("--cache-dir", default=None, help=f"default ${ENV_CACHE} or ~/.cache/throughline/...")
     p_fetch.add_argument("--pom", default=None, help="another pom.xml of Kafka jars (give it its own --cache-dir)")
     p_fetch.set_defaults(func=_cli_fetch)
+
+    p_registry = sub.add_parser("fetch-registry", help="only fetch the tests' schema registry (Apicurio Registry)")
+    p_registry.add_argument("--cache-dir", default=None, help="default $THROUGHLINE_REGISTRY_CACHE or ~/.cache/...")
+    p_registry.set_defaults(func=_cli_fetch_registry)
 
     args = parser.parse_args(argv)
     # kafka-python logs connection refusals while a broker boots; keep the CLI quiet.

@@ -19,6 +19,10 @@ class BrokerStartError(HarnessError):
     """A broker did not become ready: it exited, timed out, or could not be configured."""
 
 
+class RegistryStartError(HarnessError):
+    """The tests' schema registry (Apicurio Registry) did not become ready: it exited or timed out."""
+
+
 class DockerUnavailableError(HarnessError):
     """The docker provider cannot run a broker: no engine answered, or the image could not be pulled or started.
 

@@ -86,8 +86,8 @@ def _load_distribution(root: Path, fingerprint: str) -> KafkaDistribution | None
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path, timeout_s: float, report: Reporter) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``, waited for at most ``timeout_s``."""
+def file_lock(path: Path, timeout_s: float, report: Reporter, *, what: str = "Kafka jars") -> Iterator[None]:
+    """An exclusive ``flock`` on ``path``, waited for at most ``timeout_s`` (``what`` is being fetched)."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def _file_lock(path: Path, timeout_s: float, report: Reporter) -> Iterator[None]
                         f"timed out after {timeout_s:.0f}s waiting for another fetch to finish ({path})"
                     ) from None
                 if not announced:
-                    report(f"waiting for another process fetching Kafka jars (lock {path})")
+                    report(f"waiting for another process fetching {what} (lock {path})")
                     announced = True
                 time.sleep(0.5)
         try:
@@ -156,7 +156,7 @@ def fetch_kafka_jars(
         return found
 
     root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(root / ".fetch.lock", FETCH_LOCK_TIMEOUT_S, report):
+    with file_lock(root / ".fetch.lock", FETCH_LOCK_TIMEOUT_S, report):
         found = _load_distribution(root, fingerprint)
         if found is not None:
             return found
