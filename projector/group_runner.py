@@ -16,7 +16,10 @@ Differences from ``Projector.run``, and why:
   a member's share of the topic is what scales out;
 - the same log checks (rewound, truncated, another topic id, a changed partition count) before the
   first poll and every ``check_interval`` seconds, over every partition: a member that does not hold a
-  partition may hold it again, and its file must still be of this log.
+  partition may hold it again, and its file must still be of this log;
+- a gained partition the file holds nothing of (or is far behind on) is paused and loaded from a peer's
+  snapshot, downloaded off this thread (``member_boot.MemberBoots``) while this thread keeps polling and
+  applying the member's other partitions: polls keep within the group's ``max_poll_interval_ms``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 from throughline.log import KafkaLog, LogError
 from throughline.log.group import GroupConsumer, GroupView
 from throughline.projector.feed.poller import prepare_poll
-from throughline.projector.member_boot import CutFetcher, LogFacts, boot_partition, wants_snapshot
+from throughline.projector.member_boot import CutFetcher, LogFacts, MemberBoots
 from throughline.projector.periodic_check import PeriodicCheck
 from throughline.projector.prepare import PreparedBatch
 from throughline.projector.runner import Progress, Projector, RunSummary, Tally
@@ -47,6 +50,7 @@ class GroupSpec:
     url: str
     copies: int | None = None
     session_timeout_ms: int | None = None  # None: ``throughline.log.group.SESSION_TIMEOUT_MS``
+    max_poll_interval_ms: int | None = None  # None: ``throughline.log.group.MAX_POLL_INTERVAL_MS``
 
 
 class GroupProjector(Projector):
@@ -69,10 +73,10 @@ class GroupProjector(Projector):
         ``on_change(view)`` hears every generation (on kafka-python's IO thread, inside a poll);
         ``on_leave()`` hears that the member holds nothing any more: dropped from the group, or this run
         ending (for whatever reason). ``peer_cuts``: how to fetch a peer's projection snapshot; with it, a
-        gained partition this file holds nothing of (or is ``member_boot.FAR_BEHIND`` behind on) is loaded
-        from a holder's snapshot first
-        (``member_boot``). Raises what ``Projector.run`` raises; on return the member has
-        left the group (the others rebalance).
+        gained partition this file holds nothing of (or is ``member_boot.FAR_BEHIND`` behind on) is paused
+        and loaded from a holder's snapshot, downloaded on a worker thread (``member_boot``), before
+        anything of it is applied. Raises what ``Projector.run`` raises; on return the member has left the
+        group (the others rebalance) and every download under way is cancelled.
         """
         started = time.monotonic()
         o = self._options
@@ -86,6 +90,8 @@ class GroupProjector(Projector):
             if spec.session_timeout_ms is not None:
                 extra["session_timeout_ms"] = spec.session_timeout_ms
                 extra["heartbeat_interval_ms"] = max(100, spec.session_timeout_ms // 6)
+            if spec.max_poll_interval_ms is not None:
+                extra["max_poll_interval_ms"] = spec.max_poll_interval_ms
             consumer = GroupConsumer(
                 self._servers,
                 self._topic,
@@ -105,10 +111,10 @@ class GroupProjector(Projector):
             )
             partitions = info.partitions
             checked = log_view
-            self._boot = None
+            self._boots = None
             if peer_cuts is not None:
                 facts = LogFacts(self._topic, info.topic_id, info.partitions)
-                self._boot = (peer_cuts, facts, log_view, spec.url.rstrip("/"))
+                self._boots = MemberBoots(self._projection, peer_cuts, facts, checked.end_offset, spec.url)
             self._seen_held: frozenset[int] = frozenset()
             with PeriodicCheck(lambda: self._check_running(checked), o.check_interval) as check:
                 while not stop.is_set():
@@ -121,6 +127,8 @@ class GroupProjector(Projector):
                     if batches:
                         tally.apply(self._topic, batches)
         finally:
+            if self._boots is not None:
+                self._boots.close()
             if on_leave is not None:
                 on_leave()  # before leaving: from now on this member's file may fall behind on everything
             if consumer is not None:
@@ -129,39 +137,8 @@ class GroupProjector(Projector):
                 log_view.close()
         return self._summary(tally, None, False, started, info)
 
-    _boot: tuple[CutFetcher, LogFacts, KafkaLog, str] | None = None
+    _boots: MemberBoots | None = None
     _seen_held: frozenset[int] = frozenset()
-
-    def _boot_gained(self, consumer: GroupConsumer, gained: frozenset[int], polled: dict[int, list[Any]]) -> None:
-        """Load each gained partition the file holds nothing of, or is far behind on, from a holder's
-        snapshot (``member_boot``);
-        a loaded one's polled records (fetched from 0) are dropped and it is fetched from the snapshot's
-        offset. On this thread, the only writer, before anything of the partition is applied."""
-        assert self._boot is not None
-        fetch, facts, log_view, own = self._boot
-        view = consumer.view
-        if view is None or view.owner_map is None:
-            return
-        applied = self._projection.applied_offsets()
-        for p in sorted(gained):
-            try:
-                end = log_view.end_offset(p)
-            except LogError as exc:
-                log.warning("member bootstrap of partition %d: no end offset (%s): catching up from the log", p, exc)
-                continue
-            if not wants_snapshot(applied.get(p, 0), end):
-                continue
-            # A partition that moved here is named by no other member in this generation: every member is
-            # asked, this generation's holders first (one that held it before has its rows).
-            named = [*view.owner_map.urls(p), *(m.url for m in view.owner_map.members)]
-            holders = list(dict.fromkeys(u.rstrip("/") for u in named if u.rstrip("/") != own))
-            offset = boot_partition(self._projection, p, holders, fetch, facts, end, applied.get(p, 0))
-            if offset is not None:
-                polled.pop(p, None)
-                try:
-                    consumer.seek(p, offset)
-                except LogError as exc:  # taken away meanwhile: regained, it is sought at the loaded offset
-                    log.warning("member bootstrap of partition %d: cannot seek to %d (%s)", p, offset, exc)
 
     def _stored(self) -> list[int]:
         """The partitions this member's file has applied anything of (the assignor prefers them)."""
@@ -171,15 +148,29 @@ class GroupProjector(Projector):
         """One poll, prepared; a held partition's batch ends at the consumer's position (``prepare_poll``,
         as ``Fetcher``).
 
-        Everything polled is applied, held or not: a position always starts at the file's applied
-        offset (a gained partition is sought there), so the records run on from what the file has.
+        Everything polled is applied, held or not, except a booting partition's records
+        (``MemberBoots.booting``): a position always starts at the file's applied offset (a gained
+        partition is sought there, a booted one at the loaded offset), so the records run on from what the
+        file has.
         """
         o = self._options
         polled = consumer.poll(o.poll_timeout, o.max_poll_records)
         held = consumer.assigned
         gained, self._seen_held = held - self._seen_held, held
-        if gained and self._boot is not None:
-            self._boot_gained(consumer, gained, polled)
+        boots = self._boots
+        if boots is not None:
+            # Nothing of a partition booting at any moment of this turn is applied: it was paused, or it
+            # was fetched from the file's offset before the load moved it (the next poll fetches it from
+            # the snapshot's offset).
+            skip = boots.booting
+            if gained:
+                view = consumer.view
+                boots.gained(consumer, gained, None if view is None else view.owner_map)
+            skip |= boots.booting
+            boots.step(consumer)
+            for p in skip | boots.booting:
+                polled.pop(p, None)
+            held = held - skip - boots.booting
         applied = self._projection.applied_offsets()
         return prepare_poll(
             polled,

@@ -6,6 +6,11 @@ still holds them) and loads each from A's snapshot instead of replaying it, logs
 with the same tables as a replay of the log; reads against both stay ``ok`` while B joins. A third
 member C, whose token A refuses, logs the refusal with its code and catches up from the log instead,
 to the log's fold.
+
+A slow holder (its snapshot answer held back by a proxy longer than the group's shortened max poll
+interval) does not make the joining member leave the group: it downloads off its poll loop, goes live on
+its other partitions meanwhile (forwarding reads of the slow one to the holder), and ends with exactly
+the log's turns, in the generation it joined.
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 from pathlib import Path
+from typing import Any
 
 from projector_env import cli, connection
+from support.slow_proxy import SlowSnapshotProxy
 from support.topic import read_topic_and_ends
 from test_serve_group import (
     PARTITIONS,
@@ -33,6 +41,13 @@ from test_serve_group import (
 from throughline.projector.store import DuckProjection
 
 LOADED = re.compile(r"member bootstrap: loaded partition (\d+) from (\S+) at offset (\d+)")
+DOWNLOADED = re.compile(
+    r"member bootstrap: loaded partition (\d+) from \S+ at offset \d+ in \S+ \(download ([\d.]+)s\)"
+)
+#: Shortened for the slow-holder test (the broker's minimum session timeout is 6 s).
+MAX_POLL_INTERVAL_MS = 8000
+#: How long the slow holder holds its first snapshot answer back: well past the max poll interval.
+SLOW_S = 25.0
 
 
 def _digests(path: Path) -> dict[str, str]:
@@ -115,3 +130,95 @@ def test_a_joining_member_loads_its_partitions_from_a_peer_and_falls_back_when_r
     for m in (a, b):
         _assert_file_is_the_fold(m.db, records)
     assert _assert_file_is_the_fold(c.db, records) != {}, "C applied nothing"  # from the log: still the fold
+
+
+def _group(m: Member) -> dict[str, Any]:
+    try:
+        return dict(m.readyz().get("group") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _generation(members: list[Member]) -> int | None:
+    """The generation every one of ``members`` is in, when they are all in one of exactly them."""
+    groups = [_group(m) for m in members]
+    if not all(g.get("joined") and g.get("members") for g in groups):
+        return None
+    urls = {m.advertised for m in members}
+    if len({g["generation"] for g in groups}) != 1 or any({x["url"] for x in g["members"]} != urls for g in groups):
+        return None
+    return int(groups[0]["generation"])
+
+
+def test_a_slow_holder_does_not_make_the_joining_member_leave_the_group(
+    kafka_bootstrap: str, kafka_topic_name: str, kafka_group_id: str, tmp_path: Path
+) -> None:
+    topic = kafka_topic_name
+    ingest = Ingest(kafka_bootstrap, topic)
+    members: list[Member] = []
+    a = Member(kafka_bootstrap, topic, tmp_path / "a.duckdb", kafka_group_id)
+    b = Member(kafka_bootstrap, topic, tmp_path / "b.duckdb", kafka_group_id)
+    # A advertises the proxy: B downloads A's snapshots (and forwards reads to A) through it.
+    proxy = SlowSnapshotProxy(int(urllib.parse.urlsplit(a.advertised).port or 0), delay=SLOW_S)
+    a.advertised = proxy.url
+    a.args[-1] = proxy.url
+    for m in (a, b):
+        m.env["THROUGHLINE_GROUP_MAX_POLL_INTERVAL_MS"] = str(MAX_POLL_INTERVAL_MS)
+    try:
+        for _ in range(3):
+            ingest.round()
+        members.append(a.start())
+        _wait("member A alone, live on everything", lambda: _settled([a]))
+        members.append(b.start())
+        joined = _wait_for("A and B in one generation", lambda: _generation([a, b]))
+        _wait("B downloading a snapshot A holds back", lambda: bool(proxy.holding()))
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(proxy.holding()[0]).query)
+        slow = int(query["partitions"][0])
+        ingest.round()  # new turns on every partition while that download hangs
+        others = [p for p in range(PARTITIONS) if p != slow]
+
+        def live_on_the_others() -> bool:
+            g = _group(b)
+            return g.get("catchingUp") == [slow] and sorted(g.get("held") or []) == list(range(PARTITIONS))
+
+        took = _wait("B live on every partition but the slow one", live_on_the_others, timeout=SLOW_S)
+        # Reads of every project are answered with every turn, the slow partition's by forwarding to A.
+        _wait("B serving every project meanwhile", lambda: _serves_everything([b], ingest.counts), timeout=SLOW_S)
+        assert proxy.holding(), "the slow download ended before B went live on its other partitions"
+        assert _generation([a, b]) == joined  # nobody left or joined while B downloads
+        print(f"\nB live on {others} {took:.1f} s into the download of partition {slow}")
+
+        _wait("A and B settled, B live on everything", lambda: _settled([a, b]))
+        assert _generation([a, b]) == joined, b.stderr()  # B never left the group: no rebalance since it joined
+        b_log = b.stderr_path.read_text()
+        assert "poll timeout has expired" not in b_log, b.stderr()
+        downloads = {int(m.group(1)): float(m.group(2)) for m in DOWNLOADED.finditer(b_log)}
+        assert sorted(downloads) == list(range(PARTITIONS)), b.stderr()  # every partition from a snapshot
+        assert downloads[slow] >= MAX_POLL_INTERVAL_MS / 1000, downloads  # longer than a member may go unpolled
+        assert proxy.slowed and len(proxy.slowed) == 1, proxy.slowed
+
+        ingest.round()
+        _wait("A and B serving the last round", lambda: _serves_everything([a, b], ingest.counts))
+    finally:
+        ingest.producer.close()
+        proxy.close()
+        for m in members:
+            if m.proc is not None and m.proc.poll() is None:
+                assert m.terminate() == 0, m.stderr()
+        for m in members:
+            m.kill()
+
+    records, _ = read_topic_and_ends(kafka_bootstrap, topic)
+    replayed = tmp_path / "replayed.duckdb"
+    code, _, err = cli("replay", *connection(kafka_bootstrap, topic, replayed))
+    assert code == 0, err
+    assert _digests(b.db) == _digests(replayed)  # B holds every partition to the end: exactly a replay
+    for m in (a, b):
+        _assert_file_is_the_fold(m.db, records)
+
+
+def _wait_for(what: str, value: Any, timeout: float = 120.0) -> Any:
+    """``value()`` once it is not ``None`` (bounded in time)."""
+    found: list[Any] = []
+    _wait(what, lambda: found.append(value()) or found[-1] is not None, timeout)
+    return found[-1]

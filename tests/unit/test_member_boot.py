@@ -3,7 +3,9 @@
 ``projector/member_boot.py``): a snapshot's partitions land in a file that holds other partitions, which
 stay untouched; the file then catches up from the snapshot's offsets into exactly the full projection;
 readers and waiters see the loaded offsets at once; a file already holding a partition, or a snapshot of
-another topic id, is refused with nothing changed; a member falls back past a refused or failed holder.
+another topic id, is refused with nothing changed; a member falls back past a refused or failed holder;
+the download runs on a worker thread while the poll loop steps on, the load happens at a step, and a
+partition taken away during its download loads nothing.
 
 The integration tier (tests/integration/test_serve_group_boot.py) does it with two real ``serve --group``
 members on a real broker.
@@ -13,8 +15,10 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,7 +28,7 @@ from test_projection_cut import PARTITIONS, TOPIC_ID, _apply, _history
 from throughline.core.partitioning import partition_for
 from throughline.projector.cut_load import take_cut, verify_cut
 from throughline.projector.exceptions import SnapshotLogMismatchError, SnapshotTargetError
-from throughline.projector.member_boot import LogFacts, boot_partition, wants_snapshot
+from throughline.projector.member_boot import LogFacts, MemberBoots, wants_snapshot
 from throughline.projector.store import DuckProjection, LogRecord
 from throughline.serve.exceptions import SnapshotFetchError
 
@@ -136,6 +140,38 @@ def test_a_cut_of_another_topic_id_is_refused(tmp_path: Path) -> None:
         assert member.table_digests() == digests and 3 not in member.applied_offsets()
 
 
+class Consumer:
+    """The member's consumer as ``MemberBoots`` sees it: what it holds, pauses and seeks."""
+
+    def __init__(self, assigned: Sequence[int]) -> None:
+        self.assigned = frozenset(assigned)
+        self.paused: set[int] = set()
+        self.seeks: dict[int, int] = {}
+
+    def pause(self, partitions: Sequence[int]) -> None:
+        self.paused |= set(partitions) & self.assigned
+
+    def resume(self, partitions: Sequence[int]) -> None:
+        self.paused -= set(partitions)
+
+    def seek(self, partition: int, offset: int) -> None:
+        self.seeks[partition] = offset
+
+
+def _owners(*urls: str) -> Any:
+    """An owner map naming ``urls`` as every partition's holders (only ``urls`` and ``members`` are read)."""
+    return SimpleNamespace(urls=lambda p: urls, members=[SimpleNamespace(url=u) for u in urls])
+
+
+def _settle(boots: MemberBoots, consumer: Consumer, partition: int, timeout: float = 30.0) -> None:
+    """Step (as the poll loop does) until ``partition`` is no longer booting, bounded in time."""
+    deadline = time.monotonic() + timeout
+    while partition in boots.booting:
+        assert time.monotonic() < deadline, f"partition {partition} still booting after {timeout:g}s"
+        boots.step(consumer)
+        time.sleep(0.01)
+
+
 def test_a_member_falls_back_past_a_failed_or_damaged_holder(tmp_path: Path) -> None:
     ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
     with (
@@ -151,26 +187,111 @@ def test_a_member_falls_back_past_a_failed_or_damaged_holder(tmp_path: Path) -> 
             f.write(bytes([byte[0] ^ 0xFF]))
         asked: list[str] = []
 
-        def fetch(holder: str, partitions: Sequence[int], out_dir: Path) -> None:
+        def fetch(holder: str, partitions: Sequence[int], out_dir: Path, cancel: threading.Event) -> None:
             asked.append(f"{holder}/{','.join(map(str, partitions))}")
             if holder == "http://down":
                 raise SnapshotFetchError("cannot fetch a snapshot from http://down: refused")
             shutil.copytree(tmp_path / holder.removeprefix("http://"), out_dir)
 
         facts = LogFacts(TOPIC, TOPIC_ID, PARTITIONS)
-        # The log ends before the snapshot's offset: a stale or other cluster, refused (nothing loaded).
-        assert boot_partition(member, 1, ["http://good"], fetch, facts, ends[1] - 1) is None
-        assert 1 not in member.applied_offsets()
-        # Down, then damaged, then good: the good one is loaded.
-        got = boot_partition(member, 1, ["http://down", "http://bad", "http://good"], fetch, facts, ends[1])
-        assert got == ends[1] and member.applied_offsets()[1] == ends[1]
+        # The log ends before the snapshot's offset: a stale or other cluster, refused (nothing loaded);
+        # the member catches up from its file's offset, 0.
+        consumer = Consumer([1, 2])
+        behind = MemberBoots(member, fetch, facts, lambda p: ends[p] - 1, "http://me")
+        behind.gained(consumer, [1], _owners("http://good", "http://me"))
+        assert consumer.paused == {1} and behind.booting == {1}
+        _settle(behind, consumer, 1)
+        assert 1 not in member.applied_offsets() and consumer.seeks == {1: 0} and consumer.paused == set()
+        # Down, then damaged, then good: the good one is loaded and the partition fetched from its offset.
+        consumer = Consumer([1, 2])
+        boots = MemberBoots(member, fetch, facts, lambda p: ends[p], "http://me", parallel=1)
+        boots.gained(consumer, [1], _owners("http://down", "http://bad", "http://good"))
+        _settle(boots, consumer, 1)
+        assert member.applied_offsets()[1] == ends[1] and consumer.seeks == {1: ends[1]} and not consumer.paused
         assert asked == ["http://good/1", "http://down/1", "http://bad/1", "http://good/1"]
         assert _rows_of(member, [1]) == _rows_of(peer, [1])
-        # Every holder refused (a damaged one; one answering with another partition): None, the caller
+        # Every holder refused (a damaged one; one answering with another partition): the member
         # catches up from the log.
-        assert boot_partition(member, 2, ["http://bad", "http://good"], fetch, facts, ends[2]) is None
-        assert 2 not in member.applied_offsets()
+        boots.gained(consumer, [2], _owners("http://bad", "http://good"))
+        _settle(boots, consumer, 2)
+        assert 2 not in member.applied_offsets() and consumer.seeks[2] == 0 and not consumer.paused
+        # A partition already loaded, gained again: nothing to boot (the file holds it).
+        boots.gained(consumer, [1], _owners("http://good"))
+        assert boots.booting == frozenset()
     assert not list(tmp_path.glob(".member.duckdb.member-boot-*"))  # the downloads are removed
+
+
+def test_a_slow_download_never_holds_up_the_poll_loop_and_loads_between_two_polls(tmp_path: Path) -> None:
+    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
+    release = threading.Event()
+    started = threading.Event()
+    with (
+        _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS)) as peer,
+        _open(tmp_path / "member.duckdb", LOG, [0]) as member,
+    ):
+        take_cut(peer, tmp_path / "cut", [1])
+        loop = threading.get_ident()
+        threads: list[int] = []
+
+        def fetch(holder: str, partitions: Sequence[int], out_dir: Path, cancel: threading.Event) -> None:
+            threads.append(threading.get_ident())
+            started.set()
+            assert release.wait(30.0)
+            shutil.copytree(tmp_path / "cut", out_dir)
+
+        consumer = Consumer([0, 1])
+        boots = MemberBoots(member, fetch, LogFacts(TOPIC, TOPIC_ID, PARTITIONS), lambda p: ends[p], "http://me")
+        boots.gained(consumer, [0, 1], _owners("http://peer"))
+        assert boots.booting == {1} and consumer.paused == {1}  # 0 is in the file: it goes on as it was
+        took = time.monotonic()
+        for _ in range(20):  # twenty polls while the download hangs: each step returns at once
+            boots.step(consumer)
+        took = time.monotonic() - took
+        assert started.wait(30.0) and threads and threads[0] != loop  # on a worker thread
+        assert took < 5.0 and boots.booting == {1} and consumer.paused == {1} and 1 not in member.applied_offsets()
+        release.set()
+        _settle(boots, consumer, 1)
+        assert member.applied_offsets()[1] == ends[1] and consumer.seeks == {1: ends[1]} and not consumer.paused
+        assert _rows_of(member, [1]) == _rows_of(peer, [1])
+    assert not list(tmp_path.glob(".member.duckdb.member-boot-*"))
+
+
+def test_a_partition_taken_away_during_its_download_loads_nothing(tmp_path: Path) -> None:
+    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
+    started, cancelled, finished = threading.Event(), threading.Event(), threading.Event()
+    leftover = tmp_path / ".member.duckdb.member-boot-killed"  # a member killed during a download left it
+    leftover.mkdir()
+    (leftover / "snapshot.tar").write_bytes(b"partial")
+    with (
+        _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS)) as peer,
+        _open(tmp_path / "member.duckdb", LOG, [0]) as member,
+    ):
+        take_cut(peer, tmp_path / "cut", [2])
+
+        def fetch(holder: str, partitions: Sequence[int], out_dir: Path, cancel: threading.Event) -> None:
+            shutil.copytree(tmp_path / "cut", out_dir)  # downloaded part of it, then told to stop
+            started.set()
+            try:
+                if cancel.wait(30.0):
+                    cancelled.set()
+                    raise SnapshotFetchError("cancelled")
+            finally:
+                finished.set()
+
+        consumer = Consumer([0, 2])
+        boots = MemberBoots(member, fetch, LogFacts(TOPIC, TOPIC_ID, PARTITIONS), lambda p: ends[p], "http://me")
+        assert not leftover.exists()
+        boots.gained(consumer, [2], _owners("http://peer"))
+        boots.step(consumer)
+        assert started.wait(30.0)
+        consumer.assigned = frozenset({0})  # a rebalance inside the next poll took partition 2 away
+        boots.step(consumer)
+        assert boots.booting == frozenset() and cancelled.wait(30.0) and finished.wait(30.0)
+        assert 2 not in member.applied_offsets() and consumer.seeks == {}
+        deadline = time.monotonic() + 30.0
+        while list(tmp_path.glob(".member.duckdb.member-boot-*")):  # the worker removes its download
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
 
 
 def test_an_empty_or_far_behind_partition_wants_a_snapshot() -> None:

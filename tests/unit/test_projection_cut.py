@@ -399,3 +399,59 @@ def test_a_download_cut_short_is_a_fetch_failure(tmp_path: Path) -> None:
     finally:
         thread.join(10)
         server.server_close()
+
+
+def test_a_download_stops_once_cancelled_and_within_its_deadline(tmp_path: Path) -> None:
+    import http.server
+
+    from throughline.serve.cut_api import fetch_cut
+    from throughline.serve.exceptions import SnapshotFetchError
+
+    sent = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # 8 MiB over ~10 s: a slow holder
+            self.send_response(200)
+            self.send_header("Content-Length", str(500 * (16 << 10)))
+            self.end_headers()
+            try:
+                for _ in range(500):
+                    self.wfile.write(b"x" * (16 << 10))
+                    self.wfile.flush()
+                    sent.set()
+                    time.sleep(0.02)
+            except OSError:
+                pass  # the client went away
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    for kind in ("cancel", "deadline"):
+        sent.clear()
+        server = http.server.HTTPServer(("127.0.0.1", 0), Trickle)
+        thread = threading.Thread(target=server.handle_request, daemon=True)
+        thread.start()
+        cancel = threading.Event()
+        if kind == "cancel":
+
+            def cancel_soon(cancel: threading.Event = cancel) -> None:
+                if sent.wait(10.0):
+                    time.sleep(0.2)  # the download is under way
+                    cancel.set()
+
+            threading.Thread(target=cancel_soon, daemon=True).start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(SnapshotFetchError, match="cancelled" if kind == "cancel" else "longer than"):
+                fetch_cut(
+                    f"http://127.0.0.1:{server.server_port}/x",
+                    tmp_path / f"{kind}.tar",
+                    token=None,
+                    context=None,
+                    deadline=30.0 if kind == "cancel" else 0.5,
+                    cancel=cancel,
+                )
+            assert time.monotonic() - started < 5.0  # long before the holder sent it all
+        finally:
+            thread.join(10)
+            server.server_close()

@@ -16,6 +16,7 @@ VARIABLES = (
     "THROUGHLINE_ADVERTISE_URL",
     "THROUGHLINE_COPIES",
     "THROUGHLINE_GROUP_SESSION_TIMEOUT_MS",
+    "THROUGHLINE_GROUP_MAX_POLL_INTERVAL_MS",
 )
 
 
@@ -48,7 +49,10 @@ def test_the_variables_make_the_same_member_and_flags_win(monkeypatch: pytest.Mo
     )
     monkeypatch.setenv("THROUGHLINE_GROUP_SESSION_TIMEOUT_MS", "6000")
     spec = _group_spec(_args())
-    assert spec is not None and spec.session_timeout_ms == 6000
+    assert spec is not None and spec.session_timeout_ms == 6000 and spec.max_poll_interval_ms is None
+    monkeypatch.setenv("THROUGHLINE_GROUP_MAX_POLL_INTERVAL_MS", "8000")
+    spec = _group_spec(_args())
+    assert spec is not None and spec.max_poll_interval_ms == 8000
 
 
 @pytest.mark.parametrize(

@@ -282,14 +282,21 @@ def _group_spec(args: argparse.Namespace) -> GroupSpec | None:
         raise InvalidGroupOptionError(
             "--group and --no-projector do not mix: a member projects the partitions it holds"
         )
-    return GroupSpec(group=name, url=url.rstrip("/"), copies=copies, session_timeout_ms=_session_timeout_ms())
+    return GroupSpec(
+        group=name,
+        url=url.rstrip("/"),
+        copies=copies,
+        session_timeout_ms=_milliseconds("THROUGHLINE_GROUP_SESSION_TIMEOUT_MS"),
+        max_poll_interval_ms=_milliseconds("THROUGHLINE_GROUP_MAX_POLL_INTERVAL_MS"),
+    )
 
 
-def _session_timeout_ms() -> int | None:
-    # Not a flag: the tests (and an operator who knows Kafka's bounds) shorten how soon a dead member's
-    # partitions move. Kafka's broker accepts 6 s .. 30 min by default.
-    text = os.environ.get("THROUGHLINE_GROUP_SESSION_TIMEOUT_MS")
-    return int(text) if text and text.isdigit() else None
+def _milliseconds(name: str) -> int | None:
+    # Not flags: the tests (and an operator who knows Kafka's bounds) shorten how soon a dead member's
+    # partitions move (the session timeout: Kafka's broker accepts 6 s .. 30 min by default) and how
+    # long a member may go between two polls (the max poll interval, also the rebalance's timeout).
+    text = os.environ.get(name)
+    return int(text) if text and text.isdigit() and int(text) > 0 else None
 
 
 def add_security_options(p: argparse.ArgumentParser) -> None:

@@ -348,6 +348,26 @@ class GroupConsumer(FetchingConsumer):
         with self._errors:
             self._consumer.seek(TopicPartition(self.topic, partition), offset)
 
+    def pause(self, partitions: Iterable[int]) -> None:
+        """Fetch nothing of ``partitions`` (those of them kafka-python holds now) until ``resume``: the
+        member goes on polling, heartbeating and rebalancing. kafka-python keeps the pause of a partition
+        the member keeps across a rebalance; one it gains afresh starts unpaused."""
+        self._pausing(partitions, resume=False)
+
+    def resume(self, partitions: Iterable[int]) -> None:
+        """Fetch ``partitions`` (those of them kafka-python holds now) again, from their positions."""
+        self._pausing(partitions, resume=True)
+
+    def _pausing(self, partitions: Iterable[int], *, resume: bool) -> None:
+        wanted = {TopicPartition(self.topic, p) for p in partitions}
+        if not wanted:
+            return
+        with self._errors:
+            # kafka-python raises KeyError for a partition it does not hold (one taken away inside a poll).
+            held = sorted(wanted & set(self._consumer.assignment()))
+            if held:
+                (self._consumer.resume if resume else self._consumer.pause)(*held)
+
     def position(self, partition: int) -> int | None:
         """The next offset the consumer fetches on ``partition``; ``None`` when kafka-python does not hold
         it right now (a rebalance began inside the last poll: eager revocation drops every partition

@@ -20,6 +20,7 @@ import shutil
 import ssl
 import tarfile
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -39,6 +40,7 @@ from throughline.serve.exceptions import ForbiddenError, InvalidBootstrapUrlErro
 
 if TYPE_CHECKING:
     from throughline.log import KafkaClientConfig
+    from throughline.projector.member_boot import CutFetcher
     from throughline.projector.store import DuckProjection
 
 _log = logging.getLogger("throughline.serve")
@@ -50,8 +52,13 @@ ENV_BOOTSTRAP_TOKEN = "THROUGHLINE_BOOTSTRAP_TOKEN"
 #: Bounds of a fetch: each socket operation, and the whole download.
 FETCH_SOCKET_TIMEOUT = 60.0
 FETCH_DEADLINE = 6 * 3600.0
+#: A group member's download of one partition's snapshot (on a worker thread; the member polls on).
+#: Guess, stated in docs/scale-out.md: an hour is ~350 GB at 100 MB/s, far beyond one partition's
+#: projection; a holder slower than that is given up and the next member asked.
+MEMBER_FETCH_DEADLINE = 3600.0
 _CHUNK = 1 << 20
-_MAX_CHUNKS = 1 << 24  # 16 TiB at 1 MiB a chunk: the loop's count bound, far beyond any disk
+#: The loop's count bound (a read returns what one receive brought, up to ``_CHUNK``); time bounds it first.
+_MAX_CHUNKS = 1 << 30
 
 
 def install_cut_route(app: FastAPI, current: Callable[[], DuckProjection], auth: BearerAuth) -> None:
@@ -103,26 +110,40 @@ def snapshot_url(url: str) -> str:
     return url
 
 
-def fetch_cut(url: str, target: Path, *, token: str | None, context: ssl.SSLContext | None) -> None:
-    """Download a snapshot tar from ``url`` into ``target`` (``SnapshotFetchError`` when it cannot)."""
+def fetch_cut(
+    url: str,
+    target: Path,
+    *,
+    token: str | None,
+    context: ssl.SSLContext | None,
+    deadline: float = FETCH_DEADLINE,
+    cancel: threading.Event | None = None,
+) -> None:
+    """Download a snapshot tar from ``url`` into ``target`` (``SnapshotFetchError`` when it cannot, when it
+    takes longer than ``deadline`` seconds, or once ``cancel`` is set: both checked after every receive,
+    each socket operation bounded by ``FETCH_SOCKET_TIMEOUT``)."""
     headers = {"Accept": TAR_TYPE}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, headers=headers, method="GET")
-    deadline = time.monotonic() + FETCH_DEADLINE
+    until = time.monotonic() + deadline
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
     try:
         with opener.open(request, timeout=FETCH_SOCKET_TIMEOUT) as response, open(target, "wb") as out:
             expected = response.headers.get("Content-Length")
             size = 0
             for _ in range(_MAX_CHUNKS):
-                chunk = response.read(_CHUNK)
+                # What one receive brought: the deadline and ``cancel`` are checked after each, so a
+                # holder trickling bytes cannot stretch one read past them.
+                chunk = response.read1(_CHUNK)
                 if not chunk:
                     break
                 out.write(chunk)
                 size += len(chunk)
-                if time.monotonic() > deadline:
-                    raise SnapshotFetchError(f"the snapshot from {url} took longer than {FETCH_DEADLINE:g}s")
+                if time.monotonic() > until:
+                    raise SnapshotFetchError(f"the snapshot from {url} took longer than {deadline:g}s")
+                if cancel is not None and cancel.is_set():
+                    raise SnapshotFetchError(f"the download of the snapshot from {url} was cancelled")
             if expected is not None and expected.isdigit() and int(expected) != size:
                 raise SnapshotFetchError(f"the snapshot from {url} was cut short ({size} of {expected} bytes)")
     except urllib.error.HTTPError as exc:
@@ -206,17 +227,25 @@ def bootstrap_token(auth_token: str | None) -> str | None:
     return os.environ.get(ENV_BOOTSTRAP_TOKEN) or auth_token
 
 
-def peer_cut_fetcher(token: str | None, context: ssl.SSLContext | None) -> Callable[[str, Sequence[int], Path], None]:
+def peer_cut_fetcher(token: str | None, context: ssl.SSLContext | None) -> CutFetcher:
     """A group member's ``CutFetcher`` (``throughline.projector.member_boot``): a peer's snapshot of some
     partitions from its ``/v1/admin/snapshot``, with the token and TLS context of ``--bootstrap-from``
-    (``bootstrap_token``), downloaded beside ``out_dir`` and unpacked into it."""
+    (``bootstrap_token``), downloaded beside ``out_dir`` (within ``MEMBER_FETCH_DEADLINE``, until
+    ``cancel``) and unpacked into it."""
 
-    def fetch(holder: str, partitions: Sequence[int], out_dir: Path) -> None:
+    def fetch(holder: str, partitions: Sequence[int], out_dir: Path, cancel: threading.Event) -> None:
         base = snapshot_url(holder.rstrip("/") + "/")
         query = urllib.parse.urlencode({"partitions": ",".join(str(p) for p in partitions)})
         tar_path = out_dir.with_name(out_dir.name + ".tar")
         try:
-            fetch_cut(f"{base}?{query}", tar_path, token=token, context=context)
+            fetch_cut(
+                f"{base}?{query}",
+                tar_path,
+                token=token,
+                context=context,
+                deadline=MEMBER_FETCH_DEADLINE,
+                cancel=cancel,
+            )
             unpack_cut(tar_path, out_dir)
         finally:
             tar_path.unlink(missing_ok=True)
