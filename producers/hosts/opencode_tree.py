@@ -262,6 +262,9 @@ class OpenCodeTreeSource(RecordSource):
         directory = data.get("directory")
         if directory is None and s.tree.legacy:
             directory = self._legacy_directory(s)  # the first layout's sessions name no directory
+            if directory is None and self.follow:
+                self._say(s, "cwd", f"{s.path}: no message names the session's folder yet; read at the next poll")
+                return None
         s.info = {"id": s.id, "directory": "" if directory is None else directory, "parent_id": data.get("parentID")}
         return s.info
 

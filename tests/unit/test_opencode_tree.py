@@ -219,6 +219,19 @@ def test_messages_of_the_first_format_are_passed_over_and_inline_parts_are_read(
     assert any("first message format" in n for n in notices)
 
 
+def test_a_first_layout_session_takes_its_folder_from_a_message_once_one_names_it(tmp_path: Path) -> None:
+    storage = tmp_path / "project" / "work-oc" / "storage"
+    fresh_session(storage, legacy=True)
+    message_file(storage, user("msg_01", 1), legacy=True)
+    message_file(storage, user("msg_02", 2), legacy=True)
+    src = tree_source(tmp_path, follow=True)
+    assert records(src) == []  # no message names the folder yet: a turn would have no project
+    message_file(storage, reply("msg_03", 3), legacy=True)
+    got = records(src)
+    assert ids(got) == ["msg_01", "msg_02", "msg_03"]
+    assert {r["session"]["directory"] for _, r in got} == {"/work/oc"}
+
+
 # ---------------------------------------------------------------------------------------------- following
 
 
