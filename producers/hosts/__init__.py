@@ -13,6 +13,7 @@ Its modules, one concern each:
 - ``gemini_cli``: Gemini CLI's chat recordings; ``qwen_code``: Qwen Code's sessions;
 - ``copilot_cli``: GitHub Copilot CLI's session event logs;
 - ``opencode``: OpenCode's sessions (parser and adapter); ``opencode_db``: its SQLite store as a line source;
+  ``opencode_tree``: its older JSON tree (``storage/``) as the same records;
 - ``lines``: what every transcript parser shares (the ``SessionParser`` port, one JSON object a line);
 - ``turns``: what the parsers of hosts that write a flat list of messages share;
 - ``records``: sessions that are not JSON Lines files, read as line sources;

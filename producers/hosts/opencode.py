@@ -1,4 +1,5 @@
-"""OpenCode sessions (its SQLite store ``opencode.db``) as completed turns: the parser (pure) and the adapter.
+"""OpenCode sessions (its SQLite store ``opencode.db``, and the JSON tree ``storage/`` OpenCode wrote before it)
+as completed turns: the parser (pure) and the adapter.
 
 OpenCode keeps sessions in three tables (``packages/opencode/src/session/session.sql.ts``): ``session``
 (``id``, ``parent_id``, ``directory``, ``revert``, ...), ``message`` (``id``, ``session_id``,
@@ -6,7 +7,8 @@ OpenCode keeps sessions in three tables (``packages/opencode/src/session/session
 ``session_id``, ``data``). Rows change while a message streams, so ``opencode_db.OpenCodeSource``
 presents each session as a list of immutable records, one JSON object each, appended in message order
 only once a message is final (a user message once a later message exists; an assistant message once it
-has ``time.completed`` or an ``error``)::
+has ``time.completed`` or an ``error``); ``opencode_tree.OpenCodeTreeSource`` presents a session of the older
+JSON tree as the very same records::
 
     {"session": {"id", "directory", "parent_id"}, "message": {"id", "role", ...}, "parts": [{...}, ...]}
     {"session": {...}, "removed": ["<message id>", ...]}   # rows of messages seen before, now deleted
@@ -170,10 +172,10 @@ class OpenCodeSession(OpenTurnSession):
 
 
 class OpenCodeHost(HostAdapter):
-    """OpenCode's ``opencode.db`` (``$XDG_DATA_HOME/opencode``), read as rows."""
+    """OpenCode's ``opencode.db`` and its older JSON tree ``storage/`` (``$XDG_DATA_HOME/opencode``), read as rows."""
 
     name = HOST
-    summary = "OpenCode sessions (its SQLite store, ~/.local/share/opencode/opencode.db)"
+    summary = "OpenCode sessions (its SQLite store ~/.local/share/opencode/opencode.db, and the older storage/ tree)"
     reads = "rows"
     hook_event = None  # OpenCode's hooks are JavaScript plug-ins, not commands: follow the store instead
 
@@ -208,7 +210,17 @@ class OpenCodeHost(HostAdapter):
         poll_interval: float,
         notice: Callable[[str], None],
     ) -> Any:
-        """An ``OpenCodeSource`` over the stores under ``roots``."""
+        """The stores under ``roots`` (``OpenCodeSource``) and the JSON trees (``OpenCodeTreeSource``), as one
+        source; a session both hold is read from the store (OpenCode's migration target)."""
         from throughline.producers.hosts.opencode_db import OpenCodeSource
+        from throughline.producers.hosts.opencode_tree import OpenCodeTreeSource, trees_at
+        from throughline.producers.hosts.records import CombinedSource
 
-        return OpenCodeSource(self, roots, follow=follow, states=states, poll_interval=poll_interval, notice=notice)
+        options: dict[str, Any] = {"follow": follow, "states": states, "poll_interval": poll_interval, "notice": notice}
+        in_tree = [r for r in roots if os.path.isfile(r) and trees_at(r)]  # a session's file
+        stores = OpenCodeSource(self, [r for r in roots if r not in in_tree], **options)
+        tree_roots = [r for r in roots if os.path.isdir(r) or r in in_tree or (follow and not os.path.exists(r))]
+        trees = OpenCodeTreeSource(self, tree_roots, exclude=stores.session_ids, **options)
+        combined = CombinedSource([stores, trees])
+        combined.path = ", ".join(roots)
+        return combined

@@ -32,11 +32,20 @@ from throughline.producers.hosts.records import RecordSource, encode_record
 from throughline.producers.ingest.state import FileId
 from throughline.producers.ingest.tail import Line
 
-__all__ = ["OpenCodeSource", "connect_read_only"]
+__all__ = ["OpenCodeSource", "connect_read_only", "is_final"]
 
 _BUSY_TIMEOUT_S = 1.0
 #: A session whose newest row is older than this when it is read is not read again for that row.
 SAME_TIME_WINDOW_MS = 2000
+
+
+def is_final(message: Mapping[str, Any], *, later: bool) -> bool:
+    """Whether OpenCode is done writing a message: an assistant message once it has ``time.completed`` or an
+    ``error``, a user message (and its parts) once OpenCode has written a later message (``later``)."""
+    if message.get("role") == "assistant":
+        time = message.get("time")
+        return bool(message.get("error")) or (isinstance(time, Mapping) and bool(time.get("completed")))
+    return later
 
 
 def connect_read_only(path: str) -> sqlite3.Connection:
@@ -138,7 +147,7 @@ class OpenCodeSource(RecordSource):
                 message = {}
             if not isinstance(message, dict):
                 message = {}
-            if not self._final(message, later=i + 1 < len(rows)):
+            if not is_final(message, later=i + 1 < len(rows)):
                 break  # presented in order: nothing after a message still being written
             message["id"] = message_id
             parts = []
@@ -157,13 +166,6 @@ class OpenCodeSource(RecordSource):
             s.presented.append(message_id)
         return out
 
-    @staticmethod
-    def _final(message: Mapping[str, Any], *, later: bool) -> bool:
-        if message.get("role") == "assistant":
-            time = message.get("time")
-            return bool(message.get("error")) or (isinstance(time, Mapping) and bool(time.get("completed")))
-        return later  # a user message (and its parts) is complete once OpenCode has written the next message
-
     def lines(self) -> Iterator[Line]:
         """The records presented now, session by session."""
         if self.follow:
@@ -179,6 +181,16 @@ class OpenCodeSource(RecordSource):
                 self._notice(f"{store.path}: {exc}; read again at the next poll")
         if not self.follow:
             self.eof = True
+
+    def session_ids(self) -> set[str]:
+        """The ids of the sessions the stores hold now (a JSON tree's copy of one of them is not read)."""
+        ids: set[str] = set()
+        for store in self._stores.values():
+            try:
+                ids.update(row[0] for row in store.conn.execute("SELECT id FROM session"))
+            except sqlite3.Error:
+                continue  # busy or mid-migration: the tree's copy is read meanwhile (duplicates apply once)
+        return ids
 
     def close(self) -> None:
         """Close every store."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.opencode_store import add_message, build_store, open_store
+from support.opencode_tree import message_file
 from support.topic import Stored, read_topic
 from test_hosts import CLI, RUN_TIMEOUT_S, chains, cli, env_for, records_now, wait_for
 
@@ -218,6 +219,65 @@ def test_follow_polls_an_opencode_store_while_it_is_written_and_takes_a_revert_a
         _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     finally:
         writer.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, err
+    records = read_topic(kafka_bootstrap, kafka_topic_name)
+    assert [(r.turn.turn_id, r.turn.seq) for r in records if r.turn.turn_id in ("msg_10", "msg_12")] == [
+        ("msg_10", 4),
+        ("msg_12", 3),
+    ]
+    assert list(chains(records).values()) == [["msg_01", "msg_04", "msg_12"]]
+
+
+def test_an_opencode_json_tree_is_ingested_from_the_default_root_and_followed_through_a_revert(
+    kafka_bootstrap: str, kafka_topic_name: str, tmp_path: Path
+) -> None:
+    # the data folder of an OpenCode of 2025: both layouts of its JSON tree, no SQLite store yet
+    shutil.copytree(ADAPTED / "opencode-tree", tmp_path / "data" / "opencode")
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    state = str(tmp_path / "state.json")
+    first = cli(kafka_bootstrap, kafka_topic_name, "ingest", "--format", "opencode", "--state", state, **env)
+    assert first.returncode == 0, first.stderr
+    records = read_topic(kafka_bootstrap, kafka_topic_name)
+    assert sorted(sent(records)) == sorted(expected_records("opencode"))
+    assert {r.turn.project for r in records} == {EXPECTED["projects"]["opencode"]}
+    again = cli(kafka_bootstrap, kafka_topic_name, "ingest", "--format", "opencode", "--state", state, **env)
+    assert again.returncode == 0, again.stderr
+    assert "ingested 0 turns" in again.stderr
+    storage = tmp_path / "data" / "opencode" / "storage"
+    argv = [CLI, "ingest", "--format", "opencode", "--follow", "--state", state, "--poll-interval", "0.05"]
+    proc = subprocess.Popen(
+        argv, env=env_for(kafka_bootstrap, kafka_topic_name, **env), stderr=subprocess.PIPE, text=True
+    )
+    base = 1777629600000
+
+    def msg(mid: str, second: int, role: str, text: str, **data: object) -> dict[str, object]:
+        body = {"role": role, "time": {"created": base + second * 1000}, **data}
+        parts = [{"id": f"prt_{mid}", "data": {"type": "text", "text": text}}]
+        return {"id": mid, "session": "ses_1", "created": base + second * 1000, "data": body, "parts": parts}
+
+    try:
+        time.sleep(1.0)
+        message_file(storage, msg("msg_10", 40, "user", "Add a test."))
+        message_file(storage, msg("msg_11", 41, "assistant", "Writing", parentID="msg_10"))  # streaming
+        time.sleep(0.5)
+        assert len(records_now(kafka_bootstrap, kafka_topic_name)) == 3  # still streaming: not a turn yet
+        done = {"time": {"created": base + 41_000, "completed": base + 42_000}, "finish": "stop"}
+        message_file(storage, msg("msg_11", 41, "assistant", "Added tests/test_x.py.", parentID="msg_10", **done))
+        wait_for(lambda: len(records_now(kafka_bootstrap, kafka_topic_name)) == 4, "the fourth turn")
+        # /undo back to before msg_06, then a new prompt: OpenCode deletes the reverted messages' files
+        for mid in ("msg_06", "msg_07", "msg_08", "msg_09", "msg_10", "msg_11"):
+            (storage / "message" / "ses_1" / f"{mid}.json").unlink()
+            shutil.rmtree(storage / "part" / mid, ignore_errors=True)
+        message_file(storage, msg("msg_12", 50, "user", "Explain it briefly."))
+        reply = {"time": {"created": base + 51_000, "completed": base + 52_000}, "finish": "stop"}
+        message_file(storage, msg("msg_13", 51, "assistant", "Parsing and printing are apart.", **reply))
+        wait_for(lambda: len(records_now(kafka_bootstrap, kafka_topic_name)) == 5, "the turn after the revert")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
