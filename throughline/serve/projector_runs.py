@@ -1,6 +1,7 @@
 """The projector runs ``serve`` starts: the live one (``live_run``, alone or as a group member through
-``projector_loop``), a rebuild's (``rebuild_run``), and the progress callback that counts what they apply
-into ``/metrics`` (``metered_progress``). ``service`` owns the threads that run them.
+``projector_loop``; a rebuild's new file gets one too before its switch), a rebuild's replay
+(``rebuild_run``), and the progress callback that counts what they apply into ``/metrics``
+(``metered_progress``). ``service`` and ``pausable`` own the threads that run them.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
     from throughline.projector.group_runner import GroupSpec
     from throughline.projector.member_boot import CutFetcher
     from throughline.projector.runner import ProgressUpdate
+    from throughline.serve.pausable import LiveRun
 
-#: The rebuild's projector's poll timeout (seconds): how long it may take to stop during a switch.
+#: The rebuild's replay's poll timeout (seconds): how long it may take to stop for the new file's live run.
 REBUILD_POLL_TIMEOUT = 0.05
 
 
@@ -55,21 +57,40 @@ def projector_loop(
 
 def live_run(
     servers: list[str], topic: str, metrics: ServeMetrics, kafka_config: KafkaClientConfig | None = None
-) -> Callable[[Any, threading.Event, threading.Event], object]:
-    """One run of the live projector over a projection, until its stop (``PausableProjector``'s run):
-    ``commit_queued`` set, what it staged for readers is committed before it returns."""
+) -> LiveRun[Any]:
+    """One run of the live projector over a projection, until its stop (``PausableProjector``'s run,
+    ``run(projection, stop, commit_queued, counted=None)``): ``commit_queued`` set, what it staged for
+    readers is committed before it returns; ``counted`` given, what it applies counts into ``/metrics``
+    only once that event is set (a rebuild's run that becomes the live one: until the switch, the records
+    it applies are counted by the live run over the old file)."""
     from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
 
-    def run(projection: Any, stop: threading.Event, commit_queued: threading.Event) -> object:
+    def run(
+        projection: Any, stop: threading.Event, commit_queued: threading.Event, counted: threading.Event | None = None
+    ) -> object:
         # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
         options = ProjectorOptions(stage_reads=True)
         return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(
-            stop=stop, progress=progress, commit_queued=commit_queued
+            stop=stop,
+            progress=progress if counted is None else _counted_when(counted, progress),
+            commit_queued=commit_queued,
         )
 
     return run
+
+
+def _counted_when(
+    counted: threading.Event, progress: Callable[[ProgressUpdate], None]
+) -> Callable[[ProgressUpdate], None]:
+    """``progress``, for the updates after ``counted`` was set."""
+
+    def gated(update: ProgressUpdate) -> None:
+        if counted.is_set():
+            progress(update)
+
+    return gated
 
 
 def rebuild_run(
@@ -79,7 +100,7 @@ def rebuild_run(
     is staged for readers (each poll is one transaction, as ``replay``)."""
     from throughline.projector.runner import Projector, ProjectorOptions
 
-    # Short polls: the switch waits for this projector to stop, and readers wait for the switch.
+    # Short polls: the new file's live run starts once this projector stopped (not inside the pause).
     options = ProjectorOptions(poll_timeout=REBUILD_POLL_TIMEOUT)
 
     def run(projection: Any, stop: threading.Event) -> object:
