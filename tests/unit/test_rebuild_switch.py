@@ -18,7 +18,7 @@ import pytest
 
 from throughline.projector.exceptions import ProjectionBusyError
 from throughline.projector.rebuild_files import RebuildFiles
-from throughline.serve.pausable import RunThread
+from throughline.serve.pausable import RunEvents, RunThread
 from throughline.serve.rebuild import PausableProjector, Rebuild, RebuildSettings
 from throughline.serve.switchable import EPOCH_UNIT, SwitchableProjection
 
@@ -178,9 +178,9 @@ def test_a_pause_commits_what_was_staged_and_holds_the_next_run_until_resume() -
     first, second = Handle("first"), Handle("second")
     runs: list[tuple[str, bool]] = []
 
-    def run(projection: Handle, stop: threading.Event, commit: threading.Event) -> None:
-        assert stop.wait(BOUND)
-        runs.append((projection.name, commit.is_set()))
+    def run(projection: Handle, events: RunEvents) -> None:
+        assert events.stop.wait(BOUND)
+        runs.append((projection.name, events.commit.is_set()))
 
     live = PausableProjector(run, first)
     stop = threading.Event()
@@ -204,12 +204,10 @@ def test_a_run_handed_over_is_the_live_projector_and_nothing_new_starts() -> Non
     started: list[tuple[str, bool]] = []
     ended: list[tuple[str, bool]] = []
 
-    def run(
-        projection: Handle, stop: threading.Event, commit: threading.Event, counted: threading.Event | None = None
-    ) -> None:
-        started.append((projection.name, counted is not None and counted.is_set()))
-        assert stop.wait(BOUND)
-        ended.append((projection.name, commit.is_set()))
+    def run(projection: Handle, events: RunEvents) -> None:
+        started.append((projection.name, events.counted.is_set()))
+        assert events.stop.wait(BOUND)
+        ended.append((projection.name, events.commit.is_set()))
 
     live = PausableProjector(run, first)
     stop = threading.Event()
@@ -217,12 +215,12 @@ def test_a_run_handed_over_is_the_live_projector_and_nothing_new_starts() -> Non
     time.sleep(0.1)
     standby = live.standby(second, threading.Event())
     time.sleep(0.1)
-    assert started == [("first", False), ("second", False)]  # beside the live run, counting nothing yet
+    assert started == [("first", True), ("second", False)]  # beside the live run, counting nothing yet
     assert live.pause(BOUND)
     assert ended == [("first", True)] and not standby.ended
     live.resume(second, standby)
     time.sleep(0.3)
-    assert started == [("first", False), ("second", False)]  # nothing started: the standby is the live run
+    assert started == [("first", True), ("second", False)]  # nothing started: the standby is the live run
     assert live.projection is second and loop.is_alive()
     stop.set()  # the service's stop reaches the run handed over
     loop.join(BOUND)
@@ -230,16 +228,44 @@ def test_a_run_handed_over_is_the_live_projector_and_nothing_new_starts() -> Non
     assert ended == [("first", True), ("second", False)]
 
 
+def test_a_pause_is_over_once_the_run_released_the_projection_not_once_it_returned() -> None:
+    closing = threading.Event()
+    started: list[str] = []
+
+    def run(projection: Handle, events: RunEvents) -> None:
+        started.append(projection.name)
+        assert events.stop.wait(BOUND)
+        events.released.set()  # its staged polls committed: the projection is left alone from here
+        closing.wait(BOUND)  # closing its own fetch worker and log clients, slowly
+
+    live = PausableProjector(run, Handle("first"))
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    time.sleep(0.1)
+    paused_at = time.monotonic()
+    assert live.pause(BOUND)
+    assert time.monotonic() - paused_at < BOUND / 2 and loop.is_alive()  # it did not wait for the closing
+    live.resume()  # a switch attempt that failed: the live run starts again, once the last one returned
+    time.sleep(0.2)
+    assert started == ["first"]
+    closing.set()
+    deadline = time.monotonic() + BOUND
+    while len(started) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started == ["first", "first"] and loop.is_alive()
+    stop.set()
+    loop.join(BOUND)
+    assert not loop.is_alive()
+
+
 def test_the_failure_of_a_run_handed_over_is_the_live_projectors() -> None:
     fail = threading.Event()
 
-    def run(
-        projection: Handle, stop: threading.Event, commit: threading.Event, counted: threading.Event | None = None
-    ) -> None:
+    def run(projection: Handle, events: RunEvents) -> None:
         for _ in range(1000):
-            if stop.wait(0.01):
+            if events.stop.wait(0.01):
                 return
-            if counted is not None and fail.is_set():
+            if not events.counted.is_set() and fail.is_set():
                 raise RuntimeError("the broker went away")
 
     second = Handle("second")
@@ -262,10 +288,8 @@ def _raised(call: Callable[[], object]) -> str | None:
 
 
 def test_a_run_handed_over_after_the_service_stopped_is_stopped() -> None:
-    def run(
-        projection: Handle, stop: threading.Event, commit: threading.Event, counted: threading.Event | None = None
-    ) -> None:
-        stop.wait(BOUND)
+    def run(projection: Handle, events: RunEvents) -> None:
+        events.stop.wait(BOUND)
 
     live = PausableProjector(run, Handle("first"))
     stop = threading.Event()
@@ -287,11 +311,11 @@ def test_a_run_handed_over_after_the_service_stopped_is_stopped() -> None:
 
 
 def test_a_run_thread_says_why_it_ended() -> None:
-    asked = RunThread(lambda stop, commit, counted: stop.wait(BOUND), name="t")
+    asked = RunThread(lambda events: events.stop.wait(BOUND), name="t")
     asked.start()
     asked.stop(BOUND)
     asked.raise_failure()  # asked to stop: nothing to say
-    unasked = RunThread(lambda stop, commit, counted: None, name="t")
+    unasked = RunThread(lambda events: None, name="t")
     unasked.start()
     unasked.wait()
     with pytest.raises(Exception, match="stopped without being asked"):
@@ -323,7 +347,7 @@ def _rebuild(
     PausableProjector[Any],
     list[Handle],
     RebuildFiles,
-    list[tuple[str, threading.Event | None]],
+    list[tuple[str, threading.Event]],
 ]:
     db = tmp_path / "p.duckdb"
     db.write_bytes(b"old")
@@ -331,18 +355,17 @@ def _rebuild(
     files = RebuildFiles(db)
     reads = SwitchableProjection(live_handle)
 
-    def run_live(
-        projection: Handle, stop: threading.Event, commit: threading.Event, counted: threading.Event | None = None
-    ) -> None:
-        runs.append((projection.name, counted))
-        if standby_fails and counted is not None:
+    def run_live(projection: Handle, events: RunEvents) -> None:
+        runs.append((projection.name, events.counted))
+        if standby_fails and not events.counted.is_set():
             raise RuntimeError("the new file's live run lost the log")
+        events.started.set()
         for _ in range(10_000):
-            if stop.wait(0.01):
+            if events.stop.wait(0.01):
                 return
             projection.advance(0, projection.applied.get(0, 0) + 1)
 
-    runs: list[tuple[str, threading.Event | None]] = []  # every live run (its file, its ``counted``), in order
+    runs: list[tuple[str, threading.Event]] = []  # every live run (its file, its ``counted``), in order
     live = PausableProjector(run_live, live_handle)
     opened: list[Handle] = []
 
@@ -386,8 +409,7 @@ def test_a_rebuild_catches_up_pauses_switches_and_resumes_on_the_new_file(tmp_pa
         assert new.checkpoints == 1
         # One run on the new file: the one started before the pause, counting from the switch on.
         assert [name for name, _ in runs] == ["old", "new"]
-        counted = runs[1][1]
-        assert counted is not None and counted.is_set()
+        assert runs[1][1].is_set()
         assert all(new.applied[p] >= o for p, o in status.live.items())
         assert files.switched() and files.rebuilt.read_bytes() == b"new"
         assert not files.db.exists() and not (tmp_path / "p.duckdb.wal").exists()  # the old file went

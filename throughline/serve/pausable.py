@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from throughline.serve.exceptions import RebuildRefusedError
@@ -27,42 +28,56 @@ RUN_STOP_TIMEOUT = 120.0
 _WATCH = 0.2  # how soon a paused or stopping run notices the service's stop
 
 
-class LiveRun(Protocol[H_contra]):
-    """One run of the live projector over ``projection`` until ``stop`` (``projector_runs.live_run``):
-    ``commit_queued`` set, what it staged for readers is committed before it returns; ``counted`` given,
-    it counts what it applies into ``/metrics`` only once that is set."""
+@dataclass(frozen=True, eq=False)
+class RunEvents:
+    """How one projector run is driven and how it says where it is.
 
-    def __call__(
-        self,
-        projection: H_contra,
-        stop: threading.Event,
-        commit_queued: threading.Event,
-        counted: threading.Event | None = None,
-    ) -> object:
-        """Run until ``stop``."""
+    ``stop`` ends it; ``commit`` (set before ``stop``) has it commit what it staged for readers before it
+    returns; it counts what it applies into ``/metrics`` while ``counted`` is set (a run started beside
+    the live one, over a rebuilt file, counts only once it took over); it sets ``started`` once it checked
+    the log and opened its feed, and ``released`` once it touches its projection no more (what is left
+    is closing its own fetch worker and log clients).
+    """
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    commit: threading.Event = field(default_factory=threading.Event)
+    counted: threading.Event = field(default_factory=threading.Event)
+    started: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def counting(cls, stop: threading.Event | None = None) -> RunEvents:
+        """The events of a run that counts into ``/metrics`` from its start (``stop``: the one given)."""
+        events = cls(stop=stop or threading.Event())
+        events.counted.set()
+        return events
+
+
+class LiveRun(Protocol[H_contra]):
+    """One run of the live projector over ``projection`` driven by ``events`` (``projector_runs.live_run``)."""
+
+    def __call__(self, projection: H_contra, events: RunEvents) -> object:
+        """Run until ``events.stop``."""
         ...
 
 
 class RunThread:
     """One projector run on a thread of its own, remembering how it ended.
 
-    ``run(stop, commit_queued, counted)`` receives this object's three events: ``stop_event`` ends it,
-    ``commit`` asks it to commit what it staged for readers first, ``counted`` lets it count into
-    ``/metrics`` (a standby run's records up to the switch are the live run's). ``also_stop`` (the
-    service's stop) ends it too, so a run nobody took over never outlives the service.
+    ``run(events)`` receives this object's ``events`` (``RunEvents``); ``also_stop`` (the service's stop)
+    ends it too, so a run nobody took over never outlives the service.
     """
 
     def __init__(
         self,
-        run: Callable[[threading.Event, threading.Event, threading.Event], object],
+        run: Callable[[RunEvents], object],
         *,
         name: str,
         also_stop: threading.Event | None = None,
+        events: RunEvents | None = None,
     ) -> None:
         self._run = run
-        self.stop_event = threading.Event()
-        self.commit = threading.Event()
-        self.counted = threading.Event()
+        self.events = events or RunEvents()
         self._also_stop = also_stop
         self._error: BaseException | None = None
         self._unasked = False
@@ -73,20 +88,22 @@ class RunThread:
         self._thread.start()
 
     def _main(self) -> None:
+        events = self.events
         watcher: threading.Thread | None = None
         if self._also_stop is not None:
             watcher = threading.Thread(
-                target=relay, args=(self._also_stop, self.stop_event), name="throughline-run-stop", daemon=True
+                target=relay, args=(self._also_stop, events.stop), name="throughline-run-stop", daemon=True
             )
             watcher.start()
         try:
-            self._run(self.stop_event, self.commit, self.counted)
+            self._run(events)
         except BaseException as exc:  # handed to whoever waits for the run (``raise_failure``, ``wait``)
             self._error = exc
         else:
-            self._unasked = not self.stop_event.is_set()
+            self._unasked = not events.stop.is_set()
         finally:
-            self.stop_event.set()  # ends the watcher
+            events.released.set()
+            events.stop.set()  # ends the watcher
             if watcher is not None:
                 watcher.join()
 
@@ -110,7 +127,7 @@ class RunThread:
 
     def stop(self, timeout: float = RUN_STOP_TIMEOUT) -> None:
         """Stop the run (it commits its batch in flight) and wait for it (bounded)."""
-        self.stop_event.set()
+        self.events.stop.set()
         if self._thread.ident is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -123,8 +140,12 @@ class PausableProjector(Generic[H]):
     until ``resume`` names the projection it goes on with, and, optionally, the run already going on
     over it (``standby``), which the loop then follows instead of starting one.
 
-    One owner: the projection, whether the loop is paused, the run in progress (its stop and commit
-    events) and a run handed over but not picked up yet are this object's, changed under its lock.
+    A pause is over once the run *released* its projection (``RunEvents.released``: everything staged
+    committed, nothing more written), not once it returned: closing its fetch worker and log clients
+    (tens of milliseconds, more on a busy machine) goes on beside the switch.
+
+    One owner: the projection, whether the loop is paused, the run in progress (its events) and a run
+    handed over but not picked up yet are this object's, changed under its lock.
     """
 
     def __init__(self, run: LiveRun[H], projection: H) -> None:
@@ -132,9 +153,8 @@ class PausableProjector(Generic[H]):
         self._cond = threading.Condition()
         self._projection = projection
         self._paused = False
-        self._running = False
-        self._stop_run: threading.Event | None = None
-        self._commit = threading.Event()
+        self._pauses = 0  # pauses so far: a run that ends after one was ended by it
+        self._events: RunEvents | None = None  # the run in progress (or handed over), if any
         self._handed: RunThread | None = None  # resumed with, not picked up by the loop yet
         self._ended = False  # the loop returned on the service's stop: nothing picks up a run any more
 
@@ -147,11 +167,9 @@ class PausableProjector(Generic[H]):
     def standby(self, projection: H, also_stop: threading.Event) -> RunThread:
         """Start a live run over ``projection`` beside the run in progress, on a thread of its own (so that
         it is warm when a switch hands it over: ``resume(projection, run)``); it counts nothing into
-        ``/metrics`` until its ``counted`` is set. The caller stops it unless it hands it over."""
+        ``/metrics`` until its ``events.counted`` is set. The caller stops it unless it hands it over."""
         runner = RunThread(
-            lambda stop, commit, counted: self._run(projection, stop, commit, counted),
-            name="throughline-standby-projector",
-            also_stop=also_stop,
+            lambda events: self._run(projection, events), name="throughline-standby-projector", also_stop=also_stop
         )
         runner.start()
         return runner
@@ -165,48 +183,52 @@ class PausableProjector(Generic[H]):
                 if stop.is_set():
                     self._ended = True
                 elif handed is None:
-                    self._stop_run, self._commit, self._running = threading.Event(), threading.Event(), True
-                run_stop, commit = self._stop_run, self._commit
-                projection = self._projection
+                    self._events = RunEvents.counting()
+                events, projection, pauses = self._events, self._projection, self._pauses
             if stop.is_set():
                 if handed is not None:
-                    self._finish(handed.stop)
+                    self._finish(handed.events, handed.stop)
                 return None
-            assert run_stop is not None
-            watcher = threading.Thread(target=relay, args=(stop, run_stop), name="throughline-pause", daemon=True)
+            assert events is not None
+            watcher = threading.Thread(target=relay, args=(stop, events.stop), name="throughline-pause", daemon=True)
             watcher.start()
             try:
                 if handed is None:
-                    self._run(projection, run_stop, commit)
+                    self._run(projection, events)
                 else:
                     handed.wait()  # the run handed over is this loop's run from here
             finally:
-                run_stop.set()
-                self._finish(watcher.join)
+                events.stop.set()
+                self._finish(events, watcher.join)
             with self._cond:
-                if not self._paused:
+                if self._pauses == pauses and self._handed is None:
                     self._ended = stop.is_set()
                     return None  # stopped by the service (or by itself: the ProjectorThread says so)
         return None
 
-    def _finish(self, wait: Callable[[], object]) -> None:
-        """``wait`` for the run in progress to be over, then say so to a ``pause`` waiting for it."""
+    def _finish(self, events: RunEvents, wait: Callable[[], object]) -> None:
+        """``wait`` for the run of ``events`` to be over, then say so (to a ``pause`` waiting for it)."""
         try:
             wait()
         finally:
+            events.released.set()
             with self._cond:
-                self._running = False
+                if self._events is events:
+                    self._events = None
                 self._cond.notify_all()
 
     def pause(self, timeout: float) -> bool:
         """End the run in progress (its staged polls committed) and hold the next; ``True`` once it
-        returned within ``timeout``."""
+        released the projection within ``timeout`` (it may still be closing its own clients)."""
         with self._cond:
             self._paused = True
-            self._commit.set()
-            if self._stop_run is not None:
-                self._stop_run.set()
-            return self._cond.wait_for(lambda: not self._running, timeout)
+            self._pauses += 1
+            events = self._events
+            if events is None:
+                return True
+            events.commit.set()
+            events.stop.set()
+        return events.released.wait(timeout)
 
     def resume(self, projection: H | None = None, standby: RunThread | None = None) -> None:
         """Let the live projector run again: on ``projection`` when given (the switched-to file); with
@@ -220,8 +242,7 @@ class PausableProjector(Generic[H]):
                 orphan = standby  # the service stopped: nobody would follow it
             elif standby is not None:
                 # The run in progress from here (a pause would stop it), though the loop picks it up later.
-                self._handed = standby
-                self._stop_run, self._commit, self._running = standby.stop_event, standby.commit, True
+                self._handed, self._events = standby, standby.events
             self._paused = False
             self._cond.notify_all()
         if orphan is not None:

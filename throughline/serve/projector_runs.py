@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from throughline.serve.metrics import ServeMetrics
+from throughline.serve.pausable import RunEvents
 
 if TYPE_CHECKING:
     from throughline.log import KafkaClientConfig
@@ -50,7 +51,7 @@ def projector_loop(
             return member.run_group(
                 group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress, peer_cuts=peer_cuts
             )
-        return run(projection, stop, threading.Event())
+        return run(projection, RunEvents.counting(stop))
 
     return loop
 
@@ -58,24 +59,24 @@ def projector_loop(
 def live_run(
     servers: list[str], topic: str, metrics: ServeMetrics, kafka_config: KafkaClientConfig | None = None
 ) -> LiveRun[Any]:
-    """One run of the live projector over a projection, until its stop (``PausableProjector``'s run,
-    ``run(projection, stop, commit_queued, counted=None)``): ``commit_queued`` set, what it staged for
-    readers is committed before it returns; ``counted`` given, what it applies counts into ``/metrics``
-    only once that event is set (a rebuild's run that becomes the live one: until the switch, the records
-    it applies are counted by the live run over the old file)."""
+    """One run of the live projector over a projection, driven by its ``RunEvents`` (``PausableProjector``'s
+    run): until ``stop``; ``commit`` set, what it staged for readers is committed before it returns; what
+    it applies counts into ``/metrics`` while ``counted`` is set (a rebuild's run that becomes the live
+    one: until the switch, those records are counted by the live run over the old file); ``started`` is
+    set as its loop begins, ``released`` once it leaves the projection alone."""
     from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
 
-    def run(
-        projection: Any, stop: threading.Event, commit_queued: threading.Event, counted: threading.Event | None = None
-    ) -> object:
+    def run(projection: Any, events: RunEvents) -> object:
         # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
         options = ProjectorOptions(stage_reads=True)
         return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(
-            stop=stop,
-            progress=progress if counted is None else _counted_when(counted, progress),
-            commit_queued=commit_queued,
+            stop=events.stop,
+            progress=_counted_when(events.counted, progress),
+            commit_queued=events.commit,
+            released=events.released,
+            running=events.started,
         )
 
     return run

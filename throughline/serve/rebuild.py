@@ -7,9 +7,10 @@ the switch (docs/design.md, "Rebuilding without downtime"):
 
 1. the replay stops and a live run starts over the new file beside the live projector (``standby``:
    staged for readers, the live run's settings, counting nothing into ``/metrics`` yet); the rebuild
-   waits until it follows the log as closely as the live one (``warm_behind``);
+   waits until its loop began and it follows the log as closely as the live one (``warm_behind``);
 2. the live projector pauses (``PausableProjector.pause``): it commits what it staged for readers and
-   returns, so the live file's applied offsets stop at ``A`` and no read saw anything beyond them;
+   leaves the file alone (it closes its own clients beside what follows), so the live file's applied
+   offsets stop at ``A`` and no read saw anything beyond them;
 3. the new file's run goes on until its commits reached at least ``A`` on every partition (bounded by
    ``switch_timeout``; past it the live projector resumes and the rebuild tries again later);
 4. the marker is written: from here a crash restarts on the new file;
@@ -193,7 +194,7 @@ class Rebuild(Generic[H]):
         self._files.remove_unfinished()
         new = self._open_new(self._files.rebuilt)
         runner = RunThread(
-            lambda stop, _commit, _counted: self._project(new, stop),
+            lambda events: self._project(new, events.stop),
             name="throughline-rebuild-projector",
             also_stop=self._stopping,
         )
@@ -261,22 +262,18 @@ class Rebuild(Generic[H]):
 
     def _warm(self, new: H, runner: RunThread) -> bool:
         """Wait (bounded by ``switch_timeout``: past it the pause is tried anyway) until the new file's live
-        run follows the log: within ``warm_behind`` records of what the live file's readers see, and it
-        delivered a poll of its own since it started unless there was none to deliver."""
+        run follows the log: its loop began (its fetch worker and the topic's checks are behind it) and it
+        is within ``warm_behind`` records of what the live file's readers see."""
         s = self._settings
-        start = dict(new.readable_offsets())
         deadline = time.monotonic() + s.switch_timeout
         for _ in range(MAX_CHECKS):
             runner.raise_failure()
             # What readers see on either file (staged included): the status keeps the applied offsets.
-            live, rebuilt = dict(self._live.projection.readable_offsets()), dict(new.readable_offsets())
-            delivered = rebuilt != start or behind(live, start) == 0
-            if delivered and behind(live, rebuilt) <= s.warm_behind:
+            lacking = behind(self._live.projection.readable_offsets(), new.readable_offsets())
+            if runner.events.started.is_set() and lacking <= s.warm_behind:
                 return True
             if time.monotonic() >= deadline:
-                _log.warning(
-                    "rebuild: the new file's live run is %d records behind; pausing anyway", behind(live, rebuilt)
-                )
+                _log.warning("rebuild: the new file's live run is %d records behind; pausing anyway", lacking)
                 return True
             if self._stopping.wait(s.poll / 10):
                 return False
@@ -288,22 +285,26 @@ class Rebuild(Generic[H]):
         s = self._settings
         self._publish(phase="switching")
         paused_at = time.monotonic()
-        if not self._live.pause(s.pause_timeout):
-            self._live.resume()
-            raise RebuildRefusedError(f"the live projector did not pause within {s.pause_timeout:g}s")
-        stopped_at = time.monotonic()
-        target = dict(self._live.projection.applied_offsets())
-        deadline = time.monotonic() + s.switch_timeout
-        for _ in range(MAX_CHECKS):
-            runner.raise_failure()
-            if behind(target, new.applied_offsets()) == 0:
-                break
-            if time.monotonic() >= deadline or self._stopping.wait(PAUSE_CHECK):
+        runner.events.commit.set()  # the new file's run commits each poll at once while the pause lasts
+        try:
+            if not self._live.pause(s.pause_timeout):
                 self._live.resume()
-                _log.warning("rebuild: the new file did not reach the live one during the pause; trying again")
-                return False
+                raise RebuildRefusedError(f"the live projector did not pause within {s.pause_timeout:g}s")
+            stopped_at = time.monotonic()
+            target = dict(self._live.projection.applied_offsets())
+            deadline = time.monotonic() + s.switch_timeout
+            for _ in range(MAX_CHECKS):
+                runner.raise_failure()
+                if behind(target, new.applied_offsets()) == 0:
+                    break
+                if time.monotonic() >= deadline or self._stopping.wait(PAUSE_CHECK):
+                    self._live.resume()
+                    _log.warning("rebuild: the new file did not reach the live one during the pause; trying again")
+                    return False
+        finally:
+            runner.events.commit.clear()  # back to the live run's commit interval
         # From here what it applies is past what the live run counted.
-        runner.counted.set()
+        runner.events.counted.set()
         reached_at = time.monotonic()
         # Its commits are in the OS's hands (as every commit of serve; a process crash keeps them) before
         # the marker; the synced checkpoint comes after the pause, so readers do not wait for it.
