@@ -7,7 +7,8 @@ the switch (docs/design.md, "Rebuilding without downtime"):
 
 1. the replay stops and a live run starts over the new file beside the live projector (``standby``:
    staged for readers, the live run's settings, counting nothing into ``/metrics`` yet); the rebuild
-   waits until its loop began and it follows the log as closely as the live one (``warm_behind``);
+   waits until it fetches (its loop began, its fetch worker delivered) and follows the log as closely
+   as the live one (it reached what the live file's readers saw ``warm_lag`` seconds before);
 2. the live projector pauses (``PausableProjector.pause``): it commits what it staged for readers and
    leaves the file alone (it closes its own clients beside what follows), so the live file's applied
    offsets stop at ``A`` and no read saw anything beyond them;
@@ -31,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
@@ -67,7 +69,7 @@ class RebuildSettings:
     """How a rebuild decides to switch."""
 
     close_enough: int = 10_000  # records the new file may be behind the live one when its replay hands over
-    warm_behind: int = 1_000  # records the new file's live run may be behind the live one when the live one pauses
+    warm_lag: float = 0.05  # seconds of the log the new file's live run may be behind the live one when that pauses
     pause_timeout: float = 60.0  # bound on the live projector committing its staged polls and returning
     switch_timeout: float = 30.0  # bound on the pause: the new file reaches the live offsets within it; and on warming
     drain_timeout: float = 30.0  # bound on the reads in flight on the old handle after the switch
@@ -262,18 +264,31 @@ class Rebuild(Generic[H]):
 
     def _warm(self, new: H, runner: RunThread) -> bool:
         """Wait (bounded by ``switch_timeout``: past it the pause is tried anyway) until the new file's live
-        run follows the log: its loop began (its fetch worker and the topic's checks are behind it) and it
-        is within ``warm_behind`` records of what the live file's readers see."""
+        run follows the log: its loop began, its fetch worker delivered a poll (its start takes 0.3-0.8 s
+        after the loop began) unless there was nothing to deliver, and it reached what the live file's
+        readers saw ``warm_lag`` seconds before (staged included, on both files): the pause then waits
+        for about that much of the log, whatever its rate."""
         s = self._settings
+        start = dict(new.readable_offsets())
+        seen: deque[tuple[float, Mapping[int, int]]] = deque()  # (when, the live file's readable offsets)
         deadline = time.monotonic() + s.switch_timeout
         for _ in range(MAX_CHECKS):
             runner.raise_failure()
-            # What readers see on either file (staged included): the status keeps the applied offsets.
-            lacking = behind(self._live.projection.readable_offsets(), new.readable_offsets())
-            if runner.events.started.is_set() and lacking <= s.warm_behind:
-                return True
-            if time.monotonic() >= deadline:
-                _log.warning("rebuild: the new file's live run is %d records behind; pausing anyway", lacking)
+            now = time.monotonic()
+            seen.append((now, self._live.projection.readable_offsets()))
+            while len(seen) > 1 and seen[1][0] <= now - s.warm_lag:
+                seen.popleft()  # keep one sample at least warm_lag old: the target
+            rebuilt = new.readable_offsets()
+            delivered = rebuilt != start or behind(seen[-1][1], start) == 0
+            target_at, target = seen[0]
+            if runner.events.started.is_set() and delivered and target_at <= now - s.warm_lag:
+                if behind(target, rebuilt) == 0:
+                    return True
+            if now >= deadline:
+                _log.warning(
+                    "rebuild: the new file's live run is %d records behind; pausing anyway",
+                    behind(seen[-1][1], rebuilt),
+                )
                 return True
             if self._stopping.wait(s.poll / 10):
                 return False
