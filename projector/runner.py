@@ -243,6 +243,7 @@ class Projector:
         commit_queued: threading.Event | None = None,
         released: threading.Event | None = None,
         running: threading.Event | None = None,
+        halted: threading.Event | None = None,
     ) -> RunSummary:
         """Consume and apply until ``stop`` is set (or, with ``until_caught_up``, until every partition's
         applied offset reaches the end offset it had when the run started).
@@ -254,7 +255,9 @@ class Projector:
         the new file's commits). ``released`` is set once the run
         touches the projection no more (its writer stopped, DuckDB's thread limit restored), before it
         closes its feed and log clients: ``serve``'s switch of files waits for that, not for those.
-        ``running`` is set once the run checked the log and opened its feed, as its loop begins.
+        ``running`` is set once the run checked the log and opened its feed, as its loop begins;
+        ``halted`` once its loop ended (nothing more is staged for readers: their offsets are final), before
+        it commits what it staged.
 
         Raises ``LogRewoundError``/``LogTruncatedError`` when the log is not the projection's log,
         ``TopicMissingError`` when the topic does not exist at start, ``BrokerUnavailableError`` when no
@@ -293,14 +296,16 @@ class Projector:
             try:
                 with fewer_gc_passes(self._options.gc_threshold), prompt_gil_handoffs(self._options.switch_interval):
                     caught_up = self._loop(log_view, feed, writer, stop, targets)
+                if halted is not None:
+                    halted.set()
                 if commit_queued is not None and commit_queued.is_set():
                     writer.drain()
             finally:
                 writer.close()
-                self._release(threads, released)
+                self._release(threads, released, halted)
                 threads = None
         finally:
-            self._release(threads, released)
+            self._release(threads, released, halted)
             if worker is not None:  # the checks failed before the feed took it
                 worker.stop()
             if feed is not None:
@@ -309,15 +314,16 @@ class Projector:
                 log_view.close()
         return self._summary(tally, targets, caught_up, started, info)
 
-    def _release(self, threads: int | None, released: threading.Event | None) -> None:
+    def _release(self, threads: int | None, *events: threading.Event | None) -> None:
         """Leave the projection alone from here: DuckDB's thread limit restored (``threads``: as it was),
-        then ``released`` set."""
+        then ``events`` set (``released``, and ``halted`` when the loop never ran)."""
         if threads is not None:
             # Best effort: a projection that just failed must not hide the run's own error.
             with contextlib.suppress(Exception):
                 self._projection.limit_threads(threads)
-        if released is not None:
-            released.set()
+        for event in events:
+            if event is not None:
+                event.set()
 
     def _caught_up(self, targets: Mapping[int, int] | None) -> bool:
         if targets is None:

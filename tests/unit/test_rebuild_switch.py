@@ -89,6 +89,8 @@ class Handle:
             self.closed = True
             self.cond.notify_all()
 
+    retire = close  # in memory, nothing is left to close after it
+
 
 def _thread(target: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     box: list[Any] = []
@@ -228,14 +230,16 @@ def test_a_run_handed_over_is_the_live_projector_and_nothing_new_starts() -> Non
     assert ended == [("first", True), ("second", False)]
 
 
-def test_a_pause_is_over_once_the_run_released_the_projection_not_once_it_returned() -> None:
-    closing = threading.Event()
+def test_a_pause_is_over_once_the_run_halted_and_the_old_file_is_left_once_it_released() -> None:
+    committing, closing = threading.Event(), threading.Event()
     started: list[str] = []
 
     def run(projection: Handle, events: RunEvents) -> None:
         started.append(projection.name)
         assert events.stop.wait(BOUND)
-        events.released.set()  # its staged polls committed: the projection is left alone from here
+        events.halted.set()  # its loop ended: what its readers saw is final
+        committing.wait(BOUND)  # committing what it staged, slowly
+        events.released.set()  # the projection is left alone from here
         closing.wait(BOUND)  # closing its own fetch worker and log clients, slowly
 
     live = PausableProjector(run, Handle("first"))
@@ -244,7 +248,10 @@ def test_a_pause_is_over_once_the_run_released_the_projection_not_once_it_return
     time.sleep(0.1)
     paused_at = time.monotonic()
     assert live.pause(BOUND)
-    assert time.monotonic() - paused_at < BOUND / 2 and loop.is_alive()  # it did not wait for the closing
+    assert time.monotonic() - paused_at < BOUND / 2 and loop.is_alive()  # it did not wait for the commit
+    assert not live.wait_left(0.1)  # still committing: the old file must stay open
+    committing.set()
+    assert live.wait_left(BOUND) and loop.is_alive()  # left, though still closing its clients
     live.resume()  # a switch attempt that failed: the live run starts again, once the last one returned
     time.sleep(0.2)
     assert started == ["first"]
@@ -256,6 +263,25 @@ def test_a_pause_is_over_once_the_run_released_the_projection_not_once_it_return
     stop.set()
     loop.join(BOUND)
     assert not loop.is_alive()
+
+
+def test_a_retired_projection_wakes_its_waits_and_refuses_reads_until_it_closes(tmp_path: Path) -> None:
+    from throughline.projector.exceptions import ProjectionMissingError
+    from throughline.projector.store import DuckProjection
+
+    path = tmp_path / "p.duckdb"
+    projection = DuckProjection.open(path, topic="t")
+    waiter, answer = _thread(lambda: projection.wait_applied(0, 10, BOUND))
+    time.sleep(0.1)
+    waited = time.monotonic()
+    projection.retire()
+    waiter.join(BOUND)
+    assert answer == [False] and time.monotonic() - waited < BOUND / 2
+    with pytest.raises(ProjectionMissingError):
+        with projection.view():
+            pass
+    projection.close()  # still closes the file after a retire
+    DuckProjection.open(path, topic="t").close()  # DuckDB's lock on the file is gone
 
 
 def test_the_failure_of_a_run_handed_over_is_the_live_projectors() -> None:

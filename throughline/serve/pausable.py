@@ -35,15 +35,22 @@ class RunEvents:
     ``stop`` ends it; ``commit`` (set before ``stop``) has it commit what it staged for readers before it
     returns; it counts what it applies into ``/metrics`` while ``counted`` is set (a run started beside
     the live one, over a rebuilt file, counts only once it took over); it sets ``started`` once it checked
-    the log and opened its feed, and ``released`` once it touches its projection no more (what is left
-    is closing its own fetch worker and log clients).
+    the log and opened its feed, ``halted`` once its loop ended (it stages nothing more: the offsets its
+    readers saw are final, though it may still commit what it staged), and ``released`` once it touches
+    its projection no more (what is left is closing its own fetch worker and log clients).
     """
 
     stop: threading.Event = field(default_factory=threading.Event)
     commit: threading.Event = field(default_factory=threading.Event)
     counted: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
+    halted: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
+
+    def ended(self) -> None:
+        """The run returned (or never ran): every event it owes is set."""
+        self.halted.set()
+        self.released.set()
 
     @classmethod
     def counting(cls, stop: threading.Event | None = None) -> RunEvents:
@@ -102,7 +109,7 @@ class RunThread:
         else:
             self._unasked = not events.stop.is_set()
         finally:
-            events.released.set()
+            events.ended()
             events.stop.set()  # ends the watcher
             if watcher is not None:
                 watcher.join()
@@ -140,9 +147,10 @@ class PausableProjector(Generic[H]):
     until ``resume`` names the projection it goes on with, and, optionally, the run already going on
     over it (``standby``), which the loop then follows instead of starting one.
 
-    A pause is over once the run *released* its projection (``RunEvents.released``: everything staged
-    committed, nothing more written), not once it returned: closing its fetch worker and log clients
-    (tens of milliseconds, more on a busy machine) goes on beside the switch.
+    A pause is over once the run *halted* (``RunEvents.halted``: it stages nothing more, so what its
+    readers saw is final), not once it returned: committing what it staged, then closing its fetch worker
+    and log clients (tens to hundreds of milliseconds on a busy machine) go on beside the switch, which
+    closes the old file only once the run released it (``wait_left``).
 
     One owner: the projection, whether the loop is paused, the run in progress (its events) and a run
     handed over but not picked up yet are this object's, changed under its lock.
@@ -156,6 +164,7 @@ class PausableProjector(Generic[H]):
         self._pauses = 0  # pauses so far: a run that ends after one was ended by it
         self._events: RunEvents | None = None  # the run in progress (or handed over), if any
         self._handed: RunThread | None = None  # resumed with, not picked up by the loop yet
+        self._left: RunEvents | None = None  # the run the last pause ended
         self._ended = False  # the loop returned on the service's stop: nothing picks up a run any more
 
     @property
@@ -211,24 +220,31 @@ class PausableProjector(Generic[H]):
         try:
             wait()
         finally:
-            events.released.set()
+            events.ended()
             with self._cond:
                 if self._events is events:
                     self._events = None
                 self._cond.notify_all()
 
     def pause(self, timeout: float) -> bool:
-        """End the run in progress (its staged polls committed) and hold the next; ``True`` once it
-        released the projection within ``timeout`` (it may still be closing its own clients)."""
+        """End the run in progress (its staged polls committed) and hold the next; ``True`` once it halted
+        within ``timeout``: the offsets its readers saw are final (it may still be committing them)."""
         with self._cond:
             self._paused = True
             self._pauses += 1
-            events = self._events
+            events = self._left = self._events
             if events is None:
                 return True
             events.commit.set()
             events.stop.set()
-        return events.released.wait(timeout)
+        return events.halted.wait(timeout)
+
+    def wait_left(self, timeout: float) -> bool:
+        """Wait (bounded) until the run the last pause ended touches its projection no more (what it
+        staged committed, its writer stopped); ``True`` when it did, or none was running."""
+        with self._cond:
+            events = self._left
+        return events is None or events.released.wait(timeout)
 
     def resume(self, projection: H | None = None, standby: RunThread | None = None) -> None:
         """Let the live projector run again: on ``projection`` when given (the switched-to file); with

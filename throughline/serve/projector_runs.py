@@ -63,7 +63,8 @@ def live_run(
     run): until ``stop``; ``commit`` set, what it staged for readers is committed before it returns; what
     it applies counts into ``/metrics`` while ``counted`` is set (a rebuild's run that becomes the live
     one: until the switch, those records are counted by the live run over the old file); ``started`` is
-    set as its loop begins, ``released`` once it leaves the projection alone."""
+    set as its loop begins, ``halted`` as it ends (what readers saw is final), ``released`` once it leaves
+    the projection alone."""
     from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
@@ -77,6 +78,7 @@ def live_run(
             commit_queued=events.commit,
             released=events.released,
             running=events.started,
+            halted=events.halted,
         )
 
     return run

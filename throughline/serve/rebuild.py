@@ -9,17 +9,18 @@ the switch (docs/design.md, "Rebuilding without downtime"):
    staged for readers, the live run's settings, counting nothing into ``/metrics`` yet); the rebuild
    waits until it fetches (its loop began, its fetch worker delivered) and follows the log as closely
    as the live one (it reached what the live file's readers saw ``warm_lag`` seconds before);
-2. the live projector pauses (``PausableProjector.pause``): it commits what it staged for readers and
-   leaves the file alone (it closes its own clients beside what follows), so the live file's applied
-   offsets stop at ``A`` and no read saw anything beyond them;
+2. the live projector pauses (``PausableProjector.pause``): its loop ends, so the offsets the live
+   file's readers see stop at ``A`` (it commits what it staged, then closes its own clients, beside
+   what follows);
 3. the new file's run goes on until its commits reached at least ``A`` on every partition (bounded by
    ``switch_timeout``; past it the live projector resumes and the rebuild tries again later);
 4. the marker is written: from here a crash restarts on the new file;
 5. reads switch to it (``SwitchableProjection.switch``): reads in flight finish on the old handle, new
    ones go to the new, waits carry over;
-6. the live projector resumes with the new file's run, already going on (``PausableProjector.resume``
-   adopts it: nothing starts inside the pause); then (outside the pause) the old handle closes once its
-   reads are done, its file goes, and the new file is checkpointed (synced).
+6. the waits still on the old handle go on on the new one (``retire``), and the live projector resumes
+   with the new file's run, already going on (``PausableProjector.resume`` adopts it: nothing starts
+   inside the pause); then (outside the pause) the old handle closes once its reads are done and the
+   old run left it, its file goes, and the new file is checkpointed (synced).
 
 One owner for each piece of state: the rebuild's phase and figures are this object's (published as a
 frozen ``RebuildStatus``), the current handle is the ``SwitchableProjection``'s, the live projector's
@@ -40,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from throughline.projector.rebuild_files import RebuildFiles
 from throughline.serve.exceptions import RebuildRefusedError
 from throughline.serve.metrics import ServeMetrics
-from throughline.serve.pausable import PausableProjector, RunThread
+from throughline.serve.pausable import RUN_STOP_TIMEOUT, PausableProjector, RunThread
 from throughline.serve.switchable import SwitchableHandle, SwitchableProjection
 
 __all__ = ["PausableProjector", "Rebuild", "RebuildSettings", "RebuildStatus", "RebuiltHandle", "rebuild_metrics"]
@@ -306,7 +307,8 @@ class Rebuild(Generic[H]):
                 self._live.resume()
                 raise RebuildRefusedError(f"the live projector did not pause within {s.pause_timeout:g}s")
             stopped_at = time.monotonic()
-            target = dict(self._live.projection.applied_offsets())
+            # What the old file's readers saw (its run may still be committing it): final now.
+            target = dict(self._live.projection.readable_offsets())
             deadline = time.monotonic() + s.switch_timeout
             for _ in range(MAX_CHECKS):
                 runner.raise_failure()
@@ -327,6 +329,7 @@ class Rebuild(Generic[H]):
         self._marked = True
         marked_at = time.monotonic()
         old, drained = self._reads.switch(new, s.drain_timeout)
+        old.retire()  # the waits parked on it go on on the new file now, not after its last commit
         self._live.resume(new, runner)
         resumed_at = time.monotonic()
         paused = resumed_at - paused_at
@@ -334,6 +337,8 @@ class Rebuild(Generic[H]):
         try:
             if not drained:
                 _log.error("rebuild: reads on the old file still in flight after %gs; closing it", s.drain_timeout)
+            if not self._live.wait_left(RUN_STOP_TIMEOUT):
+                raise RebuildRefusedError(f"the old live run did not leave its file within {RUN_STOP_TIMEOUT:g}s")
             old.close()
             self._files.remove_old()
             new.checkpoint()

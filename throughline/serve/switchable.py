@@ -42,6 +42,10 @@ class SwitchableHandle(Projection, Protocol):
         """Close the handle; waits on it return at once."""
         ...
 
+    def retire(self) -> None:
+        """Wake the waits on the handle and refuse new reads; its writer may still finish (``close`` later)."""
+        ...
+
 
 H = TypeVar("H", bound=SwitchableHandle)
 
