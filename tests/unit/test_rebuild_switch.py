@@ -265,6 +265,30 @@ def test_a_pause_is_over_once_the_run_halted_and_the_old_file_is_left_once_it_re
     assert not loop.is_alive()
 
 
+def test_the_old_run_failing_after_the_switch_is_not_the_live_projectors_failure() -> None:
+    def run(projection: Handle, events: RunEvents) -> None:
+        assert events.stop.wait(BOUND)
+        if projection.name == "first":
+            events.halted.set()
+            time.sleep(0.2)  # its last commit to the old file, which fails after the switch
+            raise RuntimeError("the old file's disk is full")
+
+    second = Handle("second")
+    live = PausableProjector(run, Handle("first"))
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    time.sleep(0.1)
+    standby = live.standby(second, threading.Event())
+    assert live.pause(BOUND)
+    live.resume(second, standby)
+    assert live.wait_left(BOUND)
+    time.sleep(0.2)
+    assert loop.is_alive() and not standby.ended  # the loop follows the run handed over
+    stop.set()
+    loop.join(BOUND)
+    assert not loop.is_alive() and standby.ended
+
+
 def test_a_retired_projection_wakes_its_waits_and_refuses_reads_until_it_closes(tmp_path: Path) -> None:
     from throughline.projector.exceptions import ProjectionMissingError
     from throughline.projector.store import DuckProjection
@@ -432,7 +456,7 @@ def test_a_rebuild_catches_up_pauses_switches_and_resumes_on_the_new_file(tmp_pa
         assert status.phase == "switched", status
         new = opened[0]
         assert reads.current is new and live.projection is new and old.closed and not new.closed
-        assert new.checkpoints == 1
+        assert new.checkpoints == 2  # once as its replay handed over, once after the switch
         # One run on the new file: the one started before the pause, counting from the switch on.
         assert [name for name, _ in runs] == ["old", "new"]
         assert runs[1][1].is_set()

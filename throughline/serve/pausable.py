@@ -11,12 +11,15 @@ new file's live run before the pause (``standby``), and the switch hands that ru
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from throughline.serve.exceptions import RebuildRefusedError
+
+_log = logging.getLogger("throughline.serve.rebuild")
 
 H = TypeVar("H")
 H_contra = TypeVar("H_contra", contravariant=True)
@@ -143,7 +146,7 @@ class RunThread:
 
 class PausableProjector(Generic[H]):
     """The live projector loop of ``serve`` (a ``ProjectorThread`` loop) over a projection that a switch
-    replaces: ``pause`` ends the run in progress (its staged polls committed) and holds the next one
+    replaces: ``pause`` ends the run in progress (what it staged is committed) and holds the next one
     until ``resume`` names the projection it goes on with, and, optionally, the run already going on
     over it (``standby``), which the loop then follows instead of starting one.
 
@@ -206,6 +209,14 @@ class PausableProjector(Generic[H]):
                     self._run(projection, events)
                 else:
                     handed.wait()  # the run handed over is this loop's run from here
+            except Exception as exc:
+                with self._cond:
+                    superseded = self._handed is not None and self._pauses != pauses
+                if not superseded:
+                    raise
+                # Its last commit was to the file a switch just left (removed next): the run handed over
+                # is the live projector, and this failure is not the service's.
+                _log.warning("the live run over the file reads left failed as it ended: %s", exc)
             finally:
                 events.stop.set()
                 self._finish(events, watcher.join)
@@ -227,7 +238,7 @@ class PausableProjector(Generic[H]):
                 self._cond.notify_all()
 
     def pause(self, timeout: float) -> bool:
-        """End the run in progress (its staged polls committed) and hold the next; ``True`` once it halted
+        """End the run in progress (what it staged is committed) and hold the next; ``True`` once it halted
         within ``timeout``: the offsets its readers saw are final (it may still be committing them)."""
         with self._cond:
             self._paused = True

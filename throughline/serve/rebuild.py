@@ -261,6 +261,9 @@ class Rebuild(Generic[H]):
         the pause and every read waiting on it."""
         replay.stop()
         replay.raise_failure()
+        # The replay's WAL into the file now, before anyone reads it: a checkpoint it triggered later
+        # would hold the new file's commits (hundreds of milliseconds) just when the pause waits for them.
+        new.checkpoint()
         return self._live.standby(new, self._stopping)
 
     def _warm(self, new: H, runner: RunThread) -> bool:
