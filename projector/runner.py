@@ -252,12 +252,11 @@ class Projector:
         before the run returns instead of dropped (``serve`` pausing its projector for a switch of
         files: readers must never see the readable offsets go back); set while it runs, each poll is
         committed as soon as it is staged rather than after ``commit_interval`` (the switch waiting for
-        the new file's commits). ``released`` is set once the run
-        touches the projection no more (its writer stopped, DuckDB's thread limit restored), before it
-        closes its feed and log clients: ``serve``'s switch of files waits for that, not for those.
-        ``running`` is set once the run checked the log and opened its feed, as its loop begins;
-        ``halted`` once its loop ended (nothing more is staged for readers: their offsets are final), before
-        it commits what it staged.
+        the new file's commits). Three events say where the run is, for ``serve``'s switch of files:
+        ``running`` is set once it checked the log and opened its feed, as its loop begins; ``halted``
+        once its loop ended (nothing more is staged for readers: their offsets are final), before it
+        commits what it staged; ``released`` once it touches the projection no more (its writer stopped,
+        DuckDB's thread limit restored), before it closes its feed and log clients.
 
         Raises ``LogRewoundError``/``LogTruncatedError`` when the log is not the projection's log,
         ``TopicMissingError`` when the topic does not exist at start, ``BrokerUnavailableError`` when no
