@@ -84,12 +84,16 @@ class StagedWriter:
         *,
         max_queued_records: int,
         commit_interval: float = 0.0,
+        prompt: threading.Event | None = None,
     ) -> None:
         self._projection = projection
         self._topic = topic
         self._tally = tally
         self._max_queued = max(1, max_queued_records)
         self._interval = max(0.0, commit_interval)
+        # Set while someone waits for the commits (``serve``'s switch of files): each poll is committed as
+        # soon as it is queued (the writer wakes at each one), not after ``commit_interval``.
+        self._prompt = prompt
         self._cond = threading.Condition()
         self._queue: list[Sequence[PreparedBatch]] = []
         self._queued = 0  # records queued or being committed
@@ -144,6 +148,10 @@ class StagedWriter:
         self._thread.join()
         self._projection.unstage()
 
+    def _hurried(self) -> bool:
+        """A drain, or the ``prompt``, waits for the commits."""
+        return self._draining or (self._prompt is not None and self._prompt.is_set())
+
     def _run(self) -> None:
         last = 0.0
         while True:
@@ -152,7 +160,7 @@ class StagedWriter:
                 # Readers have the queued polls already: commit at most every ``commit_interval``,
                 # sooner when the queue fills or a drain waits.
                 due = last + self._interval
-                while not self._closed and self._queued <= self._max_queued // 2 and not self._draining:
+                while not self._closed and self._queued <= self._max_queued // 2 and not self._hurried():
                     left = due - time.monotonic()
                     if left <= 0:
                         break

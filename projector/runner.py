@@ -241,13 +241,22 @@ class Projector:
         stop: threading.Event | None = None,
         progress: Progress | None = None,
         commit_queued: threading.Event | None = None,
+        released: threading.Event | None = None,
+        running: threading.Event | None = None,
+        halted: threading.Event | None = None,
     ) -> RunSummary:
         """Consume and apply until ``stop`` is set (or, with ``until_caught_up``, until every partition's
         applied offset reaches the end offset it had when the run started).
 
         ``commit_queued`` set when the run ends on ``stop``: what was staged for readers is committed
         before the run returns instead of dropped (``serve`` pausing its projector for a switch of
-        files: readers must never see the readable offsets go back).
+        files: readers must never see the readable offsets go back); set while it runs, each poll is
+        committed as soon as it is staged rather than after ``commit_interval`` (the switch waiting for
+        the new file's commits). Three events say where the run is, for ``serve``'s switch of files:
+        ``running`` is set once it checked the log and opened its feed, as its loop begins; ``halted``
+        once its loop ended (nothing more is staged for readers: their offsets are final), before it
+        commits what it staged; ``released`` once it touches the projection no more (its writer stopped,
+        DuckDB's thread limit restored), before it closes its feed and log clients.
 
         Raises ``LogRewoundError``/``LogTruncatedError`` when the log is not the projection's log,
         ``TopicMissingError`` when the topic does not exist at start, ``BrokerUnavailableError`` when no
@@ -273,7 +282,7 @@ class Projector:
                 threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
             targets = dict(ends) if until_caught_up else None
             tally = Tally(self._projection, progress, targets, start_offsets, started)
-            writer = self._writer(tally)
+            writer = self._writer(tally, commit_queued)
             log.info(
                 "projecting topic %s (id %s, %d partitions) from %s",
                 self._topic,
@@ -281,25 +290,39 @@ class Projector:
                 info.partitions,
                 start_offsets,
             )
+            if running is not None:
+                running.set()
             try:
                 with fewer_gc_passes(self._options.gc_threshold), prompt_gil_handoffs(self._options.switch_interval):
                     caught_up = self._loop(log_view, feed, writer, stop, targets)
+                if halted is not None:
+                    halted.set()
                 if commit_queued is not None and commit_queued.is_set():
                     writer.drain()
             finally:
                 writer.close()
+                self._release(threads, released, halted)
+                threads = None
         finally:
+            self._release(threads, released, halted)
             if worker is not None:  # the checks failed before the feed took it
                 worker.stop()
             if feed is not None:
                 feed.close()
-            if threads is not None:
-                # Best effort: a projection that just failed must not hide the run's own error.
-                with contextlib.suppress(Exception):
-                    self._projection.limit_threads(threads)
             if log_view is not None:
                 log_view.close()
         return self._summary(tally, targets, caught_up, started, info)
+
+    def _release(self, threads: int | None, *events: threading.Event | None) -> None:
+        """Leave the projection alone from here: DuckDB's thread limit restored (``threads``: as it was),
+        then ``events`` set (``released``, and ``halted`` when the loop never ran)."""
+        if threads is not None:
+            # Best effort: a projection that just failed must not hide the run's own error.
+            with contextlib.suppress(Exception):
+                self._projection.limit_threads(threads)
+        for event in events:
+            if event is not None:
+                event.set()
 
     def _caught_up(self, targets: Mapping[int, int] | None) -> bool:
         if targets is None:
@@ -358,8 +381,9 @@ class Projector:
             self._projection.fetched(batches)
             writer.apply(batches)
 
-    def _writer(self, tally: Tally) -> Writer:
-        """Who commits the run's polls: on this thread as they come, or staged for readers first."""
+    def _writer(self, tally: Tally, prompt: threading.Event | None = None) -> Writer:
+        """Who commits the run's polls: on this thread as they come, or staged for readers first (each
+        as soon as it is queued while ``prompt`` is set)."""
         o = self._options
         if o.stage_reads:
             return StagedWriter(
@@ -368,6 +392,7 @@ class Projector:
                 tally,
                 max_queued_records=QUEUED_POLLS * o.max_poll_records,
                 commit_interval=o.commit_interval,
+                prompt=prompt,
             )
         return DirectWriter(self._topic, tally)
 

@@ -60,6 +60,7 @@ class DuckProjection:
         # Everything reads need besides the turns they serve, with one owner (``throughline.projector.read_state``).
         self._reads = ReadState(store.applied_offsets(), capacity=read_entries)
         self._staging = Stager(self._reads)
+        self._closed = False
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -108,11 +109,19 @@ class DuckProjection:
     def close(self) -> None:
         """Close the projection (idempotent). Wakes every waiter."""
         with self._reads.cond:
-            if self._reads.closed:
+            if self._closed:
                 return
+            self._closed = True
             self._reads.close()
         self._staging.close()
         self._file.close()
+
+    def retire(self) -> None:
+        """Wake every waiter and refuse new reads, as ``close`` does, while the projector in this process
+        may still commit what it queued (``serve``'s switch of files: the waits go on on the new file at
+        once, not after the old one's last commit); ``close`` closes the rest later."""
+        with self._reads.cond:
+            self._reads.close()
 
     def __enter__(self) -> DuckProjection:
         return self

@@ -151,3 +151,24 @@ def test_close_drops_what_is_not_committed(projection: DuckProjection) -> None:
     assert head_length(projection) == 5
     writer.close()
     assert head_length(projection) == 2 and projection.applied_offsets() == {0: 2}
+
+
+def test_a_prompt_has_each_poll_committed_without_waiting_for_the_interval(projection: DuckProjection) -> None:
+    prompt = threading.Event()
+    updates: list[ProgressUpdate] = []
+    tally = Tally(projection, updates.append, None, {0: 0}, time.monotonic())
+    writer = StagedWriter(projection, TOPIC, tally, max_queued_records=1000, commit_interval=30.0, prompt=prompt)
+    try:
+        writer.apply(poll(projection, records(0, 2)))
+        writer.drain()  # the first commit after a quiet spell goes at once; the next would wait 30 s
+        writer.apply(poll(projection, records(2, 3)))
+        time.sleep(0.3)
+        assert projection.applied_offsets() == {0: 2}  # held back by the interval
+        prompt.set()  # a switch of files waits for the commits: the next poll wakes the writer
+        writer.apply(poll(projection, records(5, 1)))
+        deadline = time.monotonic() + 10
+        while projection.applied_offsets() != {0: 6} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert projection.applied_offsets() == {0: 6}
+    finally:
+        writer.close()

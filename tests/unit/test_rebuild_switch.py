@@ -1,7 +1,9 @@
 """The switch of a rebuild without downtime, without Kafka: ``SwitchableProjection`` (reads in flight end on
 the old handle, new ones go to the new, waits and change counts carry over), ``PausableProjector`` (a pause
-commits the staged polls and holds the next run), ``Rebuild`` (catch up, pause, switch, resume; a failure
-leaves the live file serving) and ``RebuildFiles`` (which file a start keeps after a crash)."""
+commits the staged polls and holds the next run; a run started beside it is handed over instead of a new
+one started), ``Rebuild`` (catch up, hand over to a live run on the new file, pause, switch, resume with
+that run; a failure leaves the live file serving) and ``RebuildFiles`` (which file a start keeps after a
+crash)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 from throughline.projector.exceptions import ProjectionBusyError
 from throughline.projector.rebuild_files import RebuildFiles
+from throughline.serve.pausable import RunEvents, RunThread
 from throughline.serve.rebuild import PausableProjector, Rebuild, RebuildSettings
 from throughline.serve.switchable import EPOCH_UNIT, SwitchableProjection
 
@@ -85,6 +88,8 @@ class Handle:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+
+    retire = close  # in memory, nothing is left to close after it
 
 
 def _thread(target: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -175,9 +180,9 @@ def test_a_pause_commits_what_was_staged_and_holds_the_next_run_until_resume() -
     first, second = Handle("first"), Handle("second")
     runs: list[tuple[str, bool]] = []
 
-    def run(projection: Handle, stop: threading.Event, commit: threading.Event) -> None:
-        assert stop.wait(BOUND)
-        runs.append((projection.name, commit.is_set()))
+    def run(projection: Handle, events: RunEvents) -> None:
+        assert events.stop.wait(BOUND)
+        runs.append((projection.name, events.commit.is_set()))
 
     live = PausableProjector(run, first)
     stop = threading.Event()
@@ -196,30 +201,227 @@ def test_a_pause_commits_what_was_staged_and_holds_the_next_run_until_resume() -
     assert runs == [("first", True), ("second", False)]
 
 
+def test_a_run_handed_over_is_the_live_projector_and_nothing_new_starts() -> None:
+    first, second = Handle("first"), Handle("second")
+    started: list[tuple[str, bool]] = []
+    ended: list[tuple[str, bool]] = []
+
+    def run(projection: Handle, events: RunEvents) -> None:
+        started.append((projection.name, events.counted.is_set()))
+        assert events.stop.wait(BOUND)
+        ended.append((projection.name, events.commit.is_set()))
+
+    live = PausableProjector(run, first)
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    time.sleep(0.1)
+    standby = live.standby(second, threading.Event())
+    time.sleep(0.1)
+    assert started == [("first", True), ("second", False)]  # beside the live run, counting nothing yet
+    assert live.pause(BOUND)
+    assert ended == [("first", True)] and not standby.ended
+    live.resume(second, standby)
+    time.sleep(0.3)
+    assert started == [("first", True), ("second", False)]  # nothing started: the standby is the live run
+    assert live.projection is second and loop.is_alive()
+    stop.set()  # the service's stop reaches the run handed over
+    loop.join(BOUND)
+    assert not loop.is_alive() and standby.ended
+    assert ended == [("first", True), ("second", False)]
+
+
+def test_a_pause_is_over_once_the_run_halted_and_the_old_file_is_left_once_it_released() -> None:
+    committing, closing = threading.Event(), threading.Event()
+    started: list[str] = []
+
+    def run(projection: Handle, events: RunEvents) -> None:
+        started.append(projection.name)
+        assert events.stop.wait(BOUND)
+        events.halted.set()  # its loop ended: what its readers saw is final
+        committing.wait(BOUND)  # committing what it staged, slowly
+        events.released.set()  # the projection is left alone from here
+        closing.wait(BOUND)  # closing its own fetch worker and log clients, slowly
+
+    live = PausableProjector(run, Handle("first"))
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    time.sleep(0.1)
+    paused_at = time.monotonic()
+    assert live.pause(BOUND)
+    assert time.monotonic() - paused_at < BOUND / 2 and loop.is_alive()  # it did not wait for the commit
+    assert not live.wait_left(0.1)  # still committing: the old file must stay open
+    committing.set()
+    assert live.wait_left(BOUND) and loop.is_alive()  # left, though still closing its clients
+    live.resume()  # a switch attempt that failed: the live run starts again, once the last one returned
+    time.sleep(0.2)
+    assert started == ["first"]
+    closing.set()
+    deadline = time.monotonic() + BOUND
+    while len(started) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started == ["first", "first"] and loop.is_alive()
+    stop.set()
+    loop.join(BOUND)
+    assert not loop.is_alive()
+
+
+def test_the_old_run_failing_after_the_switch_is_not_the_live_projectors_failure() -> None:
+    def run(projection: Handle, events: RunEvents) -> None:
+        assert events.stop.wait(BOUND)
+        if projection.name == "first":
+            events.halted.set()
+            time.sleep(0.2)  # its last commit to the old file, which fails after the switch
+            raise RuntimeError("the old file's disk is full")
+
+    second = Handle("second")
+    live = PausableProjector(run, Handle("first"))
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    time.sleep(0.1)
+    standby = live.standby(second, threading.Event())
+    assert live.pause(BOUND)
+    live.resume(second, standby)
+    assert live.wait_left(BOUND)
+    time.sleep(0.2)
+    assert loop.is_alive() and not standby.ended  # the loop follows the run handed over
+    stop.set()
+    loop.join(BOUND)
+    assert not loop.is_alive() and standby.ended
+
+
+def test_a_retired_projection_wakes_its_waits_and_refuses_reads_until_it_closes(tmp_path: Path) -> None:
+    from throughline.projector.exceptions import ProjectionMissingError
+    from throughline.projector.store import DuckProjection
+
+    path = tmp_path / "p.duckdb"
+    projection = DuckProjection.open(path, topic="t")
+    waiter, answer = _thread(lambda: projection.wait_applied(0, 10, BOUND))
+    time.sleep(0.1)
+    waited = time.monotonic()
+    projection.retire()
+    waiter.join(BOUND)
+    assert answer == [False] and time.monotonic() - waited < BOUND / 2
+    with pytest.raises(ProjectionMissingError):
+        with projection.view():
+            pass
+    projection.close()  # still closes the file after a retire
+    DuckProjection.open(path, topic="t").close()  # DuckDB's lock on the file is gone
+
+
+def test_the_failure_of_a_run_handed_over_is_the_live_projectors() -> None:
+    fail = threading.Event()
+
+    def run(projection: Handle, events: RunEvents) -> None:
+        for _ in range(1000):
+            if events.stop.wait(0.01):
+                return
+            if not events.counted.is_set() and fail.is_set():
+                raise RuntimeError("the broker went away")
+
+    second = Handle("second")
+    live = PausableProjector(run, Handle("first"))
+    loop, answer = _thread(lambda: _raised(lambda: live(threading.Event())))
+    standby = live.standby(second, threading.Event())
+    assert live.pause(BOUND)
+    live.resume(second, standby)
+    fail.set()
+    loop.join(BOUND)
+    assert not loop.is_alive() and answer == ["the broker went away"]
+
+
+def _raised(call: Callable[[], object]) -> str | None:
+    try:
+        call()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
+def test_a_run_handed_over_after_the_service_stopped_is_stopped() -> None:
+    def run(projection: Handle, events: RunEvents) -> None:
+        events.stop.wait(BOUND)
+
+    live = PausableProjector(run, Handle("first"))
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    service_stopping = threading.Event()
+    standby = live.standby(Handle("second"), service_stopping)
+    assert live.pause(BOUND)
+    stop.set()
+    loop.join(BOUND)
+    assert not loop.is_alive() and not standby.ended
+    live.resume(Handle("second"), standby)  # nobody would follow it: stopped at once
+    assert standby.ended
+    other = live.standby(Handle("third"), service_stopping)
+    service_stopping.set()  # a run nobody took over ends with the service
+    deadline = time.monotonic() + BOUND
+    while not other.ended and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert other.ended
+
+
+def test_a_run_thread_says_why_it_ended() -> None:
+    asked = RunThread(lambda events: events.stop.wait(BOUND), name="t")
+    asked.start()
+    asked.stop(BOUND)
+    asked.raise_failure()  # asked to stop: nothing to say
+    unasked = RunThread(lambda events: None, name="t")
+    unasked.start()
+    unasked.wait()
+    with pytest.raises(Exception, match="stopped without being asked"):
+        unasked.raise_failure()
+
+
 # ------------------------------------------------------------------ Rebuild
 
 
+class CappedHandle(Handle):
+    """A new file that never gets past offset ``cap`` (its projector is stuck behind the live one)."""
+
+    cap = 1
+
+    def advance(self, partition: int, offset: int) -> None:
+        super().advance(partition, min(offset, self.cap))
+
+
 def _rebuild(
-    tmp_path: Path, live_handle: Handle, project: Callable[[Handle, threading.Event], object]
-) -> tuple[Rebuild[Any], SwitchableProjection[Any], PausableProjector[Any], list[Handle], RebuildFiles]:
+    tmp_path: Path,
+    live_handle: Handle,
+    project: Callable[[Handle, threading.Event], object],
+    *,
+    new_handle: Callable[[], Handle] = lambda: Handle("new"),
+    standby_fails: bool = False,
+) -> tuple[
+    Rebuild[Any],
+    SwitchableProjection[Any],
+    PausableProjector[Any],
+    list[Handle],
+    RebuildFiles,
+    list[tuple[str, threading.Event]],
+]:
     db = tmp_path / "p.duckdb"
     db.write_bytes(b"old")
     (tmp_path / "p.duckdb.wal").write_bytes(b"old wal")
     files = RebuildFiles(db)
     reads = SwitchableProjection(live_handle)
 
-    def run_live(projection: Handle, stop: threading.Event, commit: threading.Event) -> None:
+    def run_live(projection: Handle, events: RunEvents) -> None:
+        runs.append((projection.name, events.counted))
+        if standby_fails and not events.counted.is_set():
+            raise RuntimeError("the new file's live run lost the log")
+        events.started.set()
         for _ in range(10_000):
-            if stop.wait(0.01):
+            if events.stop.wait(0.01):
                 return
             projection.advance(0, projection.applied.get(0, 0) + 1)
 
+    runs: list[tuple[str, threading.Event]] = []  # every live run (its file, its ``counted``), in order
     live = PausableProjector(run_live, live_handle)
     opened: list[Handle] = []
 
     def open_new(path: Path) -> Handle:
         Path(path).write_bytes(b"new")
-        opened.append(Handle("new"))
+        opened.append(new_handle())
         return opened[-1]
 
     settings = RebuildSettings(close_enough=5, switch_timeout=5.0, drain_timeout=5.0, attempts=2, poll=0.01)
@@ -232,7 +434,7 @@ def _rebuild(
         stopping=threading.Event(),
         settings=settings,
     )
-    return rebuild, reads, live, opened, files
+    return rebuild, reads, live, opened, files, runs
 
 
 def test_a_rebuild_catches_up_pauses_switches_and_resumes_on_the_new_file(tmp_path: Path) -> None:
@@ -244,7 +446,7 @@ def test_a_rebuild_catches_up_pauses_switches_and_resumes_on_the_new_file(tmp_pa
                 return
             projection.advance(0, projection.applied.get(0, 0) + 5)
 
-    rebuild, reads, live, opened, files = _rebuild(tmp_path, old, replay)
+    rebuild, reads, live, opened, files, runs = _rebuild(tmp_path, old, replay)
     stop = threading.Event()
     loop, _ = _thread(lambda: live(stop))
     try:
@@ -254,7 +456,10 @@ def test_a_rebuild_catches_up_pauses_switches_and_resumes_on_the_new_file(tmp_pa
         assert status.phase == "switched", status
         new = opened[0]
         assert reads.current is new and live.projection is new and old.closed and not new.closed
-        assert new.checkpoints == 1
+        assert new.checkpoints == 2  # once as its replay handed over, once after the switch
+        # One run on the new file: the one started before the pause, counting from the switch on.
+        assert [name for name, _ in runs] == ["old", "new"]
+        assert runs[1][1].is_set()
         assert all(new.applied[p] >= o for p, o in status.live.items())
         assert files.switched() and files.rebuilt.read_bytes() == b"new"
         assert not files.db.exists() and not (tmp_path / "p.duckdb.wal").exists()  # the old file went
@@ -276,7 +481,7 @@ def test_a_failed_rebuild_leaves_the_live_file_serving_and_removes_the_new_one(t
     def broken(projection: Handle, stop: threading.Event) -> None:
         raise RuntimeError("the log went away")
 
-    rebuild, reads, live, opened, files = _rebuild(tmp_path, old, broken)
+    rebuild, reads, live, opened, files, _ = _rebuild(tmp_path, old, broken)
     stop = threading.Event()
     loop, _ = _thread(lambda: live(stop))
     try:
@@ -301,7 +506,7 @@ def test_a_rebuild_that_cannot_reach_the_live_file_during_the_pause_gives_up(tmp
         projection.advance(0, 1)  # within close_enough, never at the live offsets
         stop.wait(BOUND)
 
-    rebuild, reads, live, _, files = _rebuild(tmp_path, old, stuck)
+    rebuild, reads, live, _, files, runs = _rebuild(tmp_path, old, stuck, new_handle=lambda: CappedHandle("new"))
     rebuild._settings = RebuildSettings(close_enough=10**9, switch_timeout=0.2, attempts=2, poll=0.01)
     stop = threading.Event()
     loop, _ = _thread(lambda: live(stop))
@@ -311,6 +516,39 @@ def test_a_rebuild_that_cannot_reach_the_live_file_during_the_pause_gives_up(tmp
         status = rebuild.status()
         assert status.phase == "failed" and status.attempts == 2 and "did not reach" in (status.error or "")
         assert reads.current is old and not files.rebuilt.exists()
+        # One run on the new file, kept across the attempts and stopped at the end; the live one resumed.
+        assert [name for name, _ in runs].count("new") == 1 and live.projection is old
+        before = old.applied[0]
+        time.sleep(0.2)
+        assert old.applied[0] > before
+    finally:
+        stop.set()
+        loop.join(BOUND)
+
+
+def test_a_rebuild_whose_new_live_run_fails_leaves_the_live_file_serving(tmp_path: Path) -> None:
+    old = Handle("old", {0: 50})
+
+    def replay(projection: Handle, stop: threading.Event) -> None:
+        for _ in range(100_000):
+            if stop.wait(0.001):
+                return
+            projection.advance(0, projection.applied.get(0, 0) + 5)
+
+    rebuild, reads, live, opened, files, runs = _rebuild(tmp_path, old, replay, standby_fails=True)
+    stop = threading.Event()
+    loop, _ = _thread(lambda: live(stop))
+    try:
+        rebuild.start()
+        assert rebuild.join(BOUND)
+        status = rebuild.status()
+        assert status.phase == "failed" and "lost the log" in (status.error or ""), status
+        assert reads.current is old and live.projection is old and not old.closed and opened[0].closed
+        assert not files.rebuilt.exists() and not files.switched() and files.db.read_bytes() == b"old"
+        assert [name for name, _ in runs] == ["old", "new"]  # never paused: the live run is the first one
+        before = old.applied[0]
+        time.sleep(0.2)
+        assert old.applied[0] > before
     finally:
         stop.set()
         loop.join(BOUND)

@@ -16,7 +16,8 @@ Its modules, one concern each:
 - ``openapi``: the OpenAPI document (``GET /openapi.json``);
 - ``auth``: bearer-token authentication; ``tokens``: scoped read tokens, signed and self-contained;
 - ``security``: HTTPS and token-key upkeep;
-- ``rebuild``: rebuilding the projection without downtime (``Rebuild``, ``PausableProjector``);
+- ``rebuild``: rebuilding the projection without downtime (``Rebuild``); ``pausable``: the live projector
+  a rebuild pauses and hands a new run (``PausableProjector``, ``RunThread``);
   ``switchable``: ``SwitchableProjection``, the read facade a rebuild switches files under;
   ``admin_rebuild``: its admin endpoint (``/v1/admin/rebuild``);
 - ``group``: the read side of a ``serve --group`` member; ``forward``: a read passed on to its member;

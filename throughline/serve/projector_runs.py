@@ -1,6 +1,7 @@
 """The projector runs ``serve`` starts: the live one (``live_run``, alone or as a group member through
-``projector_loop``), a rebuild's (``rebuild_run``), and the progress callback that counts what they apply
-into ``/metrics`` (``metered_progress``). ``service`` owns the threads that run them.
+``projector_loop``; a rebuild's new file gets one too before its switch), a rebuild's replay
+(``rebuild_run``), and the progress callback that counts what they apply into ``/metrics``
+(``metered_progress``). ``service`` and ``pausable`` own the threads that run them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from throughline.serve.metrics import ServeMetrics
+from throughline.serve.pausable import RunEvents
 
 if TYPE_CHECKING:
     from throughline.log import KafkaClientConfig
@@ -17,8 +19,9 @@ if TYPE_CHECKING:
     from throughline.projector.group_runner import GroupSpec
     from throughline.projector.member_boot import CutFetcher
     from throughline.projector.runner import ProgressUpdate
+    from throughline.serve.pausable import LiveRun
 
-#: The rebuild's projector's poll timeout (seconds): how long it may take to stop during a switch.
+#: The rebuild's replay's poll timeout (seconds): how long it may take to stop for the new file's live run.
 REBUILD_POLL_TIMEOUT = 0.05
 
 
@@ -48,28 +51,49 @@ def projector_loop(
             return member.run_group(
                 group, stop=stop, on_change=on_change, on_leave=on_leave, progress=progress, peer_cuts=peer_cuts
             )
-        return run(projection, stop, threading.Event())
+        return run(projection, RunEvents.counting(stop))
 
     return loop
 
 
 def live_run(
     servers: list[str], topic: str, metrics: ServeMetrics, kafka_config: KafkaClientConfig | None = None
-) -> Callable[[Any, threading.Event, threading.Event], object]:
-    """One run of the live projector over a projection, until its stop (``PausableProjector``'s run):
-    ``commit_queued`` set, what it staged for readers is committed before it returns."""
+) -> LiveRun[Any]:
+    """One run of the live projector over a projection, driven by its ``RunEvents`` (``PausableProjector``'s
+    run): until ``stop``; ``commit`` set, what it staged for readers is committed before it returns; what
+    it applies counts into ``/metrics`` while ``counted`` is set (a rebuild's run that becomes the live
+    one: until the switch, those records are counted by the live run over the old file); ``started`` is
+    set as its loop begins, ``halted`` as it ends (what readers saw is final), ``released`` once it leaves
+    the projection alone."""
     from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
 
-    def run(projection: Any, stop: threading.Event, commit_queued: threading.Event) -> object:
+    def run(projection: Any, events: RunEvents) -> object:
         # Its readers share the projection: each poll is readable as soon as it is folded, before its commit.
         options = ProjectorOptions(stage_reads=True)
         return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(
-            stop=stop, progress=progress, commit_queued=commit_queued
+            stop=events.stop,
+            progress=_counted_when(events.counted, progress),
+            commit_queued=events.commit,
+            released=events.released,
+            running=events.started,
+            halted=events.halted,
         )
 
     return run
+
+
+def _counted_when(
+    counted: threading.Event, progress: Callable[[ProgressUpdate], None]
+) -> Callable[[ProgressUpdate], None]:
+    """``progress``, for the updates after ``counted`` was set."""
+
+    def gated(update: ProgressUpdate) -> None:
+        if counted.is_set():
+            progress(update)
+
+    return gated
 
 
 def rebuild_run(
@@ -79,7 +103,7 @@ def rebuild_run(
     is staged for readers (each poll is one transaction, as ``replay``)."""
     from throughline.projector.runner import Projector, ProjectorOptions
 
-    # Short polls: the switch waits for this projector to stop, and readers wait for the switch.
+    # Short polls: the new file's live run starts once this projector stopped (not inside the pause).
     options = ProjectorOptions(poll_timeout=REBUILD_POLL_TIMEOUT)
 
     def run(projection: Any, stop: threading.Event) -> object:

@@ -5,20 +5,27 @@ projector of its own, on a thread of the rebuild, while the live file keeps answ
 projector keeps following the log. Once the new file is within ``close_enough`` records of the live one,
 the switch (docs/design.md, "Rebuilding without downtime"):
 
-1. the live projector pauses (``PausableProjector.pause``): it commits what it staged for readers and
-   returns, so the live file's applied offsets stop at ``A`` and no read saw anything beyond them;
-2. the new file's projector runs until every partition reached at least ``A`` (bounded by
-   ``switch_timeout``; past it the live projector resumes and the rebuild tries again later), then stops;
-3. the marker is written: from here a crash restarts on the new file;
-4. reads switch to it (``SwitchableProjection.switch``): reads in flight finish on the old handle, new
+1. the replay stops and a live run starts over the new file beside the live projector (``standby``:
+   staged for readers, the live run's settings, counting nothing into ``/metrics`` yet); the rebuild
+   waits until it fetches (its loop began, its fetch worker delivered) and follows the log as closely
+   as the live one (it reached what the live file's readers saw ``warm_lag`` seconds before);
+2. the live projector pauses (``PausableProjector.pause``): its loop ends, so the offsets the live
+   file's readers see stop at ``A`` (it commits what it staged, then closes its own clients, beside
+   what follows);
+3. the new file's run goes on until its commits reached at least ``A`` on every partition (bounded by
+   ``switch_timeout``; past it the live projector resumes and the rebuild tries again later);
+4. the marker is written: from here a crash restarts on the new file;
+5. reads switch to it (``SwitchableProjection.switch``): reads in flight finish on the old handle, new
    ones go to the new, waits carry over;
-5. the live projector resumes on the new file from its applied offsets; then (outside the pause) the old
-   handle closes once its reads are done, its file goes, and the new file is checkpointed (synced).
+6. the waits still on the old handle go on on the new one (``retire``), and the live projector resumes
+   with the new file's run, already going on (``PausableProjector.resume`` adopts it: nothing starts
+   inside the pause); then (outside the pause) the old handle closes once its reads are done and the
+   old run left it, its file goes, and the new file is checkpointed (synced).
 
 One owner for each piece of state: the rebuild's phase and figures are this object's (published as a
 frozen ``RebuildStatus``), the current handle is the ``SwitchableProjection``'s, the live projector's
-projection and pause are the ``PausableProjector``'s; the threads hand each other only handles and
-immutable values.
+projection, pause and run are the ``PausableProjector``'s; the threads hand each other only handles,
+runs and immutable values.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
@@ -33,7 +41,10 @@ from typing import Any, Generic, Protocol, TypeVar
 from throughline.projector.rebuild_files import RebuildFiles
 from throughline.serve.exceptions import RebuildRefusedError
 from throughline.serve.metrics import ServeMetrics
+from throughline.serve.pausable import RUN_STOP_TIMEOUT, PausableProjector, RunThread
 from throughline.serve.switchable import SwitchableHandle, SwitchableProjection
+
+__all__ = ["PausableProjector", "Rebuild", "RebuildSettings", "RebuildStatus", "RebuiltHandle", "rebuild_metrics"]
 
 _log = logging.getLogger("throughline.serve.rebuild")
 
@@ -48,22 +59,20 @@ class RebuiltHandle(SwitchableHandle, Protocol):
 
 H = TypeVar("H", bound=RebuiltHandle)
 
-#: Pause cycles of the live projector in one service (each a rebuild's switch attempt).
-MAX_RUNS = 1_000_000
 #: Checks of the new file's progress while it replays (one every ``poll`` seconds: days of replay).
 MAX_CHECKS = 100_000_000
-#: Bound on the rebuild's projector committing its batch in flight and returning.
-RUNNER_STOP_TIMEOUT = 120.0
-_WATCH = 0.2  # how soon a paused or stopping run notices the service's stop
+#: How often the pause looks at the new file's commits (it lasts a commit or two: milliseconds count).
+PAUSE_CHECK = 0.002
 
 
 @dataclass(frozen=True, slots=True)
 class RebuildSettings:
     """How a rebuild decides to switch."""
 
-    close_enough: int = 10_000  # records the new file may be behind the live one when the live projector pauses
+    close_enough: int = 10_000  # records the new file may be behind the live one when its replay hands over
+    warm_lag: float = 0.05  # seconds of the log the new file's live run may be behind the live one when that pauses
     pause_timeout: float = 60.0  # bound on the live projector committing its staged polls and returning
-    switch_timeout: float = 30.0  # bound on the pause: the new file reaches the live offsets within it
+    switch_timeout: float = 30.0  # bound on the pause: the new file reaches the live offsets within it; and on warming
     drain_timeout: float = 30.0  # bound on the reads in flight on the old handle after the switch
     attempts: int = 5  # switch attempts before the rebuild gives up (the live file keeps serving)
     poll: float = 0.1  # how often the rebuild looks at the two files' offsets
@@ -106,81 +115,6 @@ class RebuildStatus:
 def behind(target: Mapping[int, int], reached: Mapping[int, int]) -> int:
     """Offsets ``reached`` lacks to reach ``target``, summed over the partitions."""
     return sum(max(0, int(end) - int(reached.get(p, 0))) for p, end in target.items())
-
-
-class PausableProjector(Generic[H]):
-    """The live projector loop of ``serve`` (a ``ProjectorThread`` loop) over a projection that a switch
-    replaces: ``pause`` ends the run in progress (its staged polls committed) and holds the next one
-    until ``resume`` names the projection it goes on with.
-
-    ``run(projection, stop, commit_queued)`` is one projector run (``Projector.run``): it returns once
-    ``stop`` is set, having committed its queued polls when ``commit_queued`` is set.
-    """
-
-    def __init__(self, run: Callable[[H, threading.Event, threading.Event], object], projection: H) -> None:
-        self._run = run
-        self._cond = threading.Condition()
-        self._projection = projection
-        self._paused = False
-        self._running = False
-        self._stop_run: threading.Event | None = None
-        self._commit = threading.Event()
-
-    @property
-    def projection(self) -> H:
-        """The projection the live projector writes."""
-        with self._cond:
-            return self._projection
-
-    def __call__(self, stop: threading.Event) -> object:
-        for _ in range(MAX_RUNS):
-            with self._cond:
-                while self._paused and not stop.is_set():
-                    self._cond.wait(_WATCH)
-                if stop.is_set():
-                    return None
-                run_stop, commit = threading.Event(), threading.Event()
-                self._stop_run, self._commit, self._running = run_stop, commit, True
-                projection = self._projection
-            watcher = threading.Thread(target=_relay, args=(stop, run_stop), name="throughline-pause", daemon=True)
-            watcher.start()
-            try:
-                self._run(projection, run_stop, commit)
-            finally:
-                run_stop.set()
-                with self._cond:
-                    self._running = False
-                    self._cond.notify_all()
-                watcher.join()
-            with self._cond:
-                if not self._paused:
-                    return None  # stopped by the service (or by itself: the ProjectorThread says so)
-        return None
-
-    def pause(self, timeout: float) -> bool:
-        """End the run in progress (its staged polls committed) and hold the next; ``True`` once it
-        returned within ``timeout``."""
-        with self._cond:
-            self._paused = True
-            self._commit.set()
-            if self._stop_run is not None:
-                self._stop_run.set()
-            return self._cond.wait_for(lambda: not self._running, timeout)
-
-    def resume(self, projection: H | None = None) -> None:
-        """Let the live projector run again (on ``projection`` when given: the switched-to file)."""
-        with self._cond:
-            if projection is not None:
-                self._projection = projection
-            self._paused = False
-            self._cond.notify_all()
-
-
-def _relay(stop: threading.Event, run_stop: threading.Event) -> None:
-    """Set ``run_stop`` when the service stops; ends with the run (bounded by the run's life)."""
-    while not run_stop.wait(_WATCH):
-        if stop.is_set():
-            run_stop.set()
 
 
 class Rebuild(Generic[H]):
@@ -262,7 +196,12 @@ class Rebuild(Generic[H]):
     def _rebuild(self) -> None:
         self._files.remove_unfinished()
         new = self._open_new(self._files.rebuilt)
-        runner = _Runner(lambda stop: self._project(new, stop))
+        runner = RunThread(
+            lambda events: self._project(new, events.stop),
+            name="throughline-rebuild-projector",
+            also_stop=self._stopping,
+        )
+        replaying = True
         self._marked = False
         switched = False
         try:
@@ -270,6 +209,11 @@ class Rebuild(Generic[H]):
             for attempt in range(1, self._settings.attempts + 1):
                 self._publish(attempts=attempt)
                 if not self._catch_up(new, runner):
+                    raise RebuildRefusedError("serve stopped before the rebuild caught up")
+                if replaying:
+                    runner = self._hand_over(new, runner)
+                    replaying = False
+                if not self._warm(new, runner):
                     raise RebuildRefusedError("serve stopped before the rebuild caught up")
                 if self._switch(new, runner):
                     switched = True
@@ -280,10 +224,12 @@ class Rebuild(Generic[H]):
             )
         finally:
             if not switched and not self._marked:  # past the marker the new file is the projection: kept
-                runner.stop()
-                new.close()
-                self._files.remove_unfinished()
-                self._live.resume()
+                try:
+                    runner.stop()
+                finally:
+                    new.close()
+                    self._files.remove_unfinished()
+                    self._live.resume()
 
     def _offsets(self, new: H) -> tuple[dict[int, int], dict[int, int]]:
         live = dict(self._live.projection.applied_offsets())
@@ -291,7 +237,7 @@ class Rebuild(Generic[H]):
         self._publish(live=live, rebuilt=rebuilt)
         return live, rebuilt
 
-    def _catch_up(self, new: H, runner: _Runner) -> bool:
+    def _catch_up(self, new: H, runner: RunThread) -> bool:
         """Wait until the new file is within ``close_enough`` records of the live one."""
         s = self._settings
         last_line = time.monotonic()
@@ -309,37 +255,93 @@ class Rebuild(Generic[H]):
                 return False
         return False
 
-    def _switch(self, new: H, runner: _Runner) -> bool:
-        """Pause the live projector, let the new file reach it, switch reads; ``False``: not in time (the
-        live projector resumed)."""
+    def _hand_over(self, new: H, replay: RunThread) -> RunThread:
+        """Stop the replay (its batch in flight committed) and start the new file's live run in its place,
+        outside any pause: its start (a fetch worker process, the topic's checks) is what used to hold
+        the pause and every read waiting on it."""
+        replay.stop()
+        replay.raise_failure()
+        # The replay's WAL into the file now, before anyone reads it: a checkpoint it triggered later
+        # would hold the new file's commits (hundreds of milliseconds) just when the pause waits for them.
+        new.checkpoint()
+        return self._live.standby(new, self._stopping)
+
+    def _warm(self, new: H, runner: RunThread) -> bool:
+        """Wait (bounded by ``switch_timeout``: past it the pause is tried anyway) until the new file's live
+        run follows the log: its loop began, its fetch worker delivered a poll (its start takes 0.3-0.8 s
+        after the loop began) unless there was nothing to deliver, and it reached what the live file's
+        readers saw ``warm_lag`` seconds before (staged included, on both files): the pause then waits
+        for about that much of the log, whatever its rate."""
         s = self._settings
-        self._publish(phase="switching")
-        paused_at = time.monotonic()
-        if not self._live.pause(s.pause_timeout):
-            self._live.resume()
-            raise RebuildRefusedError(f"the live projector did not pause within {s.pause_timeout:g}s")
-        target = dict(self._live.projection.applied_offsets())
+        start = dict(new.readable_offsets())
+        seen: deque[tuple[float, Mapping[int, int]]] = deque()  # (when, the live file's readable offsets)
         deadline = time.monotonic() + s.switch_timeout
         for _ in range(MAX_CHECKS):
             runner.raise_failure()
-            if behind(target, new.applied_offsets()) == 0:
-                break
-            if time.monotonic() >= deadline or self._stopping.wait(s.poll / 10):
-                self._live.resume()
-                _log.warning("rebuild: the new file did not reach the live one during the pause; trying again")
+            now = time.monotonic()
+            seen.append((now, self._live.projection.readable_offsets()))
+            while len(seen) > 1 and seen[1][0] <= now - s.warm_lag:
+                seen.popleft()  # keep one sample at least warm_lag old: the target
+            rebuilt = new.readable_offsets()
+            delivered = rebuilt != start or behind(seen[-1][1], start) == 0
+            target_at, target = seen[0]
+            if runner.events.started.is_set() and delivered and target_at <= now - s.warm_lag:
+                if behind(target, rebuilt) == 0:
+                    return True
+            if now >= deadline:
+                _log.warning(
+                    "rebuild: the new file's live run is %d records behind; pausing anyway",
+                    behind(seen[-1][1], rebuilt),
+                )
+                return True
+            if self._stopping.wait(s.poll / 10):
                 return False
-        runner.stop()
-        runner.raise_failure()
+        return True
+
+    def _switch(self, new: H, runner: RunThread) -> bool:
+        """Pause the live projector, let the new file's run reach it, switch reads and hand that run over
+        as the live projector; ``False``: not in time (the live projector resumed, the run goes on)."""
+        s = self._settings
+        self._publish(phase="switching")
+        paused_at = time.monotonic()
+        runner.events.commit.set()  # the new file's run commits each poll at once while the pause lasts
+        try:
+            if not self._live.pause(s.pause_timeout):
+                self._live.resume()
+                raise RebuildRefusedError(f"the live projector did not pause within {s.pause_timeout:g}s")
+            stopped_at = time.monotonic()
+            # What the old file's readers saw (its run may still be committing it): final now.
+            target = dict(self._live.projection.readable_offsets())
+            deadline = time.monotonic() + s.switch_timeout
+            for _ in range(MAX_CHECKS):
+                runner.raise_failure()
+                if behind(target, new.applied_offsets()) == 0:
+                    break
+                if time.monotonic() >= deadline or self._stopping.wait(PAUSE_CHECK):
+                    self._live.resume()
+                    _log.warning("rebuild: the new file did not reach the live one during the pause; trying again")
+                    return False
+        finally:
+            runner.events.commit.clear()  # back to the live run's commit interval
+        # From here what it applies is past what the live run counted.
+        runner.events.counted.set()
+        reached_at = time.monotonic()
         # Its commits are in the OS's hands (as every commit of serve; a process crash keeps them) before
         # the marker; the synced checkpoint comes after the pause, so readers do not wait for it.
         self._files.mark_switched()
         self._marked = True
+        marked_at = time.monotonic()
         old, drained = self._reads.switch(new, s.drain_timeout)
-        self._live.resume(new)
-        paused = time.monotonic() - paused_at
+        old.retire()  # the waits parked on it go on on the new file now, not after its last commit
+        self._live.resume(new, runner)
+        resumed_at = time.monotonic()
+        paused = resumed_at - paused_at
+        steps = (stopped_at - paused_at, reached_at - stopped_at, marked_at - reached_at, resumed_at - marked_at)
         try:
             if not drained:
                 _log.error("rebuild: reads on the old file still in flight after %gs; closing it", s.drain_timeout)
+            if not self._live.wait_left(RUN_STOP_TIMEOUT):
+                raise RebuildRefusedError(f"the old live run did not leave its file within {RUN_STOP_TIMEOUT:g}s")
             old.close()
             self._files.remove_old()
             new.checkpoint()
@@ -348,47 +350,14 @@ class Rebuild(Generic[H]):
         live, rebuilt = self._offsets(new)
         self._publish(phase="switched", finished=time.time(), paused_seconds=round(paused, 3))
         _log.warning(
-            "rebuild: reads switched to %s (live projector paused %.3fs); it moves to %s when serve stops",
+            "rebuild: reads switched to %s (live projector paused %.3fs: its run stopped in %.3fs, the new file "
+            "reached its offsets %.3fs later, the marker %.3fs, the switch %.3fs); it moves to %s when serve stops",
             self._files.rebuilt,
             paused,
+            *steps,
             self._files.db,
         )
         return True
-
-
-class _Runner:
-    """The new file's projector on a thread, remembering how it ended."""
-
-    def __init__(self, run: Callable[[threading.Event], object]) -> None:
-        self._run = run
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="throughline-rebuild-projector", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _main(self) -> None:
-        try:
-            self._run(self._stop)
-        except BaseException as exc:  # handed to the rebuild's thread, which fails the rebuild with it
-            self._error = exc
-        else:
-            if not self._stop.is_set():
-                self._error = RebuildRefusedError("the rebuild's projector stopped without being asked")
-
-    def raise_failure(self) -> None:
-        """Raise why the projector ended, if it did."""
-        if self._error is not None:
-            raise self._error
-
-    def stop(self) -> None:
-        """Stop the projector (it commits its batch in flight) and wait for it."""
-        self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join(RUNNER_STOP_TIMEOUT)
-            if self._thread.is_alive():
-                raise RebuildRefusedError(f"the rebuild's projector did not stop within {RUNNER_STOP_TIMEOUT:g}s")
 
 
 def rebuild_metrics(metrics: ServeMetrics) -> Callable[[RebuildStatus], None]:

@@ -4,11 +4,12 @@ readers use it (``serve --rebuild`` switches reads from the old file to the rebu
 One owner: the current handle, the switch count (``epoch``) and the count of reads in flight per handle
 are this object's, changed only under its lock. Handles are never shared back: a read takes the current
 handle and counts itself on it for as long as it reads, so a read that began on the old handle ends on it,
-and the switch waits (bounded) until the old handle has no read in flight before its caller closes it.
+and the switch waits (bounded) until the old handle has no read in flight before its caller retires it
+(and closes it later).
 
-Waits carry over a switch: a wait that was waiting on the old handle is woken when that handle closes
-(the port's promise for a closed projection), sees that the handle changed and goes on waiting on the new
-one for the rest of its time. Change counts (``project_changes``) carry the epoch in their high bits, so a
+Waits carry over a switch: a wait that was waiting on the old handle is woken when that handle is
+retired or closes (the port's promise for a closed projection), sees that the handle changed and goes on
+waiting on the new one for the rest of its time. Change counts (``project_changes``) carry the epoch in their high bits, so a
 count read before the switch is below every count read after it: a long-poll waiting with an old count
 wakes and reads again (one extra read), never misses a commit of the new handle.
 """
@@ -40,6 +41,10 @@ class SwitchableHandle(Projection, Protocol):
 
     def close(self) -> None:
         """Close the handle; waits on it return at once."""
+        ...
+
+    def retire(self) -> None:
+        """Wake the waits on the handle and refuse new reads; its writer may still finish (``close`` later)."""
         ...
 
 
@@ -76,8 +81,8 @@ class SwitchableProjection(Generic[H]):
 
     def switch(self, new: H, drain_timeout: float) -> tuple[H, bool]:
         """Send every new read to ``new``; wait (at most ``drain_timeout`` seconds) until the reads in flight
-        on the old handle are done. Returns the old handle (the caller closes it: that wakes the waits
-        still on it) and whether it drained in time."""
+        on the old handle are done. Returns the old handle (the caller retires or closes it: that wakes the
+        waits still on it) and whether it drained in time."""
         with self._cond:
             old = self._current
             self._current = new
