@@ -290,14 +290,14 @@ def breakdown(
             prev = max(prev, t)
         steps["readable"].append((readable - prev) * 1000)
     inside = [r for r in reads if window[0] <= r[0] <= window[1]]
-    cols = list(zip(*inside, strict=True)) if inside else [[], [], [], [], []]
+    cols: list[list[float]] = [[r[i] for r in inside] for i in range(5)]
     return {
         "turns": len(turns),
         "joined": joined,
         "steps": {k: (percentile(v, 50), percentile(v, 90)) for k, v in steps.items()},
         "reads": len(inside),
         "read": {
-            name: (percentile(list(cols[i]), 50), percentile(list(cols[i]), 90))
+            name: (percentile(cols[i], 50), percentile(cols[i], 90))
             for i, name in ((1, "total"), (2, "end offset"), (3, "wait"), (4, "page"))
         },
     }
