@@ -1,6 +1,6 @@
-"""Item 8's breakdowns (bench/serve_trace.py, bench/streams_profile.py) and the flight recorder's summary
-(bench/jfr.py): the joins by log position, the step arithmetic, and that the trace's hooks find the
-functions they wrap in a real ``serve`` import."""
+"""The freshness breakdowns beside Kafka Streams (bench/serve_trace.py, bench/streams_profile.py) and the
+flight recorder's summary (bench/jfr.py): the joins by log position, the step arithmetic, and that the trace's
+hooks find the functions they wrap in a real ``serve`` import."""
 
 from __future__ import annotations
 
