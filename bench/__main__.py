@@ -95,7 +95,8 @@ def parse_args(argv: Sequence[str]) -> Config:
         "--profile",
         choices=("auto", "none", "all"),
         default=None,
-        help="py-spy profiles: of missed targets (auto, the default of a full run), none (default of --quick), or all",
+        help="py-spy profiles: of missed targets (auto, the default of a full run), none (default of --quick), or all; "
+        "item 8 profiles its 1,000/s and 5,000/s freshness cells (py-spy on serve, JFR on Kafka Streams) unless none",
     )
     p.add_argument("--report", type=Path, help="where to write the report (default docs/benchmarks.md)")
     p.add_argument("--workdir", type=Path, help="scratch folder for DuckDB files (default .cache/bench)")

@@ -366,6 +366,8 @@ class _CellStats:
     read_ms: list[float] = field(default_factory=list)
     readable_ms: list[float] = field(default_factory=list)
     pickup_ms: list[float] = field(default_factory=list)  # ack -> the poller's first read of it
+    # Each turn found readable: (partition, offset, acked, readable), monotonic seconds (the traces join it).
+    turns: list[tuple[int, int, float, float]] = field(default_factory=list)
     missed: int = 0
     stale: int = 0
     lag: list[tuple[float, int, dict[int, int], dict[int, int]]] = field(default_factory=list)
@@ -384,8 +386,9 @@ class Rig:
 
     topic_prefix = "fresh"  # each sweep's new topic is named from it
 
-    def __init__(self, cfg: Config, bootstrap: str, workdir: Path) -> None:
+    def __init__(self, cfg: Config, bootstrap: str, workdir: Path, *, trace: Path | None = None) -> None:
         self.cfg = cfg
+        self.trace = trace  # serve traced into this folder (``bench.serve_trace``), or not traced
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.commands: list[Any] = []
@@ -412,7 +415,16 @@ class Rig:
 
     def _start_server(self) -> tuple[Any, str]:
         """Start the server the cell reads from, over ``self.topic``: ``throughline serve`` here."""
-        return start_serve(self.bootstrap, self.topic, self.workdir / "fresh.duckdb", self.cfg.partitions)
+        env = None
+        if self.trace is not None:
+            from bench import serve_trace
+
+            env = serve_trace.serve_env(self.trace)
+        return start_serve(self.bootstrap, self.topic, self.workdir / "fresh.duckdb", self.cfg.partitions, env=env)
+
+    def _recording(self, label: str) -> Any:
+        """The profiler of a profile cell: py-spy on ``serve`` and its children (``bench.profile``)."""
+        return recording(label, self.workdir / "serve.pyspy", pid=self.proc.pid)
 
     def _start_clients(self) -> None:
         cfg = self.cfg
@@ -499,6 +511,7 @@ class Rig:
                 if isinstance(cur, Cursor) and cur.partition == partition and cur.offset >= offset:
                     with stats.lock:
                         stats.readable_ms.append((now - acked) * 1000)
+                        stats.turns.append((partition, offset, acked, now))
                     return
             time.sleep(0.002)
         with stats.lock:
@@ -620,7 +633,7 @@ class Rig:
         for j in range(n):
             self.commands[j].put(("build", cell, rate, projects, seconds, cfg.freshness_body_bytes, j, n))
         self._results(cell, n, 300)  # every producer built its share of the cell's turns
-        recorder = recording(profile_label, self.workdir / "serve.pyspy", pid=self.proc.pid) if profile_label else None
+        recorder = self._recording(profile_label) if profile_label else None
         profile = None
         if recorder is not None:
             profile = recorder.__enter__()
@@ -657,6 +670,7 @@ class Rig:
             if recorder is not None:
                 recorder.__exit__(None, None, None)
             self.current = None
+        ended = time.monotonic()
         return (
             _figures(
                 stats,
@@ -669,6 +683,7 @@ class Rig:
                 profile=profile[0] if profile else None,
             )
             | transactions
+            | {"turns": list(stats.turns), "window": (stats.measure_from, ended)}
         )
 
 
@@ -828,8 +843,11 @@ def _figures(
 # ------------------------------------------------------------------------------------------ serve
 
 
-def start_serve(bootstrap: str, topic: str, db: Path, partitions: int) -> tuple[subprocess.Popen[str], str]:
-    """Start ``throughline serve --port 0`` with its defaults; return the process and its URL (bounded wait)."""
+def start_serve(
+    bootstrap: str, topic: str, db: Path, partitions: int, *, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """Start ``throughline serve --port 0`` with its defaults (in ``env``: this environment by default);
+    return the process and its URL (bounded wait)."""
     for p in (db, Path(str(db) + ".wal")):
         p.unlink(missing_ok=True)
     cmd = [
@@ -848,7 +866,7 @@ def start_serve(bootstrap: str, topic: str, db: Path, partitions: int) -> tuple[
         "--partitions",
         str(partitions),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: lines.put(proc.stdout.readline() if proc.stdout else ""), daemon=True).start()
     try:

@@ -40,6 +40,7 @@ class Profile:
     idle: int = 0  # samples whose leaf frame was a wait (left out of every share)
     error: str | None = None
     missing: str | None = None  # the processes of a recording whose py-spy recorded nothing, and why
+    sampler: str = "py-spy at 200 Hz"  # what took the samples (``bench.jfr``: the JVM's flight recorder)
 
     def _incomplete(self) -> str:
         return f"; incomplete, py-spy failed for {self.missing}" if self.missing else ""
@@ -49,7 +50,7 @@ class Profile:
         if self.error:
             return f"**{self.label}**: no profile ({self.error})."
         lines = [
-            f"**{self.label}** ({self.samples:,} working samples over all threads, py-spy at 200 Hz; "
+            f"**{self.label}** ({self.samples:,} working samples over all threads, {self.sampler}; "
             f"{self.idle:,} samples waiting in a lock, queue, select or sleep left out{self._incomplete()})",
             "",
         ]
@@ -72,7 +73,7 @@ class Profile:
             return f"no profile ({self.error})"
         frames = ", ".join(f"`{f}` {s:.0%}" for f, s in self.self_top[:top])
         threads = ", ".join(f"{t} {s:.0%}" for t, s in self.threads[:3])
-        return f"py-spy, on-CPU self time: {frames} (threads: {threads}{self._incomplete()})"
+        return f"{self.sampler.split(' at ')[0]}, on-CPU self time: {frames} (threads: {threads}{self._incomplete()})"
 
 
 def _short(frame: str) -> str:

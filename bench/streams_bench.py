@@ -15,15 +15,19 @@ run: correctness first, then throughput, memory and freshness.
 - Freshness: the sweep's rig (``bench.freshness_rig``; ``bench.streams_fresh`` for the peer) at 10,
   1,000 and 5,000 turns/s and at half of each contender's own capacity (its median rate above), with
   ``cfg.freshness_projects`` projects; ack -> readable through each one's own read path.
+- Where it goes (``bench.streams_profile``): every cell traced (``serve``'s path step by step, the
+  peer's fold), joined per followed turn; the 1,000/s and 5,000/s cells once more under py-spy
+  (``serve``, its fetch worker) and the JDK Flight Recorder (the peer) unless ``--profile none``.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
-from bench import streams_peer
+from bench import streams_peer, streams_profile
 from bench.common import Config, Encoded, Figure, Section, Target, against_noise, log, wants_profile
 from bench.freshness import _fmt
 from bench.freshness_rig import FIRST_PAGE_LIMIT, POLL_BOUND_S, Rig
@@ -96,32 +100,43 @@ def _cells(cfg: Config, rig: Rig, capacity: float, tag: str, also: float | None 
     for i, (rate, projects, label, half) in enumerate(plan):
         r = rig.run_cell(i, rate, projects, label=label)
         r["half"] = half
+        r["trace"] = streams_profile.trace_cell(rig, r)
         out.append(r)
         log(
             f"{tag} {label} ({rate:,.0f}/s) x {projects}: achieved {r['achieved']:,.0f}/s, ack -> readable p50 "
             f"{_fmt(r['fresh_p50'], '{:.1f}')} p99 {_fmt(r['fresh_p99'], '{:.1f}')} ms ({r['samples']} samples, "
             f"{r['missed']} missed), reads {r['statuses']}"
         )
+        streams_profile.log_trace(tag, r)
     return out
 
 
 def _freshness(
     cfg: Config, bootstrap: str, workdir: Path, capacity: dict[str, float]
-) -> dict[str, list[dict[str, Any]]]:
+) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """Every contender's cells (traced), and the profiles of the projector's and Kafka Streams EOS's
+    1,000/s and 5,000/s cells (``bench.streams_profile``) unless ``--profile none``."""
     out: dict[str, list[dict[str, Any]]] = {}
-    rig: Rig = Rig(cfg, bootstrap, workdir)
+    profiles: list[str] = []
+    trace = workdir / "serve-trace"
+    shutil.rmtree(trace, ignore_errors=True)
+    rig: Rig = Rig(cfg, bootstrap, workdir, trace=trace)
     try:
         # Also at the rate of Kafka Streams EOS's half-capacity cells: the same load side by side.
         out["projector"] = _cells(cfg, rig, capacity["projector"], "projector", also=max(1.0, capacity[EOS] / 2))
+        if streams_profile.wanted(cfg):
+            profiles += streams_profile.profile_cells(cfg, rig, "`throughline serve`")
     finally:
         rig.close()
     for guarantee in (EOS, ALOS):
-        rig = StreamsRig(cfg, bootstrap, workdir, guarantee)
+        rig = StreamsRig(cfg, bootstrap, workdir, guarantee, trace=trace)
         try:
             out[guarantee] = _cells(cfg, rig, capacity[guarantee], f"Kafka Streams {guarantee}")
+            if guarantee == EOS and streams_profile.wanted(cfg):
+                profiles += streams_profile.profile_cells(cfg, rig, f"Kafka Streams {EOS}")
         finally:
             rig.close()
-    return out
+    return out, profiles
 
 
 def _fresh_table(cells: dict[str, list[dict[str, Any]]]) -> str:
@@ -202,8 +217,9 @@ def measure(cfg: Config, bootstrap: str, topic: str, data: Encoded, workdir: Pat
     except Exception as exc:  # memory is the lowest priority: report, do not lose the rest
         sec.notes.append(f"Memory was not measured: {exc}")
     capacity = {"projector": f_proj.median, EOS: f_eos.median, ALOS: f_alos.median}
-    cells = _freshness(cfg, bootstrap, workdir, capacity)
-    sec.tables = [_fresh_table(cells)]
+    cells, profiles = _freshness(cfg, bootstrap, workdir, capacity)
+    sec.tables = [_fresh_table(cells), *streams_profile.trace_tables(cells, EOS)]
+    sec.profiles += profiles
     ratios = [
         (p["fresh_p50"] / k["fresh_p50"], p)
         for p, k in zip(cells["projector"], cells[EOS], strict=False)
@@ -274,4 +290,12 @@ def notes(cfg: Config) -> list[str]:
         "default), so under exactly_once_v2 a bounded read can answer state a failure would roll back; the "
         "projector answers only what its DuckDB transaction committed. The peer's ack -> readable therefore "
         "does not include its 100 ms commit interval.",
+        "Traces: every cell of this sweep runs traced. `serve` with `bench/serve_trace.py`'s hooks (loaded by "
+        "a `sitecustomize` on its `PYTHONPATH`, in `serve` and its fetch worker): one line a poll, a frame, a "
+        "stage and a read, stamped on the monotonic clock the acknowledgements use; the peer with `trace=1` "
+        "(three array stores a record, under the lock its fold holds). Each followed turn is joined with them "
+        "by partition and offset (the tables 'where ... goes'). Profiles (unless `--profile none`): the "
+        "1,000/s and 5,000/s cells once more on the same rig, `serve` and its fetch worker under py-spy, "
+        "Kafka Streams EOS under the JDK Flight Recorder (`jcmd JFR.start`, `profile` settings); those "
+        "runs' own latencies carry the profiler's CPU and are not the table's.",
     ]

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import streams_peer
+from bench import jfr, streams_peer
 from bench.common import Config, end_offsets
 from bench.freshness_rig import (
     DRAIN_BOUND_S,
@@ -39,9 +39,12 @@ STATUS_EVERY_S = 0.05
 _START_BOUND_S = 120.0
 
 
-def start_peer(bootstrap: str, topic: str, state: Path, guarantee: str) -> tuple[subprocess.Popen[str], str]:
-    """Start the peer serving ``topic`` (a fresh application id and state dir); return it and its URL."""
-    cmd = streams_peer.command(bootstrap, topic, state, guarantee, port=0)
+def start_peer(
+    bootstrap: str, topic: str, state: Path, guarantee: str, *, trace: bool = False
+) -> tuple[subprocess.Popen[str], str]:
+    """Start the peer serving ``topic`` (a fresh application id and state dir; ``trace``: keeping when each
+    record became readable, ``StreamsRig.folded``); return it and its URL."""
+    cmd = streams_peer.command(bootstrap, topic, state, guarantee, port=0, trace=trace)
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: lines.put(proc.stdout.readline() if proc.stdout else ""), daemon=True).start()
@@ -62,13 +65,40 @@ class StreamsRig(Rig):
 
     topic_prefix = "ksfresh"
 
-    def __init__(self, cfg: Config, bootstrap: str, workdir: Path, guarantee: str) -> None:
+    def __init__(
+        self, cfg: Config, bootstrap: str, workdir: Path, guarantee: str, *, trace: Path | None = None
+    ) -> None:
         self.guarantee = guarantee
-        super().__init__(cfg, bootstrap, workdir)
+        super().__init__(cfg, bootstrap, workdir, trace=trace)
 
     def _start_server(self) -> tuple[Any, str]:
-        """The Kafka Streams peer (``self.guarantee``) serving its own HTTP endpoint over ``self.topic``."""
-        return start_peer(self.bootstrap, self.topic, self.workdir / f"ks-fresh-{self.guarantee}", self.guarantee)
+        """The Kafka Streams peer (``self.guarantee``) serving its own HTTP endpoint over ``self.topic``
+        (traced when ``self.trace`` is set: ``folded``)."""
+        return start_peer(
+            self.bootstrap,
+            self.topic,
+            self.workdir / f"ks-fresh-{self.guarantee}",
+            self.guarantee,
+            trace=self.trace is not None,
+        )
+
+    def _recording(self, label: str) -> Any:
+        """The profiler of a profile cell: the JVM's flight recorder (``bench.jfr``)."""
+        return jfr.recording(label, self.workdir / f"ks-{self.guarantee}.jfr", pid=self.proc.pid)
+
+    def folded(self) -> dict[int, tuple[list[int], list[float]]]:
+        """When the traced peer made each record readable (its ``GET /trace``, the last 262,144 records):
+        per partition, offsets and monotonic seconds in offset order."""
+        http_ = _Http(self.url)
+        try:
+            code, body = http_.get_bytes("/trace", timeout=60)
+        finally:
+            http_.close()
+        pairs: dict[int, list[tuple[int, float]]] = {}
+        for line in (body or b"").decode().splitlines() if code == 200 else []:
+            p, o, ns = line.split()
+            pairs.setdefault(int(p), []).append((int(o), int(ns) / 1e9))
+        return {p: ([o for o, _ in sorted(v)], [t for _, t in sorted(v)]) for p, v in pairs.items()}
 
     def _status(self, http_: _Http) -> dict[int, int] | None:
         code, doc = http_.get("/status", timeout=10)
@@ -100,6 +130,7 @@ class StreamsRig(Rig):
             if code == 200:
                 with stats.lock:
                     stats.readable_ms.append((now - acked) * 1000)
+                    stats.turns.append((partition, offset, acked, now))
                 return
             time.sleep(0.002)
         with stats.lock:

@@ -125,8 +125,10 @@ def command(
     expect: int = -1,
     dump: Path | None = None,
     port: int | None = None,
+    trace: bool = False,
 ) -> list[str]:
-    """The peer's command line (a fresh application id, so every run reads the topic from offset 0)."""
+    """The peer's command line (a fresh application id, so every run reads the topic from offset 0;
+    ``trace``: it keeps when each record became readable, for ``GET /trace``)."""
     target = ensure_built()
     cp = f"{target / _JAR}:{target / 'target' / 'lib'}/*"
     cmd = [
@@ -146,6 +148,8 @@ def command(
         cmd.append(f"dump={dump}")
     if port is not None:
         cmd.append(f"port={port}")
+    if trace:
+        cmd.append("trace=1")
     return cmd
 
 

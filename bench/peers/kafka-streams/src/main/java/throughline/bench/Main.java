@@ -103,6 +103,15 @@ public final class Main {
   /** The last offset folded on each input partition (what /status reports). */
   static final java.util.concurrent.ConcurrentHashMap<Integer, Long> POSITIONS =
       new java.util.concurrent.ConcurrentHashMap<>();
+  /**
+   * With trace=1 (the bench's freshness sweep only): when each record became readable, as (partition,
+   * offset, System.nanoTime()) triples in a ring of TRACE_SIZE, written under FOLD_LOCK after the fold
+   * and served by GET /trace. System.nanoTime() is CLOCK_MONOTONIC on Linux, the bench's clock.
+   */
+  static volatile boolean tracing;
+  static final int TRACE_SIZE = 1 << 18;
+  static long[] trace = new long[0]; // allocated only when tracing (the memory figures run without)
+  static long traced;
 
   private Main() {}
 
@@ -207,6 +216,12 @@ public final class Main {
       try {
         synchronized (FOLD_LOCK) {
           fold(record, meta.partition(), meta.offset());
+          if (tracing) {
+            int j = 3 * (int) (traced++ % TRACE_SIZE);
+            trace[j] = meta.partition();
+            trace[j + 1] = meta.offset();
+            trace[j + 2] = System.nanoTime();
+          }
         }
       } finally {
         POSITIONS.put(meta.partition(), meta.offset());
@@ -454,6 +469,20 @@ public final class Main {
           first = false;
         }
         respond(ex, 200, sb.append("}}").toString());
+      });
+      if ("1".equals(a.get("trace"))) {
+        trace = new long[3 * TRACE_SIZE];
+        tracing = true;
+      }
+      server.createContext("/trace", ex -> {
+        StringBuilder sb = new StringBuilder();
+        synchronized (FOLD_LOCK) {
+          for (long i = Math.max(0, traced - TRACE_SIZE); i < traced; i++) {
+            int j = 3 * (int) (i % TRACE_SIZE);
+            sb.append(trace[j]).append(' ').append(trace[j + 1]).append(' ').append(trace[j + 2]).append('\n');
+          }
+        }
+        respond(ex, 200, sb.toString());
       });
       server.setExecutor(Executors.newFixedThreadPool(4));
       server.start();
