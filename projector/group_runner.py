@@ -47,6 +47,7 @@ class GroupSpec:
     url: str
     copies: int | None = None
     session_timeout_ms: int | None = None  # None: ``throughline.log.group.SESSION_TIMEOUT_MS``
+    peer_bootstrap: bool = True  # False: a gained partition is caught up from the log, never from a peer
 
 
 class GroupProjector(Projector):
@@ -68,11 +69,10 @@ class GroupProjector(Projector):
 
         ``on_change(view)`` hears every generation (on kafka-python's IO thread, inside a poll);
         ``on_leave()`` hears that the member holds nothing any more: dropped from the group, or this run
-        ending (for whatever reason). ``peer_cuts``: how to fetch a peer's projection snapshot; with it, a
-        gained partition this file holds nothing of (or is ``member_boot.FAR_BEHIND`` behind on) is loaded
-        from a holder's snapshot first
-        (``member_boot``). Raises what ``Projector.run`` raises; on return the member has
-        left the group (the others rebalance).
+        ending (for whatever reason). ``peer_cuts``: how to fetch a peer's projection snapshot; with it (and
+        ``spec.peer_bootstrap``), a gained partition this file holds nothing of (or is
+        ``member_boot.FAR_BEHIND`` behind on) is loaded from a holder's snapshot first (``member_boot``).
+        Raises what ``Projector.run`` raises; on return the member has left the group (the others rebalance).
         """
         started = time.monotonic()
         o = self._options
@@ -106,7 +106,7 @@ class GroupProjector(Projector):
             partitions = info.partitions
             checked = log_view
             self._boot = None
-            if peer_cuts is not None:
+            if peer_cuts is not None and spec.peer_bootstrap:
                 facts = LogFacts(self._topic, info.topic_id, info.partitions)
                 self._boot = (peer_cuts, facts, log_view, spec.url.rstrip("/"))
             self._seen_held: frozenset[int] = frozenset()
