@@ -1,7 +1,7 @@
 """The one command: ``.venv/bin/python -m bench [--quick] [sizes...]`` runs every measurement against a
 real Kafka broker and writes ``docs/benchmarks.md``; ``python -m bench compression`` runs item 7 alone;
 ``python -m bench member-join`` runs item 10 (a member joining a ``serve --group``: from a peer's snapshot
-against from offset 0), which is not part of the default run (half an hour at its default sizes), and
+against from offset 0), which is not part of the default run (about an hour at its default sizes, 1M and 10M), and
 prints its section.
 
 The broker is ``THROUGHLINE_TEST_BOOTSTRAP_SERVERS`` when set, else a Kafka 4.1 broker started (and
