@@ -1,5 +1,8 @@
 """The one command: ``.venv/bin/python -m bench [--quick] [sizes...]`` runs every measurement against a
-real Kafka broker and writes ``docs/benchmarks.md``; ``python -m bench compression`` runs item 7 alone.
+real Kafka broker and writes ``docs/benchmarks.md``; ``python -m bench compression`` runs item 7 alone;
+``python -m bench member-join`` runs item 10 (a member joining a ``serve --group``: from a peer's snapshot
+against from offset 0), which is not part of the default run (about an hour at its default sizes, 1M and 10M), and
+prints its section.
 
 The broker is ``THROUGHLINE_TEST_BOOTSTRAP_SERVERS`` when set, else a Kafka 4.1 broker started (and
 stopped) here by ``throughline.testing.kafka``. Every topic this run creates starts with ``bench.``;
@@ -164,11 +167,13 @@ def _section(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite; return the exit code (0 unless a measurement failed)."""
-    from bench import compression, freshness, memory, producer, projector, reader, report, streams_bench
+    from bench import compression, freshness, member_join, memory, producer, projector, reader, report, streams_bench
 
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["compression"]:  # the compression item alone, printed (bench/compression.py)
         return compression.main(args[1:])
+    if args[:1] == ["member-join"]:  # item 10 alone, printed (bench/member_join.py); never in the default run
+        return member_join.main(args[1:])
     cfg = parse_args(args)
     command = ".venv/bin/python -m bench" + ("" if not args else " " + shlex.join(args))
     started = report.now()

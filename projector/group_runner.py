@@ -51,6 +51,7 @@ class GroupSpec:
     copies: int | None = None
     session_timeout_ms: int | None = None  # None: ``throughline.log.group.SESSION_TIMEOUT_MS``
     max_poll_interval_ms: int | None = None  # None: ``throughline.log.group.MAX_POLL_INTERVAL_MS``
+    peer_bootstrap: bool = True  # False: a gained partition is caught up from the log, never from a peer
 
 
 class GroupProjector(Projector):
@@ -72,10 +73,10 @@ class GroupProjector(Projector):
 
         ``on_change(view)`` hears every generation (on kafka-python's IO thread, inside a poll);
         ``on_leave()`` hears that the member holds nothing any more: dropped from the group, or this run
-        ending (for whatever reason). ``peer_cuts``: how to fetch a peer's projection snapshot; with it, a
-        gained partition this file holds nothing of (or is ``member_boot.FAR_BEHIND`` behind on) is paused
-        and loaded from a holder's snapshot, downloaded on a worker thread (``member_boot``), before
-        anything of it is applied. Raises what ``Projector.run`` raises; on return the member has left the
+        ending (for whatever reason). ``peer_cuts``: how to fetch a peer's projection snapshot; with it (and
+        ``spec.peer_bootstrap``), a gained partition this file holds nothing of (or is
+        ``member_boot.FAR_BEHIND`` behind on) is paused and loaded from a holder's snapshot, downloaded on a
+        worker thread (``member_boot``), before anything of it is applied. Raises what ``Projector.run`` raises; on return the member has left the
         group (the others rebalance) and every download under way is cancelled.
         """
         started = time.monotonic()
@@ -112,7 +113,7 @@ class GroupProjector(Projector):
             partitions = info.partitions
             checked = log_view
             self._boots = None
-            if peer_cuts is not None:
+            if peer_cuts is not None and spec.peer_bootstrap:
                 facts = LogFacts(self._topic, info.topic_id, info.partitions)
                 self._boots = MemberBoots(self._projection, peer_cuts, facts, checked.end_offset, spec.url)
             self._seen_held: frozenset[int] = frozenset()

@@ -17,6 +17,7 @@ VARIABLES = (
     "THROUGHLINE_COPIES",
     "THROUGHLINE_GROUP_SESSION_TIMEOUT_MS",
     "THROUGHLINE_GROUP_MAX_POLL_INTERVAL_MS",
+    "THROUGHLINE_GROUP_PEER_BOOTSTRAP",
 )
 
 
@@ -81,3 +82,17 @@ def test_copies_below_one_is_refused_from_the_flag_and_the_variable(monkeypatch:
     monkeypatch.setenv("THROUGHLINE_COPIES", "0")
     with pytest.raises(InvalidGroupOptionError):
         _group_spec(_args("--group", "g", "--advertise", "http://h"))
+
+
+def test_peer_bootstrap_is_on_unless_the_variable_says_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ("--group", "g", "--advertise", "http://h")
+    spec = _group_spec(_args(*argv))
+    assert spec is not None and spec.peer_bootstrap
+    for text, expected in (("on", True), ("OFF", False), (" off ", False)):
+        monkeypatch.setenv("THROUGHLINE_GROUP_PEER_BOOTSTRAP", text)
+        spec = _group_spec(_args(*argv))
+        assert spec is not None and spec.peer_bootstrap is expected, text
+    monkeypatch.setenv("THROUGHLINE_GROUP_PEER_BOOTSTRAP", "no")  # not guessed: refused, exit 2
+    with pytest.raises(InvalidGroupOptionError) as caught:
+        _group_spec(_args(*argv))
+    assert caught.value.exit_code == 2 and "THROUGHLINE_GROUP_PEER_BOOTSTRAP" in caught.value.message

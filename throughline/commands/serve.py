@@ -37,6 +37,8 @@ ENV_GROUP = "THROUGHLINE_GROUP"
 ENV_ADVERTISE_URL = "THROUGHLINE_ADVERTISE_URL"
 ENV_COPIES = "THROUGHLINE_COPIES"
 ENV_TOKEN_KEYS = "THROUGHLINE_TOKEN_KEYS"
+#: ``off``: a member catches a partition it gains up from the log, never from a peer's snapshot.
+ENV_PEER_BOOTSTRAP = "THROUGHLINE_GROUP_PEER_BOOTSTRAP"
 
 
 def _port(text: str) -> int:
@@ -288,7 +290,20 @@ def _group_spec(args: argparse.Namespace) -> GroupSpec | None:
         copies=copies,
         session_timeout_ms=_milliseconds("THROUGHLINE_GROUP_SESSION_TIMEOUT_MS"),
         max_poll_interval_ms=_milliseconds("THROUGHLINE_GROUP_MAX_POLL_INTERVAL_MS"),
+        peer_bootstrap=_peer_bootstrap(),
     )
+
+
+def _peer_bootstrap() -> bool:
+    # Not a flag, as the session timeout: on by default; ``off`` is for a benchmark's baseline (catching up
+    # from offset 0, as before peer bootstrap) and for an operator whose members cannot reach each other's
+    # admin endpoint (no failed fetch per gained partition). Anything else is refused, never guessed.
+    text = os.environ.get(ENV_PEER_BOOTSTRAP, "").strip().lower()
+    if text in ("", "on"):
+        return True
+    if text == "off":
+        return False
+    raise InvalidGroupOptionError(f"{ENV_PEER_BOOTSTRAP} must be on or off, got {text!r}")
 
 
 def _milliseconds(name: str) -> int | None:
