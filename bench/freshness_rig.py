@@ -881,12 +881,12 @@ def start_serve(
     return proc, url
 
 
-def stop_serve(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM, then kill after a bounded wait."""
+def stop_serve(proc: subprocess.Popen[Any], grace: float = 45.0) -> None:
+    """SIGTERM (a group member leaves its group at once), then kill after ``grace`` seconds."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=45)
+            proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)

@@ -20,8 +20,6 @@ import argparse
 import json
 import os
 import random
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,23 +32,19 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import PYTHON, broker, log
+from bench.freshness_rig import stop_serve
+from throughline.testing.kafka.support import free_port
 
 PARTITIONS = 6
 PROJECTS = [f"/bench/group/project-{i}" for i in range(60)]
 KEY_HEX = "7a" * 32
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Member:
     """One ``serve --group`` subprocess."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, db: Path, session_timeout_ms: int) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
             **os.environ,
@@ -93,13 +87,7 @@ class Member:
                 return exc.code, json.loads(exc.read() or b"null")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+        stop_serve(self.proc, grace=60.0)
 
 
 def _read(url: str, project: str) -> tuple[int, Any]:

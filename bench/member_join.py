@@ -39,8 +39,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -71,6 +69,8 @@ from bench.common import (
     new_topic_name,
     parse_count,
 )
+from bench.freshness_rig import stop_serve
+from throughline.testing.kafka.support import free_port
 
 KEY_HEX = "6b" * 32
 TARGET = 0.15
@@ -124,12 +124,6 @@ def fill(bootstrap: str, topic: str, workload: Workload, partitions: int, worker
 # ------------------------------------------------------------------------------------------ members
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Member:
     """One ``serve --group`` process on loopback, its stderr in ``log_path``; ``started`` is taken just
     before the process is."""
@@ -139,7 +133,7 @@ class Member:
     ) -> None:
         self.db = db
         self.log_path = log_path
-        self.url = f"http://127.0.0.1:{_free_port()}"
+        self.url = f"http://127.0.0.1:{free_port()}"
         env = {
             **os.environ,
             "THROUGHLINE_BOOTSTRAP_SERVERS": bootstrap,
@@ -174,13 +168,7 @@ class Member:
 
     def stop(self) -> None:
         """SIGTERM (the member leaves the group at once), then SIGKILL after a minute."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+        stop_serve(self.proc, grace=60.0)
 
 
 def live_on(doc: dict[str, Any] | None, urls: set[str]) -> list[int] | None:
