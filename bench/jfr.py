@@ -127,16 +127,7 @@ def parse(text: str, label: str, recording: Path | None = None) -> Profile:
             frames = []
     if working == 0:
         return Profile(label, error="the flight recorder took no working samples", sampler=SAMPLER)
-    return Profile(
-        label,
-        working,
-        [(f, c / working) for f, c in selfc.most_common(20)],
-        [(f, c / working) for f, c in incl.most_common(20)],
-        [(t, c / working) for t, c in threads.most_common()],
-        recording,
-        idle=idle,
-        sampler=SAMPLER,
-    )
+    return Profile.from_counts(label, working, selfc, incl, threads, recording, idle=idle, sampler=SAMPLER)
 
 
 @contextlib.contextmanager

@@ -42,6 +42,33 @@ class Profile:
     missing: str | None = None  # the processes of a recording whose py-spy recorded nothing, and why
     sampler: str = "py-spy at 200 Hz"  # what took the samples (``bench.jfr``: the JVM's flight recorder)
 
+    @classmethod
+    def from_counts(
+        cls,
+        label: str,
+        working: int,
+        self_counts: Counter[str],
+        inclusive_counts: Counter[str],
+        thread_counts: Counter[str],
+        raw_path: Path | None,
+        *,
+        idle: int,
+        sampler: str | None = None,
+    ) -> Profile:
+        """A profile of ``working`` samples from per-frame and per-thread sample counts (the top 20 frames
+        each way, every thread, as shares of ``working``)."""
+        extra = {} if sampler is None else {"sampler": sampler}
+        return cls(
+            label,
+            working,
+            [(f, c / working) for f, c in self_counts.most_common(20)],
+            [(f, c / working) for f, c in inclusive_counts.most_common(20)],
+            [(t, c / working) for t, c in thread_counts.most_common()],
+            raw_path,
+            idle=idle,
+            **extra,
+        )
+
     def _incomplete(self) -> str:
         return f"; incomplete, py-spy failed for {self.missing}" if self.missing else ""
 
@@ -125,15 +152,7 @@ def summarise(raw: Path, label: str) -> Profile:
                 incl[f] += n
     if working == 0:
         return Profile(label, error="py-spy recorded no working samples")
-    return Profile(
-        label,
-        working,
-        [(f, c / working) for f, c in selfc.most_common(20)],
-        [(f, c / working) for f, c in incl.most_common(20)],
-        [(t, c / working) for t, c in threads.most_common()],
-        raw,
-        idle=idle,
-    )
+    return Profile.from_counts(label, working, selfc, incl, threads, raw, idle=idle)
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
