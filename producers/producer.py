@@ -17,6 +17,10 @@ Guarantees:
   ``delivery_timeout_ms``: the time to retry a send before its future fails). A broker that does not
   answer in time raises ``BrokerUnavailableError`` (retriable) naming the servers that were tried; a
   broker that refuses a record raises ``SendFailedError`` with the Kafka error's ``retriable`` flag.
+  The bound runs from the call that hands the turn over, not from the batch kafka-python builds, and
+  it holds even when the client cannot expire the batch: kafka-python's sender does not expire batches
+  while an idempotent producer waits for its producer id, which no broker hands out while the
+  controllers have no quorum (measured: 15.0 s waits for a 10 s send timeout, two of three nodes down).
 """
 
 from __future__ import annotations
@@ -71,6 +75,9 @@ RECORD_OVERHEAD_BYTES = 4096
 #: Bounded retries of a failed produce request; ``send_timeout`` usually ends the retrying first.
 MAX_RETRIES = 100
 LINGER_MS = 5
+#: How long past ``send_timeout`` (counted from the send) ``PendingSend.result`` waits for the client's
+#: own answer, its expiry of the batch, before answering ``BrokerUnavailableError`` itself.
+RESULT_GRACE_S = 1.0
 BATCH_BYTES = 128 * 1024
 #: A compressed batch holds this many times ``BATCH_BYTES`` of records. kafka-python bounds a batch by
 #: its records' uncompressed bytes (the Java client by its estimated compressed size): at the ~0.3x zstd
@@ -171,12 +178,13 @@ def checked_turn(turn: TurnRecord) -> TurnRecord:
 class PendingSend:
     """A turn handed to the producer whose acknowledgement has not been awaited yet."""
 
-    __slots__ = ("_future", "_owner", "turn_id")
+    __slots__ = ("_future", "_owner", "_sent_at", "turn_id")
 
-    def __init__(self, owner: TurnProducer, future: Any, turn_id: str) -> None:
+    def __init__(self, owner: TurnProducer, future: Any, turn_id: str, sent_at: float) -> None:
         self._owner = owner
         self._future = future
         self.turn_id = turn_id  # not the turn: a pending send must not pin its body in memory
+        self._sent_at = sent_at  # time.monotonic() before the hand-over: the send timeout runs from it
 
     @property
     def done(self) -> bool:
@@ -216,11 +224,14 @@ class PendingSend:
         self._future.add_errback(failed)
 
     def result(self, timeout: float | None = None) -> LogPosition:
-        """Wait for the acknowledgement (at most ``timeout``, default the producer's send timeout + 5 s)."""
-        wait = self._owner.send_timeout + 5.0 if timeout is None else timeout
+        """Wait for the acknowledgement: at most ``timeout``, by default until the producer's send timeout
+        (and ``RESULT_GRACE_S``) has passed since the turn was handed over, however long that took."""
+        if timeout is None:
+            deadline = self._sent_at + self._owner.send_timeout + RESULT_GRACE_S
+            timeout = max(0.0, deadline - time.monotonic())
         try:
             with self._owner.kafka_errors:
-                meta = self._future.get(timeout=wait)
+                meta = self._future.get(timeout=timeout)
         except LogError as exc:
             raise self._owner.send_error(exc) from exc
         return _position(meta)
@@ -346,7 +357,7 @@ class TurnProducer(TopicClient):
             pending = [self._submit(turn, value) for turn, value in prepared]
             try:
                 with self.kafka_errors:
-                    self._producer.flush(timeout=self.send_timeout + 5.0)
+                    self._producer.flush(timeout=self.send_timeout + RESULT_GRACE_S)
             except LogError:
                 pass  # each pending send below reports its own failure
             for p in pending:
@@ -440,7 +451,8 @@ class TurnProducer(TopicClient):
             value = encode_repair(repair, self._repair_header)
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
             raise InvalidRepairError(f"the repair does not encode as a record: {type(exc).__name__}: {exc}") from None
-        return PendingSend(self, self._send(repair.project_sha256, value), "repair").result()
+        sent_at = time.monotonic()
+        return PendingSend(self, self._send(repair.project_sha256, value), "repair", sent_at).result()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every handed-over turn is acknowledged or failed (bounded by the send timeout)."""
@@ -501,7 +513,8 @@ class TurnProducer(TopicClient):
         return turn, value
 
     def _submit(self, turn: TurnRecord, value: bytes) -> PendingSend:
-        return PendingSend(self, self._send(turn.project_sha256, value), turn.turn_id)
+        sent_at = time.monotonic()  # before the hand-over: kafka-python may block in it for metadata
+        return PendingSend(self, self._send(turn.project_sha256, value), turn.turn_id, sent_at)
 
     def _send(self, project_sha256: bytes, value: bytes) -> Any:
         """Hand one record of the project to kafka-python: keyed by the project hash, on its partition."""
