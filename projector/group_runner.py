@@ -150,8 +150,10 @@ class GroupProjector(Projector):
         as ``Fetcher``).
 
         Everything polled is applied, held or not, except a booting partition's records
-        (``MemberBoots.booting``): a position always starts at the file's applied offset (a gained
-        partition is sought there, a booted one at the loaded offset), so the records run on from what the
+        (``MemberBoots.booting``), and nothing at all while a snapshot is being loaded (``MemberBoots.step``
+        says so; the poll loop runs on, so the member stays in its group however long the load takes): a
+        position always starts at the file's applied offset (a gained partition is sought there, a booted
+        one at the loaded offset, every other one again after a load), so the records run on from what the
         file has.
         """
         o = self._options
@@ -168,7 +170,8 @@ class GroupProjector(Projector):
                 view = consumer.view
                 boots.gained(consumer, gained, None if view is None else view.owner_map)
             skip |= boots.booting
-            boots.step(consumer)
+            if boots.step(consumer):
+                return []  # a snapshot's load has the file: nothing applied, every position sought back
             for p in skip | boots.booting:
                 polled.pop(p, None)
             held = held - skip - boots.booting

@@ -5,7 +5,8 @@ When the group gives a member a partition its file holds nothing of (applied off
 holds records of it, or one its file is ``FAR_BEHIND`` records or more behind on, the member asks the
 other members the owner map names (this generation's holders of the partition first, then every other
 member: a partition that moved here is named by nobody else any more, and the member that held it
-before still has its rows) for their snapshot of just that partition (``CutFetcher``, supplied by
+before still has its rows) for their snapshot of it, in one request with every other booting partition
+that holder is next to be asked for (``CutFetcher``, supplied by
 ``serve``: the admin endpoint, the same token and TLS context as ``serve --bootstrap-from``), checks it
 (manifest, digests, then against the log: topic, topic id, partition count, no offset past the log's
 end), loads it into its own file in one transaction (``DuckProjection.load_cut_partitions``; a
@@ -19,12 +20,13 @@ aside) advances only inside ``poll``, and a member that does not poll for ``max_
 the group. So the consumer pauses the partition (kafka-python's ``pause``: the member keeps polling,
 rebalancing and applying its other partitions), the download and the checks of the files run on a
 worker thread of their own (it gets immutable values and hands back a ``Downloaded`` through a
-``Future``; at most ``PARALLEL_DOWNLOADS`` at once), and once one is done the projector's thread, the
-file's only writer, loads it between two polls, seeks the partition to the snapshot's offset and resumes
-it. Nothing of a booting partition is applied meanwhile: its polled records are dropped and it is left
-out of the poll's batches (a paused partition whose position moved must not look like a run of skipped
-offsets). A partition the member no longer holds after a poll has its download cancelled and loads
-nothing; one it gains again later is booted afresh.
+``Future``; at most ``PARALLEL_DOWNLOADS`` at once, each of one holder), and once one is done the
+projector's thread, the file's only writer, loads it between two polls (all its partitions in one
+transaction), seeks each partition to the snapshot's offset and resumes it. Nothing of a booting
+partition is applied meanwhile: its polled records are dropped and it is left out of the poll's batches
+(a paused partition whose position moved must not look like a run of skipped offsets). A partition the
+member no longer holds after a poll has its download cancelled and loads nothing (the other partitions
+of that download ask the same holder again); one it gains again later is booted afresh.
 """
 
 from __future__ import annotations
@@ -71,9 +73,9 @@ class LogFacts:
 #: them costs; below it the log is the cheaper way.
 FAR_BEHIND = 1_000_000
 
-#: Downloads in flight at once per member. Guess, stated in docs/scale-out.md: two, so that one slow
-#: holder does not hold up every other partition, while the holders are not asked to write a snapshot of
-#: every gained partition at the same moment (each is a scan of their file).
+#: Downloads in flight at once per member (each of one holder, for every booting partition that holder is
+#: next to be asked for). Guess, stated in docs/scale-out.md: two, so that one slow holder does not hold
+#: up partitions other holders can give, while few holders write a snapshot at the same moment.
 PARALLEL_DOWNLOADS = 2
 
 
@@ -120,22 +122,22 @@ class Downloaded:
         return self.work / "cut"
 
 
-def download(
-    partition: int, holder: str, fetch: CutFetcher, directory: Path, prefix: str, cancel: threading.Event
+def download_cut(
+    partitions: tuple[int, ...], holder: str, fetch: CutFetcher, directory: Path, prefix: str, cancel: threading.Event
 ) -> Downloaded:
-    """Fetch ``holder``'s snapshot of ``partition`` into a new temporary directory of ``directory`` and
+    """Fetch ``holder``'s snapshot of ``partitions`` into a new temporary directory of ``directory`` and
     verify its manifest and files (on a worker thread: it touches no projection). Raises what the fetch or
     the checks raise, with the directory removed."""
     work = Path(tempfile.mkdtemp(prefix=prefix, dir=directory))
     started = time.monotonic()
     try:
-        fetch(holder, (partition,), work / "cut", cancel)
+        fetch(holder, partitions, work / "cut", cancel)
         if cancel.is_set():
-            raise SnapshotDamagedError(f"the download of partition {partition} from {holder} was cancelled")
+            raise SnapshotDamagedError(f"the download of partitions {list(partitions)} from {holder} was cancelled")
         manifest = verify_cut(work / "cut")
-        if manifest.partitions != (partition,):
+        if manifest.partitions != partitions:
             raise SnapshotDamagedError(
-                f"asked for partition {partition}, the snapshot holds partitions {list(manifest.partitions)}"
+                f"asked for partitions {list(partitions)}, the snapshot holds partitions {list(manifest.partitions)}"
             )
     except BaseException:
         remove_tree(work)
@@ -144,16 +146,17 @@ def download(
 
 
 class _Download:
-    """One holder's snapshot of one partition, downloaded on a daemon thread of its own."""
+    """One holder's snapshot of some partitions, downloaded on a daemon thread of its own."""
 
-    def __init__(self, partition: int, holder: str, run: Callable[[threading.Event], Downloaded]) -> None:
-        self.partition = partition
+    def __init__(self, partitions: tuple[int, ...], holder: str, run: Callable[[threading.Event], Downloaded]) -> None:
+        self.partitions = partitions
         self.holder = holder
         self.cancel = threading.Event()
         self.result: Future[Downloaded] = Future()
         # A daemon: a stop of the process never waits for a download (its directory is removed by the
         # next start, ``MemberBoots``).
-        thread = threading.Thread(target=self._run, args=(run,), name=f"member-boot-{partition}", daemon=True)
+        name = "member-boot-" + "-".join(map(str, partitions))
+        thread = threading.Thread(target=self._run, args=(run,), name=name, daemon=True)
         thread.start()
 
     def _run(self, run: Callable[[threading.Event], Downloaded]) -> None:
@@ -175,12 +178,25 @@ def _discard(result: Future[Downloaded]) -> None:
 
 @dataclass(slots=True)
 class _Plan:
-    """A booting partition: the holders not asked yet, and the download in flight (projector's thread only)."""
+    """A booting partition: the holders not asked yet, and the download in flight, shared with the other
+    partitions asked of the same holder in the same request (projector's thread only)."""
 
     partition: int
     holders: list[str]
     started: float
     download: _Download | None = None
+    loading: bool = False  # its snapshot is being loaded (``_Loading``)
+
+
+@dataclass(frozen=True, slots=True)
+class _Loading:
+    """A downloaded snapshot being loaded into the file on a worker thread of its own, which is the file's
+    writer until it ends: nothing else is applied meanwhile (every held partition paused), while the
+    projector's thread goes on polling."""
+
+    got: Downloaded
+    partitions: tuple[int, ...]
+    result: Future[dict[int, int]]
 
 
 class MemberBoots:
@@ -211,6 +227,7 @@ class MemberBoots:
         self._far_behind = far_behind
         self._parallel = max(1, parallel)
         self._plans: dict[int, _Plan] = {}
+        self._loading: _Loading | None = None
         self._prefix = f".{projection.path.name}.member-boot-"
         # A member killed during a download left its directory; the file has one writer, this one.
         for leftover in projection.path.parent.glob(self._prefix + "*"):
@@ -220,6 +237,13 @@ class MemberBoots:
     def booting(self) -> frozenset[int]:
         """The partitions paused for a snapshot: nothing of them is applied."""
         return frozenset(self._plans)
+
+    @property
+    def loading(self) -> bool:
+        """A snapshot is being loaded into the file on a worker thread: nothing at all may be applied (every
+        held partition is paused; records a poll returned meanwhile are the caller's to drop, and each
+        partition is sought back to the file's offset when the load ends)."""
+        return self._loading is not None
 
     def gained(self, consumer: BootConsumer, partitions: Iterable[int], owner_map: OwnerMap | None) -> None:
         """Pause each partition of ``partitions`` the file holds nothing of (or is far behind on) and plan
@@ -244,112 +268,221 @@ class MemberBoots:
                 log.info("member bootstrap of partition %d: paused; asking %s for a snapshot", p, holders)
         consumer.pause(self.booting)
 
-    def step(self, consumer: BootConsumer) -> None:
-        """After a poll: cancel what the member no longer holds, load what was downloaded, start the next
-        downloads. A partition regained inside the poll (a new partition state, not paused) is paused
-        again; its records of that poll are the caller's to drop (``booting``)."""
+    def step(self, consumer: BootConsumer) -> bool:
+        """After a poll: cancel what the member no longer holds, finish or start a load of what was
+        downloaded, start the next downloads. A partition regained inside the poll (a new partition state,
+        not paused) is paused again; its records of that poll are the caller's to drop (``booting``).
+
+        Returns whether the caller must drop everything this poll returned: a load ran at some moment of
+        this step (every partition's position is then sought back to the file's offset when it ends)."""
         held = consumer.assigned
         for p in sorted(set(self._plans) - held):
             plan = self._plans.pop(p)
             if plan.download is not None:
-                plan.download.abandon()
+                self._abandon(plan.download)
             log.warning("member bootstrap of partition %d: no longer held here; nothing loaded", p)
+        hold = self._loading is not None
+        if self._loading is not None and self._loading.result.done():
+            self._finish(consumer, self._loading)
         consumer.pause(self.booting)
-        for plan in sorted(self._plans.values(), key=lambda x: x.partition):
-            if plan.download is not None and plan.download.result.done():
-                self._take(consumer, plan, plan.download)
-        in_flight = sum(1 for plan in self._plans.values() if plan.download is not None)
+        if self._loading is None:
+            for done in self._downloads():
+                if done.result.done():
+                    self._take(consumer, done)
+                    if self._loading is not None:
+                        break  # one load at a time; the other finished downloads wait for a later step
+        in_flight = len(self._downloads())
         for plan in sorted(self._plans.values(), key=lambda x: x.partition):
             if in_flight >= self._parallel:
                 break
-            if plan.download is None:
-                self._start(consumer, plan)
-                in_flight += plan.download is not None
+            if plan.partition in self._plans and plan.download is None and not plan.loading:
+                in_flight += self._start(consumer, plan)
+        if self._loading is not None:
+            consumer.pause(consumer.assigned)  # gained meanwhile too: nothing is applied during a load
+        return hold or self._loading is not None
 
     def close(self) -> None:
-        """The run ends: cancel every download (nothing more is loaded)."""
-        for plan in self._plans.values():
-            if plan.download is not None:
-                plan.download.abandon()
+        """The run ends: cancel every download (nothing more is loaded), and wait for a load running (one
+        transaction: it commits whole or not at all, and the file is not closed under it)."""
+        for download in self._downloads():
+            download.abandon()
+        loading, self._loading = self._loading, None
+        if loading is not None:
+            try:
+                loading.result.exception()  # waits; what it raised was the load's, the run is ending anyway
+            finally:
+                remove_tree(loading.got.work)
         self._plans.clear()
 
     # ------------------------------------------------------------------------------------ internals
 
-    def _start(self, consumer: BootConsumer, plan: _Plan) -> None:
-        """Download from the next holder; with none left, catch up from the log from the file's offset."""
+    def _downloads(self) -> list[_Download]:
+        """The downloads in flight, each once (one serves every partition it was asked for)."""
+        return list({id(plan.download): plan.download for plan in self._plans.values() if plan.download}.values())
+
+    def _abandon(self, download: _Download) -> None:
+        """Cancel ``download``; the partitions it was for that still boot ask the same holder again."""
+        download.abandon()
+        for p in download.partitions:
+            plan = self._plans.get(p)
+            if plan is not None and plan.download is download:
+                plan.download = None
+                plan.holders.insert(0, download.holder)
+
+    def _start(self, consumer: BootConsumer, plan: _Plan) -> int:
+        """Download from ``plan``'s next holder, in one request with every other waiting partition whose
+        next holder it is too (one cut of several partitions costs the holder a scan of its file and the
+        joiner a load, not one per partition); with no holder left, catch up from the log from the file's
+        offset. How many downloads it started (0 or 1)."""
         if not plan.holders:
             log.warning(
                 "member bootstrap of partition %d: no holder gave a snapshot; catching up from the log",
                 plan.partition,
             )
             self._resume(consumer, plan.partition, self._projection.applied_offsets().get(plan.partition, 0))
-            return
-        holder = plan.holders.pop(0)
-        p, fetch, directory, prefix = plan.partition, self._fetch, self._projection.path.parent, self._prefix
-        plan.download = _Download(p, holder, lambda cancel: download(p, holder, fetch, directory, prefix, cancel))
+            return 0
+        holder = plan.holders[0]
+        batch = [
+            other
+            for other in sorted(self._plans.values(), key=lambda x: x.partition)
+            if other.download is None and other.holders and other.holders[0] == holder
+        ]
+        partitions = tuple(other.partition for other in batch)
+        fetch, directory, prefix = self._fetch, self._projection.path.parent, self._prefix
+        download = _Download(
+            partitions, holder, lambda cancel: download_cut(partitions, holder, fetch, directory, prefix, cancel)
+        )
+        for other in batch:
+            other.holders.pop(0)
+            other.download = download
+        return 1
 
-    def _take(self, consumer: BootConsumer, plan: _Plan, done: _Download) -> None:
-        plan.download = None
+    def _take(self, consumer: BootConsumer, done: _Download) -> None:
+        """``done`` has finished: load what it downloaded (or log why not); its partitions that are still
+        booting afterwards ask their next holder."""
+        plans = [self._plans[p] for p in done.partitions if p in self._plans]
+        for plan in plans:
+            plan.download = None
         try:
             got = done.result.result()
         except ThroughlineError as exc:
             log.warning(
-                "member bootstrap of partition %d from %s refused (%s: %s)",
-                plan.partition,
+                "member bootstrap of partitions %s from %s refused (%s: %s)",
+                list(done.partitions),
                 done.holder,
                 exc.code,
                 exc.message,
             )
             return
-        offset = self._load(plan.partition, got)
-        if offset is not None:
-            log.warning(
-                "member bootstrap: loaded partition %d from %s at offset %d in %.1fs (download %.1fs); "
-                "catching up from there",
-                plan.partition,
-                got.holder,
-                offset,
-                time.monotonic() - plan.started,
-                got.seconds,
-            )
-            self._resume(consumer, plan.partition, offset)
+        replace = self._loadable(got, plans)
+        if replace is None:
+            remove_tree(got.work)
+            return
+        log.warning(
+            "member bootstrap of partitions %s: loading the snapshot from %s (downloaded in %.1fs)",
+            list(got.manifest.partitions),
+            got.holder,
+            got.seconds,
+        )
+        for plan in plans:
+            plan.loading = True
+        consumer.pause(consumer.assigned)
+        result: Future[dict[int, int]] = Future()
+        projection = self._projection
 
-    def _load(self, partition: int, got: Downloaded) -> int | None:
-        """Check ``got`` against the log and the file now, and load it (one transaction); ``None`` when it
-        is refused or not ahead of the file. Its directory is removed either way."""
+        def load() -> None:
+            try:
+                result.set_result(projection.load_cut_partitions(got.cut, got.manifest, replace=replace))
+            except BaseException as exc:  # handed to the projector's thread, which logs its code or raises it
+                result.set_exception(exc)
+
+        # A daemon: a killed process never waits for it (one transaction: the file holds all of it or none).
+        threading.Thread(target=load, name="member-boot-load", daemon=True).start()
+        self._loading = _Loading(got, got.manifest.partitions, result)
+
+    def _finish(self, consumer: BootConsumer, loading: _Loading) -> None:
+        """The load ended: the loaded partitions are fetched from the snapshot's offsets, every other held
+        partition from the file's offset again (what was polled during the load was dropped); a refused
+        load sends its partitions to their next holder. An error other than a ``ThroughlineError`` is
+        raised here, on the projector's thread."""
+        self._loading = None
+        try:
+            loaded = loading.result.result()
+        except ThroughlineError as exc:
+            log.warning(
+                "member bootstrap of partitions %s from %s refused (%s: %s)",
+                list(loading.partitions),
+                loading.got.holder,
+                exc.code,
+                exc.message,
+            )
+            loaded = {}
+        finally:
+            remove_tree(loading.got.work)
+            for p in loading.partitions:
+                if p in self._plans:
+                    self._plans[p].loading = False
+        for p in loading.partitions:
+            plan = self._plans.get(p)
+            if plan is not None and p in loaded:
+                log.warning(
+                    "member bootstrap: loaded partition %d from %s at offset %d in %.1fs (download %.1fs); "
+                    "catching up from there",
+                    p,
+                    loading.got.holder,
+                    loaded[p],
+                    time.monotonic() - plan.started,
+                    loading.got.seconds,
+                )
+                self._resume(consumer, p, loaded[p])
+        applied = self._projection.applied_offsets()
+        others = consumer.assigned - self.booting
+        for p in sorted(others):
+            consumer.seek(p, applied.get(p, 0))
+        consumer.resume(others)
+
+    def _loadable(self, got: Downloaded, plans: Sequence[_Plan]) -> bool | None:
+        """Check ``got`` against the log and the file now: ``None`` when it is refused (logged) or not ahead
+        of the file, else whether its load replaces rows the file holds of its partitions. A snapshot of
+        several partitions is loaded whole or not at all: not ahead of the file on some, those ask their
+        next holder and the others ask this one again without them (a smaller request: bounded)."""
         facts = self._facts
+        partitions = got.manifest.partitions
         try:
             check_against_log(
                 got.manifest,
                 topic=facts.topic,
                 topic_id=facts.topic_id,
                 partition_count=facts.partitions,
-                ends={partition: self._end_offset(partition)},
+                ends={p: self._end_offset(p) for p in partitions},
             )
-            applied = self._projection.applied_offsets().get(partition, 0)
-            if got.manifest.next_offsets().get(partition, 0) <= applied:
-                log.info(
-                    "member bootstrap of partition %d: %s is not ahead of offset %d", partition, got.holder, applied
-                )
-                return None
-            log.warning(
-                "member bootstrap of partition %d: loading the snapshot from %s (downloaded in %.1fs)",
-                partition,
-                got.holder,
-                got.seconds,
-            )
-            return self._projection.load_cut_partitions(got.cut, got.manifest, replace=applied > 0).get(partition, 0)
         except ThroughlineError as exc:
             log.warning(
-                "member bootstrap of partition %d from %s refused (%s: %s)",
-                partition,
+                "member bootstrap of partitions %s from %s refused (%s: %s)",
+                list(partitions),
                 got.holder,
                 exc.code,
                 exc.message,
             )
             return None
-        finally:
-            remove_tree(got.work)
+        applied = self._projection.applied_offsets()
+        wanted = got.manifest.next_offsets()
+        behind = [p for p in partitions if wanted.get(p, 0) <= applied.get(p, 0)]
+        gone = sorted(set(partitions) - {plan.partition for plan in plans})
+        if behind or gone:
+            log.info(
+                "member bootstrap of partitions %s from %s: not ahead of this file on %s, no longer booting %s; "
+                "nothing loaded",
+                list(partitions),
+                got.holder,
+                behind,
+                gone,
+            )
+            for plan in plans:
+                if plan.partition not in behind:
+                    plan.holders.insert(0, got.holder)
+            return None
+        return any(applied.get(p, 0) > 0 for p in partitions)
 
     def _resume(self, consumer: BootConsumer, partition: int, offset: int) -> None:
         """The partition is no longer booting: fetch it from ``offset`` (the records polled while it was

@@ -235,7 +235,8 @@ def peer_cut_fetcher(token: str | None, context: ssl.SSLContext | None) -> CutFe
 
     def fetch(holder: str, partitions: Sequence[int], out_dir: Path, cancel: threading.Event) -> None:
         base = snapshot_url(holder.rstrip("/") + "/")
-        query = urllib.parse.urlencode({"partitions": ",".join(str(p) for p in partitions)})
+        # Commas as they are (the form docs/operations.md shows): the list is digits and commas only.
+        query = urllib.parse.urlencode({"partitions": ",".join(str(p) for p in partitions)}, safe=",")
         tar_path = out_dir.with_name(out_dir.name + ".tar")
         try:
             fetch_cut(
