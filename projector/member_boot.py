@@ -438,7 +438,10 @@ class MemberBoots:
         applied = self._projection.applied_offsets()
         others = consumer.assigned - self.booting
         for p in sorted(others):
-            consumer.seek(p, applied.get(p, 0))
+            try:
+                consumer.seek(p, applied.get(p, 0))
+            except ThroughlineError as exc:  # taken away meanwhile: regained, it is sought at the file's offset
+                log.warning("after a snapshot's load: cannot seek partition %d to %d (%s)", p, applied.get(p, 0), exc)
         consumer.resume(others)
 
     def _loadable(self, got: Downloaded, plans: Sequence[_Plan]) -> bool | None:
