@@ -5,8 +5,7 @@ When the group gives a member a partition its file holds nothing of (applied off
 holds records of it, or one its file is ``FAR_BEHIND`` records or more behind on, the member asks the
 other members the owner map names (this generation's holders of the partition first, then every other
 member: a partition that moved here is named by nobody else any more, and the member that held it
-before still has its rows) for their snapshot of it, in one request with every other booting partition
-that holder is next to be asked for (``CutFetcher``, supplied by
+before still has its rows) for their snapshot of just that partition (``CutFetcher``, supplied by
 ``serve``: the admin endpoint, the same token and TLS context as ``serve --bootstrap-from``), checks it
 (manifest, digests, then against the log: topic, topic id, partition count, no offset past the log's
 end), loads it into its own file in one transaction (``DuckProjection.load_cut_partitions``; a
@@ -20,13 +19,15 @@ aside) advances only inside ``poll``, and a member that does not poll for ``max_
 the group. So the consumer pauses the partition (kafka-python's ``pause``: the member keeps polling,
 rebalancing and applying its other partitions), the download and the checks of the files run on a
 worker thread of their own (it gets immutable values and hands back a ``Downloaded`` through a
-``Future``; at most ``PARALLEL_DOWNLOADS`` at once, each of one holder), and once one is done the
-projector's thread, the file's only writer, loads it between two polls (all its partitions in one
-transaction), seeks each partition to the snapshot's offset and resumes it. Nothing of a booting
+``Future``; at most ``PARALLEL_DOWNLOADS`` at once), and once one is done the projector's thread starts
+its load on a worker thread too (one load at a time: that worker is the file's writer until it ends, so
+every held partition is paused and nothing else is applied meanwhile, while the projector's thread goes
+on polling), then seeks the partition to the snapshot's offset, every other held partition back to the
+file's offset (what was polled during the load was dropped), and resumes them. Nothing of a booting
 partition is applied meanwhile: its polled records are dropped and it is left out of the poll's batches
 (a paused partition whose position moved must not look like a run of skipped offsets). A partition the
-member no longer holds after a poll has its download cancelled and loads nothing (the other partitions
-of that download ask the same holder again); one it gains again later is booted afresh.
+member no longer holds after a poll has its download cancelled and loads nothing; one it gains again
+later is booted afresh.
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ class LogFacts:
 #: them costs; below it the log is the cheaper way.
 FAR_BEHIND = 1_000_000
 
-#: Downloads in flight at once per member (each of one holder, for every booting partition that holder is
-#: next to be asked for). Guess, stated in docs/scale-out.md: two, so that one slow holder does not hold
-#: up partitions other holders can give, while few holders write a snapshot at the same moment.
+#: Downloads in flight at once per member. Guess, stated in docs/scale-out.md: two, so that one slow
+#: holder does not hold up every other partition, while the holders are not asked to write a snapshot of
+#: every gained partition at the same moment (each is a scan of their file).
 PARALLEL_DOWNLOADS = 2
 
 
@@ -122,22 +123,22 @@ class Downloaded:
         return self.work / "cut"
 
 
-def download_cut(
-    partitions: tuple[int, ...], holder: str, fetch: CutFetcher, directory: Path, prefix: str, cancel: threading.Event
+def download(
+    partition: int, holder: str, fetch: CutFetcher, directory: Path, prefix: str, cancel: threading.Event
 ) -> Downloaded:
-    """Fetch ``holder``'s snapshot of ``partitions`` into a new temporary directory of ``directory`` and
+    """Fetch ``holder``'s snapshot of ``partition`` into a new temporary directory of ``directory`` and
     verify its manifest and files (on a worker thread: it touches no projection). Raises what the fetch or
     the checks raise, with the directory removed."""
     work = Path(tempfile.mkdtemp(prefix=prefix, dir=directory))
     started = time.monotonic()
     try:
-        fetch(holder, partitions, work / "cut", cancel)
+        fetch(holder, (partition,), work / "cut", cancel)
         if cancel.is_set():
-            raise SnapshotDamagedError(f"the download of partitions {list(partitions)} from {holder} was cancelled")
+            raise SnapshotDamagedError(f"the download of partition {partition} from {holder} was cancelled")
         manifest = verify_cut(work / "cut")
-        if manifest.partitions != partitions:
+        if manifest.partitions != (partition,):
             raise SnapshotDamagedError(
-                f"asked for partitions {list(partitions)}, the snapshot holds partitions {list(manifest.partitions)}"
+                f"asked for partition {partition}, the snapshot holds partitions {list(manifest.partitions)}"
             )
     except BaseException:
         remove_tree(work)
@@ -146,17 +147,16 @@ def download_cut(
 
 
 class _Download:
-    """One holder's snapshot of some partitions, downloaded on a daemon thread of its own."""
+    """One holder's snapshot of one partition, downloaded on a daemon thread of its own."""
 
-    def __init__(self, partitions: tuple[int, ...], holder: str, run: Callable[[threading.Event], Downloaded]) -> None:
-        self.partitions = partitions
+    def __init__(self, partition: int, holder: str, run: Callable[[threading.Event], Downloaded]) -> None:
+        self.partition = partition
         self.holder = holder
         self.cancel = threading.Event()
         self.result: Future[Downloaded] = Future()
         # A daemon: a stop of the process never waits for a download (its directory is removed by the
         # next start, ``MemberBoots``).
-        name = "member-boot-" + "-".join(map(str, partitions))
-        thread = threading.Thread(target=self._run, args=(run,), name=name, daemon=True)
+        thread = threading.Thread(target=self._run, args=(run,), name=f"member-boot-{partition}", daemon=True)
         thread.start()
 
     def _run(self, run: Callable[[threading.Event], Downloaded]) -> None:
@@ -178,8 +178,7 @@ def _discard(result: Future[Downloaded]) -> None:
 
 @dataclass(slots=True)
 class _Plan:
-    """A booting partition: the holders not asked yet, and the download in flight, shared with the other
-    partitions asked of the same holder in the same request (projector's thread only)."""
+    """A booting partition: the holders not asked yet, and the download in flight (projector's thread only)."""
 
     partition: int
     holders: list[str]
@@ -194,9 +193,9 @@ class _Loading:
     writer until it ends: nothing else is applied meanwhile (every held partition paused), while the
     projector's thread goes on polling."""
 
+    partition: int
     got: Downloaded
-    partitions: tuple[int, ...]
-    result: Future[dict[int, int]]
+    result: Future[int]
 
 
 class MemberBoots:
@@ -274,29 +273,29 @@ class MemberBoots:
         not paused) is paused again; its records of that poll are the caller's to drop (``booting``).
 
         Returns whether the caller must drop everything this poll returned: a load ran at some moment of
-        this step (every partition's position is then sought back to the file's offset when it ends)."""
+        this step (every held partition is then sought back to the file's offset when it ends)."""
         held = consumer.assigned
         for p in sorted(set(self._plans) - held):
             plan = self._plans.pop(p)
             if plan.download is not None:
-                self._abandon(plan.download)
+                plan.download.abandon()
             log.warning("member bootstrap of partition %d: no longer held here; nothing loaded", p)
         hold = self._loading is not None
         if self._loading is not None and self._loading.result.done():
             self._finish(consumer, self._loading)
         consumer.pause(self.booting)
-        if self._loading is None:
-            for done in self._downloads():
-                if done.result.done():
-                    self._take(consumer, done)
-                    if self._loading is not None:
-                        break  # one load at a time; the other finished downloads wait for a later step
-        in_flight = len(self._downloads())
+        for plan in sorted(self._plans.values(), key=lambda x: x.partition):
+            if self._loading is not None:
+                break  # one load at a time; the other finished downloads wait for a later step
+            if plan.download is not None and plan.download.result.done():
+                self._take(consumer, plan, plan.download)
+        in_flight = sum(1 for plan in self._plans.values() if plan.download is not None)
         for plan in sorted(self._plans.values(), key=lambda x: x.partition):
             if in_flight >= self._parallel:
                 break
             if plan.partition in self._plans and plan.download is None and not plan.loading:
-                in_flight += self._start(consumer, plan)
+                self._start(consumer, plan)
+                in_flight += plan.download is not None
         if self._loading is not None:
             consumer.pause(consumer.assigned)  # gained meanwhile too: nothing is applied during a load
         return hold or self._loading is not None
@@ -304,137 +303,106 @@ class MemberBoots:
     def close(self) -> None:
         """The run ends: cancel every download (nothing more is loaded), and wait for a load running (one
         transaction: it commits whole or not at all, and the file is not closed under it)."""
-        for download in self._downloads():
-            download.abandon()
+        for plan in self._plans.values():
+            if plan.download is not None:
+                plan.download.abandon()
+        self._plans.clear()
         loading, self._loading = self._loading, None
         if loading is not None:
             try:
                 loading.result.exception()  # waits; what it raised was the load's, the run is ending anyway
             finally:
                 remove_tree(loading.got.work)
-        self._plans.clear()
 
     # ------------------------------------------------------------------------------------ internals
 
-    def _downloads(self) -> list[_Download]:
-        """The downloads in flight, each once (one serves every partition it was asked for)."""
-        return list({id(plan.download): plan.download for plan in self._plans.values() if plan.download}.values())
-
-    def _abandon(self, download: _Download) -> None:
-        """Cancel ``download``; the partitions it was for that still boot ask the same holder again."""
-        download.abandon()
-        for p in download.partitions:
-            plan = self._plans.get(p)
-            if plan is not None and plan.download is download:
-                plan.download = None
-                plan.holders.insert(0, download.holder)
-
-    def _start(self, consumer: BootConsumer, plan: _Plan) -> int:
-        """Download from ``plan``'s next holder, in one request with every other waiting partition whose
-        next holder it is too (one cut of several partitions costs the holder a scan of its file and the
-        joiner a load, not one per partition); with no holder left, catch up from the log from the file's
-        offset. How many downloads it started (0 or 1)."""
+    def _start(self, consumer: BootConsumer, plan: _Plan) -> None:
+        """Download from the next holder; with none left, catch up from the log from the file's offset."""
         if not plan.holders:
             log.warning(
                 "member bootstrap of partition %d: no holder gave a snapshot; catching up from the log",
                 plan.partition,
             )
             self._resume(consumer, plan.partition, self._projection.applied_offsets().get(plan.partition, 0))
-            return 0
-        holder = plan.holders[0]
-        batch = [
-            other
-            for other in sorted(self._plans.values(), key=lambda x: x.partition)
-            if other.download is None and other.holders and other.holders[0] == holder
-        ]
-        partitions = tuple(other.partition for other in batch)
-        fetch, directory, prefix = self._fetch, self._projection.path.parent, self._prefix
-        download = _Download(
-            partitions, holder, lambda cancel: download_cut(partitions, holder, fetch, directory, prefix, cancel)
-        )
-        for other in batch:
-            other.holders.pop(0)
-            other.download = download
-        return 1
+            return
+        holder = plan.holders.pop(0)
+        p, fetch, directory, prefix = plan.partition, self._fetch, self._projection.path.parent, self._prefix
+        plan.download = _Download(p, holder, lambda cancel: download(p, holder, fetch, directory, prefix, cancel))
 
-    def _take(self, consumer: BootConsumer, done: _Download) -> None:
-        """``done`` has finished: load what it downloaded (or log why not); its partitions that are still
-        booting afterwards ask their next holder."""
-        plans = [self._plans[p] for p in done.partitions if p in self._plans]
-        for plan in plans:
-            plan.download = None
+    def _take(self, consumer: BootConsumer, plan: _Plan, done: _Download) -> None:
+        """``done`` has finished: start loading what it downloaded on a worker thread, or log why not (the
+        partition then asks its next holder)."""
+        plan.download = None
         try:
             got = done.result.result()
         except ThroughlineError as exc:
             log.warning(
-                "member bootstrap of partitions %s from %s refused (%s: %s)",
-                list(done.partitions),
+                "member bootstrap of partition %d from %s refused (%s: %s)",
+                plan.partition,
                 done.holder,
                 exc.code,
                 exc.message,
             )
             return
-        replace = self._loadable(got, plans)
+        replace = self._loadable(plan.partition, got)
         if replace is None:
             remove_tree(got.work)
             return
         log.warning(
-            "member bootstrap of partitions %s: loading the snapshot from %s (downloaded in %.1fs)",
-            list(got.manifest.partitions),
+            "member bootstrap of partition %d: loading the snapshot from %s (downloaded in %.1fs)",
+            plan.partition,
             got.holder,
             got.seconds,
         )
-        for plan in plans:
-            plan.loading = True
+        plan.loading = True
         consumer.pause(consumer.assigned)
-        result: Future[dict[int, int]] = Future()
-        projection = self._projection
+        result: Future[int] = Future()
+        projection, partition = self._projection, plan.partition
 
         def load() -> None:
             try:
-                result.set_result(projection.load_cut_partitions(got.cut, got.manifest, replace=replace))
+                loaded = projection.load_cut_partitions(got.cut, got.manifest, replace=replace)
+                result.set_result(loaded.get(partition, 0))
             except BaseException as exc:  # handed to the projector's thread, which logs its code or raises it
                 result.set_exception(exc)
 
         # A daemon: a killed process never waits for it (one transaction: the file holds all of it or none).
-        threading.Thread(target=load, name="member-boot-load", daemon=True).start()
-        self._loading = _Loading(got, got.manifest.partitions, result)
+        threading.Thread(target=load, name=f"member-boot-load-{partition}", daemon=True).start()
+        self._loading = _Loading(partition, got, result)
 
     def _finish(self, consumer: BootConsumer, loading: _Loading) -> None:
-        """The load ended: the loaded partitions are fetched from the snapshot's offsets, every other held
-        partition from the file's offset again (what was polled during the load was dropped); a refused
-        load sends its partitions to their next holder. An error other than a ``ThroughlineError`` is
-        raised here, on the projector's thread."""
+        """The load ended: the partition is fetched from the snapshot's offset, every other held partition
+        from the file's offset again (what was polled during the load was dropped); a refused load sends
+        the partition to its next holder. An error other than a ``ThroughlineError`` is raised here, on the
+        projector's thread."""
         self._loading = None
+        plan = self._plans.get(loading.partition)
+        offset: int | None = None
         try:
-            loaded = loading.result.result()
+            offset = loading.result.result()
         except ThroughlineError as exc:
             log.warning(
-                "member bootstrap of partitions %s from %s refused (%s: %s)",
-                list(loading.partitions),
+                "member bootstrap of partition %d from %s refused (%s: %s)",
+                loading.partition,
                 loading.got.holder,
                 exc.code,
                 exc.message,
             )
-            loaded = {}
         finally:
             remove_tree(loading.got.work)
-            for p in loading.partitions:
-                if p in self._plans:
-                    self._plans[p].loading = False
-        for p in loading.partitions:
-            plan = self._plans.get(p)
-            if plan is not None and p in loaded:
-                log.warning(
-                    "member bootstrap: loaded partition %d from %s at offset %d in %.1fs (download %.1fs); "
-                    "catching up from there",
-                    p,
-                    loading.got.holder,
-                    loaded[p],
-                    time.monotonic() - plan.started,
-                    loading.got.seconds,
-                )
-                self._resume(consumer, p, loaded[p])
+            if plan is not None:
+                plan.loading = False
+        if plan is not None and offset is not None:
+            log.warning(
+                "member bootstrap: loaded partition %d from %s at offset %d in %.1fs (download %.1fs); "
+                "catching up from there",
+                plan.partition,
+                loading.got.holder,
+                offset,
+                time.monotonic() - plan.started,
+                loading.got.seconds,
+            )
+            self._resume(consumer, plan.partition, offset)
         applied = self._projection.applied_offsets()
         others = consumer.assigned - self.booting
         for p in sorted(others):
@@ -444,48 +412,33 @@ class MemberBoots:
                 log.warning("after a snapshot's load: cannot seek partition %d to %d (%s)", p, applied.get(p, 0), exc)
         consumer.resume(others)
 
-    def _loadable(self, got: Downloaded, plans: Sequence[_Plan]) -> bool | None:
+    def _loadable(self, partition: int, got: Downloaded) -> bool | None:
         """Check ``got`` against the log and the file now: ``None`` when it is refused (logged) or not ahead
-        of the file, else whether its load replaces rows the file holds of its partitions. A snapshot of
-        several partitions is loaded whole or not at all: not ahead of the file on some, those ask their
-        next holder and the others ask this one again without them (a smaller request: bounded)."""
+        of the file (the partition then asks its next holder), else whether its load replaces rows the
+        file holds of the partition."""
         facts = self._facts
-        partitions = got.manifest.partitions
         try:
             check_against_log(
                 got.manifest,
                 topic=facts.topic,
                 topic_id=facts.topic_id,
                 partition_count=facts.partitions,
-                ends={p: self._end_offset(p) for p in partitions},
+                ends={partition: self._end_offset(partition)},
             )
         except ThroughlineError as exc:
             log.warning(
-                "member bootstrap of partitions %s from %s refused (%s: %s)",
-                list(partitions),
+                "member bootstrap of partition %d from %s refused (%s: %s)",
+                partition,
                 got.holder,
                 exc.code,
                 exc.message,
             )
             return None
-        applied = self._projection.applied_offsets()
-        wanted = got.manifest.next_offsets()
-        behind = [p for p in partitions if wanted.get(p, 0) <= applied.get(p, 0)]
-        gone = sorted(set(partitions) - {plan.partition for plan in plans})
-        if behind or gone:
-            log.info(
-                "member bootstrap of partitions %s from %s: not ahead of this file on %s, no longer booting %s; "
-                "nothing loaded",
-                list(partitions),
-                got.holder,
-                behind,
-                gone,
-            )
-            for plan in plans:
-                if plan.partition not in behind:
-                    plan.holders.insert(0, got.holder)
+        applied = self._projection.applied_offsets().get(partition, 0)
+        if got.manifest.next_offsets().get(partition, 0) <= applied:
+            log.info("member bootstrap of partition %d: %s is not ahead of offset %d", partition, got.holder, applied)
             return None
-        return any(applied.get(p, 0) > 0 for p in partitions)
+        return applied > 0
 
     def _resume(self, consumer: BootConsumer, partition: int, offset: int) -> None:
         """The partition is no longer booting: fetch it from ``offset`` (the records polled while it was

@@ -2,15 +2,15 @@
 real broker with real ``serve`` processes (docs/scale-out.md "A member joins: bootstrap from a peer").
 
 Member A runs alone and projects everything; member B joins (copies 2: B gains all six partitions, A
-still holds them) and loads them from one snapshot of A's instead of replaying them, logs it, goes live, and ends
+still holds them) and loads each from A's snapshot instead of replaying it, logs it, goes live, and ends
 with the same tables as a replay of the log; reads against both stay ``ok`` while B joins. A third
 member C, whose token A refuses, logs the refusal with its code and catches up from the log instead,
 to the log's fold.
 
 A slow holder (its snapshot answer held back by a proxy longer than the group's shortened max poll
-interval) does not make the joining member leave the group: it downloads off its poll loop (one request
-for the six partitions A is asked for), answers every read meanwhile by forwarding it to the holder, and
-ends with exactly the log's turns, in the generation it joined.
+interval) does not make the joining member leave the group: it downloads off its poll loop, goes live on
+its other partitions meanwhile (forwarding reads of the slow one to the holder), and ends with exactly
+the log's turns, in the generation it joined.
 """
 
 from __future__ import annotations
@@ -173,20 +173,20 @@ def test_a_slow_holder_does_not_make_the_joining_member_leave_the_group(
         joined = _wait_for("A and B in one generation", lambda: _generation([a, b]))
         _wait("B downloading a snapshot A holds back", lambda: bool(proxy.holding()))
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(proxy.holding()[0]).query)
-        slow = [int(p) for p in query["partitions"][0].split(",")]
-        assert slow == list(range(PARTITIONS))  # everything A is asked for, in one request
+        slow = int(query["partitions"][0])
         ingest.round()  # new turns on every partition while that download hangs
+        others = [p for p in range(PARTITIONS) if p != slow]
 
-        def catching_up_on_all() -> bool:
+        def live_on_the_others() -> bool:
             g = _group(b)
-            return g.get("catchingUp") == slow and sorted(g.get("held") or []) == list(range(PARTITIONS))
+            return g.get("catchingUp") == [slow] and sorted(g.get("held") or []) == list(range(PARTITIONS))
 
-        took = _wait("B holding every partition, catching up on them", catching_up_on_all, timeout=SLOW_S)
-        # Reads of every project are answered with every turn, by forwarding to A.
+        took = _wait("B live on every partition but the slow one", live_on_the_others, timeout=SLOW_S)
+        # Reads of every project are answered with every turn, the slow partition's by forwarding to A.
         _wait("B serving every project meanwhile", lambda: _serves_everything([b], ingest.counts), timeout=SLOW_S)
-        assert proxy.holding(), "the slow download ended before B answered every read"
+        assert proxy.holding(), "the slow download ended before B went live on its other partitions"
         assert _generation([a, b]) == joined  # nobody left or joined while B downloads
-        print(f"\nB answering every read {took:.1f} s into the download of partitions {slow}")
+        print(f"\nB live on {others} {took:.1f} s into the download of partition {slow}")
 
         _wait("A and B settled, B live on everything", lambda: _settled([a, b]))
         assert _generation([a, b]) == joined, b.stderr()  # B never left the group: no rebalance since it joined
@@ -194,7 +194,7 @@ def test_a_slow_holder_does_not_make_the_joining_member_leave_the_group(
         assert "poll timeout has expired" not in b_log, b.stderr()
         downloads = {int(m.group(1)): float(m.group(2)) for m in DOWNLOADED.finditer(b_log)}
         assert sorted(downloads) == list(range(PARTITIONS)), b.stderr()  # every partition from a snapshot
-        assert min(downloads.values()) >= MAX_POLL_INTERVAL_MS / 1000, downloads  # longer than a member may go unpolled
+        assert downloads[slow] >= MAX_POLL_INTERVAL_MS / 1000, downloads  # longer than a member may go unpolled
         assert proxy.slowed and len(proxy.slowed) == 1, proxy.slowed
 
         ingest.round()

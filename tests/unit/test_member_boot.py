@@ -4,8 +4,9 @@
 stay untouched; the file then catches up from the snapshot's offsets into exactly the full projection;
 readers and waiters see the loaded offsets at once; a file already holding a partition, or a snapshot of
 another topic id, is refused with nothing changed; a member falls back past a refused or failed holder;
-the download runs on a worker thread while the poll loop steps on, the load happens at a step, and a
-partition taken away during its download loads nothing.
+the download runs on a worker thread while the poll loop steps on, the load runs on a worker thread too
+while every held partition is paused and the poll loop steps on, then the others are sought back to
+the file's offsets, and a partition taken away during its download loads nothing.
 
 The integration tier (tests/integration/test_serve_group_boot.py) does it with two real ``serve --group``
 members on a real broker.
@@ -303,91 +304,6 @@ def test_an_empty_or_far_behind_partition_wants_a_snapshot() -> None:
     assert wants_snapshot(5, 1_000_005) and wants_snapshot(5, 15, far_behind=10) and not wants_snapshot(5, 14, 10)
 
 
-def test_the_partitions_one_holder_is_asked_for_come_in_one_snapshot_and_one_load(tmp_path: Path) -> None:
-    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
-    with (
-        _open(tmp_path / "full.duckdb", LOG, range(PARTITIONS)) as full,
-        _open(tmp_path / "old.duckdb", LOG, [2, 3], {2: 4, 3: 4}) as old,
-        _open(tmp_path / "member.duckdb", LOG, [0, 1], {1: 3}) as member,
-    ):
-        holders = {"http://full": full, "http://old": old}
-        asked: list[str] = []
-        loads: list[tuple[int, ...]] = []
-
-        def fetch(holder: str, partitions: Sequence[int], out_dir: Path, cancel: threading.Event) -> None:
-            asked.append(f"{holder}/{','.join(map(str, partitions))}")
-            take_cut(holders[holder], out_dir, partitions)
-
-        real_load = member.load_cut_partitions
-
-        def load(cut_dir: Path, manifest: Any, **kw: Any) -> dict[int, int]:
-            loads.append(manifest.partitions)
-            return real_load(cut_dir, manifest, **kw)
-
-        member.load_cut_partitions = load  # type: ignore[method-assign]
-        facts = LogFacts(TOPIC, TOPIC_ID, PARTITIONS)
-        # Gained 1 (three records in: far behind at far_behind=2), 2 and 3 (empty); 0 is in the file.
-        consumer = Consumer([0, 1, 2, 3])
-        boots = MemberBoots(member, fetch, facts, lambda p: ends[p], "http://me", far_behind=2)
-        boots.gained(consumer, [0, 1, 2, 3], _owners("http://full"))
-        assert boots.booting == {1, 2, 3}
-        for p in (1, 2, 3):
-            _settle(boots, consumer, p)
-        assert asked == ["http://full/1,2,3"] and loads == [(1, 2, 3)]
-        assert consumer.seeks == {p: ends[p] for p in (0, 1, 2, 3)} and not consumer.paused
-        assert member.table_digests() == full.table_digests()
-
-    # A holder not ahead of the file on one of the partitions: that one asks the next holder, the others
-    # ask the same holder again without it; each load is whole.
-    with (
-        _open(tmp_path / "full2.duckdb", LOG, range(PARTITIONS)) as full,
-        _open(tmp_path / "old2.duckdb", LOG, [2, 3], {2: 4, 3: 4}) as old,
-        _open(tmp_path / "member2.duckdb", LOG, [0, 2], {2: 5}) as member,
-    ):
-        holders = {"http://full": full, "http://old": old}
-        asked.clear()
-        consumer = Consumer([0, 2, 3])
-        boots = MemberBoots(member, fetch, facts, lambda p: ends[p], "http://me", far_behind=2)
-        boots.gained(consumer, [2, 3], _owners("http://old", "http://full"))
-        for p in (2, 3):
-            _settle(boots, consumer, p)
-        assert asked[0] == "http://old/2,3" and sorted(asked[1:]) == ["http://full/2", "http://old/3"]
-        assert member.applied_offsets()[2] == ends[2] and member.applied_offsets()[3] == 4
-        assert _rows_of(member, [2]) == _rows_of(full, [2]) and _rows_of(member, [3]) == _rows_of(old, [3])
-        assert consumer.seeks == {0: ends[0], 2: ends[2], 3: 4}
-
-
-def test_a_partition_taken_away_during_a_shared_download_sends_the_others_back_to_the_same_holder(
-    tmp_path: Path,
-) -> None:
-    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
-    gate = threading.Event()
-    with (
-        _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS)) as peer,
-        _open(tmp_path / "member.duckdb", LOG, [0]) as member,
-    ):
-        asked: list[str] = []
-
-        def fetch(holder: str, partitions: Sequence[int], out_dir: Path, cancel: threading.Event) -> None:
-            asked.append(f"{holder}/{','.join(map(str, partitions))}")
-            if len(asked) == 1:  # the first download waits until it is cancelled
-                gate.set()
-                assert cancel.wait(30.0)
-                raise SnapshotFetchError("cancelled")
-            take_cut(peer, out_dir, partitions)
-
-        consumer = Consumer([0, 2, 3])
-        boots = MemberBoots(member, fetch, LogFacts(TOPIC, TOPIC_ID, PARTITIONS), lambda p: ends[p], "http://me")
-        boots.gained(consumer, [2, 3], _owners("http://peer"))
-        boots.step(consumer)
-        assert gate.wait(30.0)
-        consumer.assigned = frozenset({0, 3})  # a rebalance took 2 away
-        _settle(boots, consumer, 3)
-        assert asked == ["http://peer/2,3", "http://peer/3"]
-        assert 2 not in member.applied_offsets() and member.applied_offsets()[3] == ends[3]
-        assert consumer.seeks == {0: ends[0], 3: ends[3]}
-
-
 def test_a_long_load_never_holds_up_the_poll_loop_and_nothing_is_applied_meanwhile(tmp_path: Path) -> None:
     ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
     release, loading = threading.Event(), threading.Event()
@@ -424,9 +340,11 @@ def test_a_long_load_never_holds_up_the_poll_loop_and_nothing_is_applied_meanwhi
         took = time.monotonic() - took
         assert took < 5.0 and holds == [True] * 20
         assert consumer.paused == {0, 1, 2}  # nothing at all is fetched: the load has the file
+        assert len(threads) == 1  # the other partition's load waits its turn, downloaded or not
         release.set()
         _settle(boots, consumer, 1)
-        assert boots.step(consumer) is False and not boots.loading
+        _settle(boots, consumer, 2)  # loaded after 1: one load at a time
+        assert boots.step(consumer) is False and not boots.loading and len(threads) == 2
         assert member.applied_offsets() == {0: 7, 1: ends[1], 2: ends[2]}
         assert consumer.seeks == {0: 7, 1: ends[1], 2: ends[2]} and not consumer.paused  # 0 from the file's offset
     assert not list(tmp_path.glob(".member.duckdb.member-boot-*"))
