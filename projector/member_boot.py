@@ -171,6 +171,11 @@ class _Download:
         self.result.add_done_callback(_discard)
 
 
+def _refused(partition: int, holder: str, exc: ThroughlineError) -> None:
+    """Log a holder's snapshot of ``partition`` refused (not fetched, not sound, or not loadable here)."""
+    log.warning("member bootstrap of partition %d from %s refused (%s: %s)", partition, holder, exc.code, exc.message)
+
+
 def _discard(result: Future[Downloaded]) -> None:
     if result.exception() is None:
         remove_tree(result.result().work)
@@ -336,13 +341,7 @@ class MemberBoots:
         try:
             got = done.result.result()
         except ThroughlineError as exc:
-            log.warning(
-                "member bootstrap of partition %d from %s refused (%s: %s)",
-                plan.partition,
-                done.holder,
-                exc.code,
-                exc.message,
-            )
+            _refused(plan.partition, done.holder, exc)
             return
         replace = self._loadable(plan.partition, got)
         if replace is None:
@@ -381,13 +380,7 @@ class MemberBoots:
         try:
             offset = loading.result.result()
         except ThroughlineError as exc:
-            log.warning(
-                "member bootstrap of partition %d from %s refused (%s: %s)",
-                loading.partition,
-                loading.got.holder,
-                exc.code,
-                exc.message,
-            )
+            _refused(loading.partition, loading.got.holder, exc)
         finally:
             remove_tree(loading.got.work)
             if plan is not None:
@@ -426,13 +419,7 @@ class MemberBoots:
                 ends={partition: self._end_offset(partition)},
             )
         except ThroughlineError as exc:
-            log.warning(
-                "member bootstrap of partition %d from %s refused (%s: %s)",
-                partition,
-                got.holder,
-                exc.code,
-                exc.message,
-            )
+            _refused(partition, got.holder, exc)
             return None
         applied = self._projection.applied_offsets().get(partition, 0)
         if got.manifest.next_offsets().get(partition, 0) <= applied:
