@@ -451,8 +451,7 @@ class TurnProducer(TopicClient):
             value = encode_repair(repair, self._repair_header)
         except Exception as exc:  # fastavro raises TypeError/ValueError/OverflowError for a bad field
             raise InvalidRepairError(f"the repair does not encode as a record: {type(exc).__name__}: {exc}") from None
-        sent_at = time.monotonic()
-        return PendingSend(self, self._send(repair.project_sha256, value), "repair", sent_at).result()
+        return self._send(repair.project_sha256, value, "repair").result()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every handed-over turn is acknowledged or failed (bounded by the send timeout)."""
@@ -513,19 +512,21 @@ class TurnProducer(TopicClient):
         return turn, value
 
     def _submit(self, turn: TurnRecord, value: bytes) -> PendingSend:
-        sent_at = time.monotonic()  # before the hand-over: kafka-python may block in it for metadata
-        return PendingSend(self, self._send(turn.project_sha256, value), turn.turn_id, sent_at)
+        return self._send(turn.project_sha256, value, turn.turn_id)
 
-    def _send(self, project_sha256: bytes, value: bytes) -> Any:
-        """Hand one record of the project to kafka-python: keyed by the project hash, on its partition."""
+    def _send(self, project_sha256: bytes, value: bytes, label: str) -> PendingSend:
+        """Hand one record of the project to kafka-python: keyed by the project hash, on its partition; its
+        send timeout runs from now (kafka-python may block in the hand-over, waiting for metadata)."""
         if self._closed:
             raise ProducerClosedError("the producer is closed")
+        sent_at = time.monotonic()
         partition = self.partition_of(project_sha256)
         try:
             with self.kafka_errors:
-                return self._producer.send(self._topic, value=value, key=project_sha256, partition=partition)
+                future = self._producer.send(self._topic, value=value, key=project_sha256, partition=partition)
         except LogError as exc:
             raise self.send_error(exc) from exc
+        return PendingSend(self, future, label, sent_at)
 
     def send_error(self, exc: LogError) -> Exception:
         """The producer's error for a (translated) Kafka error raised while sending."""
