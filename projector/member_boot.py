@@ -189,7 +189,6 @@ class _Plan:
     holders: list[str]
     started: float
     download: _Download | None = None
-    loading: bool = False  # its snapshot is being loaded (``_Loading``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +297,7 @@ class MemberBoots:
         for plan in sorted(self._plans.values(), key=lambda x: x.partition):
             if in_flight >= self._parallel:
                 break
-            if plan.partition in self._plans and plan.download is None and not plan.loading:
+            if plan.download is None and not self._loads(plan.partition):
                 self._start(consumer, plan)
                 in_flight += plan.download is not None
         if self._loading is not None:
@@ -334,6 +333,10 @@ class MemberBoots:
         p, fetch, directory, prefix = plan.partition, self._fetch, self._projection.path.parent, self._prefix
         plan.download = _Download(p, holder, lambda cancel: download(p, holder, fetch, directory, prefix, cancel))
 
+    def _loads(self, partition: int) -> bool:
+        """Whether ``partition``'s snapshot is the one being loaded."""
+        return self._loading is not None and self._loading.partition == partition
+
     def _take(self, consumer: BootConsumer, plan: _Plan, done: _Download) -> None:
         """``done`` has finished: start loading what it downloaded on a worker thread, or log why not (the
         partition then asks its next holder)."""
@@ -353,8 +356,6 @@ class MemberBoots:
             got.holder,
             got.seconds,
         )
-        plan.loading = True
-        consumer.pause(consumer.assigned)
         result: Future[int] = Future()
         projection, partition = self._projection, plan.partition
 
@@ -383,8 +384,6 @@ class MemberBoots:
             _refused(loading.partition, loading.got.holder, exc)
         finally:
             remove_tree(loading.got.work)
-            if plan is not None:
-                plan.loading = False
         if plan is not None and offset is not None:
             log.warning(
                 "member bootstrap: loaded partition %d from %s at offset %d in %.1fs (download %.1fs); "
