@@ -4,6 +4,8 @@ which it forwards, over real loopback HTTP (the read API over a ``World``, scrip
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 
@@ -36,12 +38,13 @@ def _view(holder_urls: list[str], *, mine: bool, generation: int = 1) -> GroupVi
 class Member:
     """The read API of one member over ``world``, with its membership set by the test."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, *, generation_wait: float = 0.0) -> None:
         self.world = world
         self.membership = Membership("g", ME, None)
         with world.projection.view() as view:
             assert view is not None
-        self.router = GroupRouter(self.membership, world.log, self._applied, read_wait=0.0)
+        # The router's bounded wait is how long a read between generations waits for the next one.
+        self.router = GroupRouter(self.membership, world.log, self._applied, read_wait=generation_wait)
         self.served = ServedApp(world, ApiSettings(read_wait=0.0), router=self.router)
 
     def _applied(self, partition: int) -> int:
@@ -185,3 +188,32 @@ def test_a_member_dropped_from_the_group_holds_nothing_until_its_next_generation
     assert member.readyz()["status"] == "not_ready"
     member.membership.on_change(_view([holder.url], mine=False, generation=2))
     assert member.get()[2] == HOLDER_ANSWER
+
+
+def test_a_read_before_the_first_generation_waits_for_it_and_is_then_forwarded(
+    http_world: World, holder: ScriptedServer
+) -> None:
+    m = Member(http_world, generation_wait=30.0)
+    m.world.append(apply=False)  # a joining member's file is behind: answered here, it would be pending
+    joins = threading.Timer(0.3, lambda: m.membership.on_change(_view([holder.url], mine=True)))
+    with m.served:
+        started = time.monotonic()
+        joins.start()
+        try:
+            status, _, body = m.get()
+        finally:
+            joins.cancel()
+        waited = time.monotonic() - started
+    assert (status, body) == (200, HOLDER_ANSWER) and len(holder.received) == 1
+    assert 0.2 < waited < 30.0  # it waited for the generation, not for its whole bound
+
+
+def test_a_read_between_generations_is_answered_here_when_none_comes_in_time(
+    http_world: World, holder: ScriptedServer
+) -> None:
+    m = Member(http_world, generation_wait=0.2)
+    with m.served:
+        m.membership.on_change(_view([holder.url], mine=True))
+        m.membership.on_leave()  # dropped; no next generation within the wait
+        status, _, body = m.get()
+    assert status == 200 and json.loads(body)["status"] == "ok" and holder.received == []

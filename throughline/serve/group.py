@@ -14,8 +14,11 @@ answered here (one hop). When no other holder answers:
 - a partition this member does not hold fails ``forward_failed`` (HTTP 503, retriable), so that the
   client fails over to the next member; its rows in this file are never served.
 
-Before the member's first generation (joining) every read is answered locally, which is equally
-honest for the same reason.
+Between generations (joining, or dropped and rejoining) a read first waits for the next generation,
+at most the reader's bounded wait (``read_wait``), and is then routed as above: a member that has just
+started has nothing in its file a peer could not answer better, and its first generation is usually a
+second or two away. When none comes in time the read is answered locally, honestly for the same reason
+(``projection_pending`` while the file is behind): the slowest answer is then twice the bounded wait.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class Membership:
         self.url = url.rstrip("/")
         self.copies = copies
         self._lock = threading.Lock()
+        self._generation_came = threading.Condition(self._lock)
         self._view: GroupView | None = None
         self._live: set[int] = set()
 
@@ -56,6 +60,7 @@ class Membership:
         with self._lock:
             self._view = view
             self._live &= set(view.assigned)
+            self._generation_came.notify_all()
 
     def on_leave(self) -> None:
         """Dropped from the group, or the projector's run ended: nothing is held until the next generation."""
@@ -67,6 +72,13 @@ class Membership:
     def view(self) -> GroupView | None:
         """The last generation's view (``None`` while joining)."""
         with self._lock:
+            return self._view
+
+    def await_view(self, timeout: float) -> GroupView | None:
+        """The last generation's view; between generations, the next one's, waiting at most ``timeout``
+        seconds for it (``None``: none came). Called by request threads; wakes when ``on_change`` runs."""
+        with self._generation_came:
+            self._generation_came.wait_for(lambda: self._view is not None, max(0.0, timeout))
             return self._view
 
     def held(self) -> frozenset[int]:
@@ -160,7 +172,7 @@ class GroupRouter:
         """``None``: answer the read here; else the answer of the member it was forwarded to."""
         if is_forwarded(headers):
             return None
-        view = self.membership.view
+        view = self.membership.await_view(self._read_wait)
         if view is None or view.owner_map is None:
             return None
         try:
