@@ -157,10 +157,11 @@ class GroupProjector(Projector):
         file has.
         """
         o = self._options
-        polled = consumer.poll(o.poll_timeout, o.max_poll_records)
+        boots = self._boots
+        wait = o.poll_timeout if boots is None else boots.poll_wait(o.poll_timeout)
+        polled = consumer.poll(wait, o.max_poll_records)
         held = consumer.assigned
         gained, self._seen_held = held - self._seen_held, held
-        boots = self._boots
         if boots is not None:
             # Nothing of a partition booting at any moment of this turn is applied: it was paused, or it
             # was fetched from the file's offset before the load moved it (the next poll fetches it from

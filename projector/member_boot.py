@@ -79,6 +79,12 @@ FAR_BEHIND = 1_000_000
 #: every gained partition at the same moment (each is a scan of their file).
 PARALLEL_DOWNLOADS = 2
 
+#: The longest a member's poll waits while a partition boots: a download or a load may end at any moment,
+#: and the next load starts only at the step after a poll (a poll of paused partitions returns nothing
+#: until its timeout ends). Guess, stated in docs/scale-out.md: 50 ms, against the projector's 0.5 s,
+#: turns the up-to-half-second gap after each load into a few tens of ms for an empty poll or two.
+BOOT_POLL_WAIT = 0.05
+
 
 def wants_snapshot(applied: int, end: int, far_behind: int = FAR_BEHIND) -> bool:
     """Whether a gained partition is worth a peer's snapshot: the file holds nothing of it and the log
@@ -247,6 +253,11 @@ class MemberBoots:
         held partition is paused; records a poll returned meanwhile are the caller's to drop, and each
         partition is sought back to the file's offset when the load ends)."""
         return self._loading is not None
+
+    def poll_wait(self, longest: float) -> float:
+        """How long the next poll may wait: ``longest``, or at most ``BOOT_POLL_WAIT`` while a partition
+        boots (its download or load may end at any moment; the step after the poll carries on)."""
+        return min(longest, BOOT_POLL_WAIT) if self._plans or self._loading is not None else longest
 
     def gained(self, consumer: BootConsumer, partitions: Iterable[int], owner_map: OwnerMap | None) -> None:
         """Pause each partition of ``partitions`` the file holds nothing of (or is far behind on) and plan

@@ -29,7 +29,7 @@ from test_projection_cut import PARTITIONS, TOPIC_ID, _apply, _history
 from throughline.core.partitioning import partition_for
 from throughline.projector.cut_load import take_cut, verify_cut
 from throughline.projector.exceptions import SnapshotLogMismatchError, SnapshotTargetError
-from throughline.projector.member_boot import LogFacts, MemberBoots, wants_snapshot
+from throughline.projector.member_boot import BOOT_POLL_WAIT, LogFacts, MemberBoots, wants_snapshot
 from throughline.projector.store import DuckProjection, LogRecord
 from throughline.serve.exceptions import SnapshotFetchError
 
@@ -348,3 +348,27 @@ def test_a_long_load_never_holds_up_the_poll_loop_and_nothing_is_applied_meanwhi
         assert member.applied_offsets() == {0: 7, 1: ends[1], 2: ends[2]}
         assert consumer.seeks == {0: 7, 1: ends[1], 2: ends[2]} and not consumer.paused  # 0 from the file's offset
     assert not list(tmp_path.glob(".member.duckdb.member-boot-*"))
+
+
+def test_polls_wait_briefly_only_while_a_partition_boots(tmp_path: Path) -> None:
+    ends = {p: sum(1 for r in LOG if r.partition == p) for p in range(PARTITIONS)}
+    release = threading.Event()
+    with (
+        _open(tmp_path / "peer.duckdb", LOG, range(PARTITIONS)) as peer,
+        _open(tmp_path / "member.duckdb", LOG, [0]) as member,
+    ):
+        take_cut(peer, tmp_path / "cut", [1])
+
+        def fetch(holder: str, partitions: Sequence[int], out_dir: Path, cancel: threading.Event) -> None:
+            assert release.wait(30.0)
+            shutil.copytree(tmp_path / "cut", out_dir)
+
+        consumer = Consumer([0, 1])
+        boots = MemberBoots(member, fetch, LogFacts(TOPIC, TOPIC_ID, PARTITIONS), lambda p: ends[p], "http://me")
+        assert boots.poll_wait(0.5) == 0.5  # nothing booting: the projector's own poll timeout
+        boots.gained(consumer, [0, 1], _owners("http://peer"))
+        boots.step(consumer)
+        assert boots.poll_wait(0.5) == BOOT_POLL_WAIT and boots.poll_wait(0.01) == 0.01  # a download in flight
+        release.set()
+        _settle(boots, consumer, 1)
+        assert boots.poll_wait(0.5) == 0.5 and member.applied_offsets()[1] == ends[1]
