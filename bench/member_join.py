@@ -242,7 +242,10 @@ class SizeResult:
         return [s.seconds / r.seconds for s, r in self.pairs]
 
 
-def _join(bootstrap: str, topic: str, group: str, a: Member, work: Path, *, peer_bootstrap: bool) -> Join:
+def _join(
+    bootstrap: str, topic: str, group: str, a: Member, work: Path, *, peer_bootstrap: bool, logs: Path | None = None
+) -> Join:
+    """Start member B on an empty file, time it until live, stop it; its log is copied into ``logs``."""
     path = "snapshot" if peer_bootstrap else "replay"
     db = work / "b.duckdb"
     remove_file(db)
@@ -253,6 +256,11 @@ def _join(bootstrap: str, topic: str, group: str, a: Member, work: Path, *, peer
     finally:
         b.stop()
     text = b.stderr()
+    if logs is not None:
+        logs.mkdir(parents=True, exist_ok=True)
+        kept = logs / f"b-{path}-{time.strftime('%H%M%S')}.log"
+        shutil.copyfile(b.log_path, kept)
+        log(f"B's log kept in {kept}")
     loaded = {int(m.group(1)): float(m.group(3)) for m in LOADED.finditer(text)}
     if not peer_bootstrap and BOOT_LINE in text:  # the switch did not hold: the baseline would be wrong
         raise RuntimeError(f"peer bootstrap was off, yet the member tried it: {text[-3000:]}")
@@ -338,7 +346,7 @@ def measure_size(bootstrap: str, turns: int, repeat: int, args: argparse.Namespa
         for rep in range(repeat):
             started = time.monotonic()
             order = (True, False) if rep % 2 == 0 else (False, True)
-            joins = {on: _join(bootstrap, topic, group, a, work, peer_bootstrap=on) for on in order}
+            joins = {on: _join(bootstrap, topic, group, a, work, peer_bootstrap=on, logs=args.logs) for on in order}
             result.pairs.append((joins[True], joins[False]))
             took = time.monotonic() - started
             if until is not None and rep + 1 < repeat and time.time() + took > until:
@@ -476,6 +484,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--body-bytes", type=int, default=64, help="body size of a turn (default 64)")
     p.add_argument("--projects", type=int, default=240, help="projects of the workload (default 240)")
     p.add_argument("--no-breakdown", action="store_true", help="skip the step-by-step pass of the snapshot path")
+    p.add_argument("--logs", type=Path, help="keep each joining member's log in this folder (its timeline)")
     p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench", help="scratch folder (removed after)")
     a = p.parse_args(argv)
     a.sizes = a.sizes or ([3_000] if a.quick else [1_000_000, 10_000_000])
