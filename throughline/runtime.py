@@ -23,6 +23,41 @@ from typing import Any
 BULK_GC_THRESHOLD = 50_000
 
 
+class _SharedSetting:
+    """A process-wide setting that blocks on several threads may ask for at once (``serve`` runs two
+    projector runs side by side during a rebuild's switch): the first block in saves it, each block
+    applies its value if ``stronger`` than the current one, and the last block out restores what was
+    saved. (Each block restoring what it found, the run that ended first put the defaults back under
+    the run still going: after a rebuild's switch the live projector ran at Python's defaults.)"""
+
+    def __init__(self, read: Callable[[], Any], write: Callable[[Any], object]) -> None:
+        self._read = read
+        self._write = write
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved: Any = None
+
+    @contextmanager
+    def held(self, value: Any, stronger: Callable[[Any, Any], bool]) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                self._saved = self._read()
+            self._holders += 1
+            if stronger(value, self._read()):
+                self._write(value)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    self._write(self._saved)
+
+
+_gc_threshold = _SharedSetting(gc.get_threshold, lambda t: gc.set_threshold(*t))
+_switch_interval = _SharedSetting(sys.getswitchinterval, sys.setswitchinterval)
+
+
 @contextmanager
 def fewer_gc_passes(threshold: int | None = BULK_GC_THRESHOLD) -> Iterator[None]:
     """Raise the cyclic GC's first-generation threshold to ``threshold`` while the block runs.
@@ -30,17 +65,13 @@ def fewer_gc_passes(threshold: int | None = BULK_GC_THRESHOLD) -> Iterator[None]
     Bulk work creates thousands of tracked objects (futures, records, rows) per batch; at the default
     threshold the collector walks them again and again (25-35% of the projector's apply time, and a
     quarter of ``send_many``'s). Nothing is leaked: collection still runs, just less often. The
-    setting is process-wide and restored on exit; ``None`` leaves it alone.
+    setting is process-wide, restored once the last block asking for it ends; ``None`` leaves it alone.
     """
-    before = gc.get_threshold()
-    if threshold is None or before[0] >= threshold:
+    if threshold is None:
         yield
         return
-    gc.set_threshold(threshold, *before[1:])
-    try:
+    with _gc_threshold.held((threshold, *gc.get_threshold()[1:]), lambda new, now: new[0] > now[0]):
         yield
-    finally:
-        gc.set_threshold(*before)
 
 
 #: The GIL switch interval projector runs use (Python's default: 5 ms).
@@ -55,17 +86,13 @@ def prompt_gil_handoffs(interval: float | None = PROJECTOR_SWITCH_INTERVAL) -> I
     statement (parameters, result); each time another thread holds it, the writer waits until that
     thread is asked to let go, up to the switch interval. A small transaction is ~6 such calls, so with
     ``serve``'s HTTP threads busy, its wall time was several times its CPU time. The setting is
-    process-wide and restored on exit; ``None`` leaves it alone.
+    process-wide, restored once the last block asking for it ends; ``None`` leaves it alone.
     """
-    before = sys.getswitchinterval()
-    if interval is None or before <= interval:
+    if interval is None:
         yield
         return
-    sys.setswitchinterval(interval)
-    try:
+    with _switch_interval.held(interval, lambda new, now: new < now):
         yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 # ------------------------------------------------------------------------------------------- signals

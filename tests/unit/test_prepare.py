@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import pickle
 import sys
+import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -119,6 +120,28 @@ def test_prompt_gil_handoffs_lowers_the_switch_interval_and_restores_it() -> Non
         assert sys.getswitchinterval() == before
     with prompt_gil_handoffs(before * 10):  # never raises it
         assert sys.getswitchinterval() == before
+
+
+def test_overlapping_blocks_keep_the_settings_until_the_last_one_ends() -> None:
+    # serve's rebuild: the old live run ends while the new file's run goes on (on another thread).
+    threshold, interval = gc.get_threshold(), sys.getswitchinterval()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with fewer_gc_passes(threshold[0] + 1000), prompt_gil_handoffs(interval / 10):
+            first_in.set()
+            assert second_in.wait(10)
+        first_out.set()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert first_in.wait(10)
+    with fewer_gc_passes(threshold[0] + 1000), prompt_gil_handoffs(interval / 10):
+        second_in.set()
+        assert first_out.wait(10)
+        assert gc.get_threshold()[0] == threshold[0] + 1000 and sys.getswitchinterval() == interval / 10
+    thread.join(10)
+    assert gc.get_threshold() == threshold and sys.getswitchinterval() == interval
 
 
 def test_throughline_errors_cross_the_worker_boundary_unchanged() -> None:
