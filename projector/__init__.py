@@ -18,5 +18,6 @@ Its modules and subpackages, one concern each:
 - ``cut_load``: take a projection snapshot, and build a new projection file from one, checked against the log;
 - ``member_boot``: a group member loads a partition it gains from a peer's projection snapshot, or falls back to the log;
 - ``rebuild_files``: the files of a rebuild without downtime (``serve --rebuild``), and which one a start keeps;
+- ``rebuild_replay``: a rebuild's replay in a child process at a lower CPU priority, and the child itself;
 - ``exceptions``: errors of the projector and its projection.
 """

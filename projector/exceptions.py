@@ -52,6 +52,13 @@ class ReplayInterruptedError(ProjectorError):
     code = "replay_interrupted"
 
 
+class ReplayProcessError(ProjectorError):
+    """A rebuild's replay in its child process failed, died, or did not stop when asked (``serve`` reports
+    the rebuild failed; the live file keeps serving)."""
+
+    code = "replay_process_failed"
+
+
 class ProjectionTopicMismatchError(ProjectorError):
     """The projection was built from another topic than the one this call names (a settings mistake)."""
 

@@ -55,12 +55,13 @@ from throughline.projector.feed import (
     Feed,
     FeedSpec,
     FetchWorkerError,
+    WorkerProcess,
     open_feed,
     spawn_worker,
 )
 from throughline.projector.feed import ProjectorOptions as ProjectorOptions
 from throughline.projector.periodic_check import PeriodicCheck
-from throughline.projector.pipeline import QUEUED_POLLS, DirectWriter, StagedWriter, Writer
+from throughline.projector.pipeline import QUEUED_POLLS, DirectWriter, StagedWriter, StageGate, Writer
 from throughline.projector.store import BatchSummary, DuckProjection
 from throughline.projector.tally import Progress as Progress
 from throughline.projector.tally import ProgressUpdate as ProgressUpdate
@@ -243,7 +244,8 @@ class Projector:
         commit_queued: threading.Event | None = None,
         released: threading.Event | None = None,
         running: threading.Event | None = None,
-        halted: threading.Event | None = None,
+        gate: StageGate | None = None,
+        worker: WorkerProcess | None = None,
     ) -> RunSummary:
         """Consume and apply until ``stop`` is set (or, with ``until_caught_up``, until every partition's
         applied offset reaches the end offset it had when the run started).
@@ -251,21 +253,23 @@ class Projector:
         ``commit_queued`` set when the run ends on ``stop``: what was staged for readers is committed
         before the run returns instead of dropped (``serve`` pausing its projector for a switch of
         files: readers must never see the readable offsets go back); set while it runs, each poll is
-        committed as soon as it is staged rather than after ``commit_interval`` (the switch waiting for
-        the new file's commits). Three events say where the run is, for ``serve``'s switch of files:
-        ``running`` is set once it checked the log and opened its feed, as its loop begins; ``halted``
-        once its loop ended (nothing more is staged for readers: their offsets are final), before it
-        commits what it staged; ``released`` once it touches the projection no more (its writer stopped,
-        DuckDB's thread limit restored), before it closes its feed and log clients.
+        committed as soon as it is staged rather than after ``commit_interval`` (its last polls, as it
+        stops). For ``serve``'s switch of files: once ``gate`` (``StageGate``) is closed
+        the run makes nothing more readable (it drops what it is handed: it is stopping), whether or not
+        its loop noticed its ``stop`` yet; ``running`` is set once it checked the log and opened its
+        feed, as its loop begins; ``released`` once it touches the projection no more (its writer
+        stopped, DuckDB's thread limit restored), before it closes its feed and log clients.
 
         Raises ``LogRewoundError``/``LogTruncatedError`` when the log is not the projection's log,
         ``TopicMissingError`` when the topic does not exist at start, ``BrokerUnavailableError`` when no
-        broker answers.
+        broker answers. ``worker``: a fetch worker started ahead for this run (``spawn_worker_ahead``),
+        which the run owns from here.
         """
         started = time.monotonic()
         stop = stop or threading.Event()
         # Started first: its imports overlap the checks below instead of delaying the first batch.
-        worker = spawn_worker() if self._options.fetch_worker else None
+        if worker is None and self._options.fetch_worker:
+            worker = spawn_worker()
         log_view: KafkaLog | None = None
         feed: Feed | None = None
         threads: int | None = None
@@ -282,7 +286,7 @@ class Projector:
                 threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
             targets = dict(ends) if until_caught_up else None
             tally = Tally(self._projection, progress, targets, start_offsets, started)
-            writer = self._writer(tally, commit_queued)
+            writer = self._writer(tally, commit_queued, gate)
             log.info(
                 "projecting topic %s (id %s, %d partitions) from %s",
                 self._topic,
@@ -295,16 +299,14 @@ class Projector:
             try:
                 with fewer_gc_passes(self._options.gc_threshold), prompt_gil_handoffs(self._options.switch_interval):
                     caught_up = self._loop(log_view, feed, writer, stop, targets)
-                if halted is not None:
-                    halted.set()
                 if commit_queued is not None and commit_queued.is_set():
                     writer.drain()
             finally:
                 writer.close()
-                self._release(threads, released, halted)
+                self._release(threads, released)
                 threads = None
         finally:
-            self._release(threads, released, halted)
+            self._release(threads, released)
             if worker is not None:  # the checks failed before the feed took it
                 worker.stop()
             if feed is not None:
@@ -313,16 +315,15 @@ class Projector:
                 log_view.close()
         return self._summary(tally, targets, caught_up, started, info)
 
-    def _release(self, threads: int | None, *events: threading.Event | None) -> None:
+    def _release(self, threads: int | None, released: threading.Event | None) -> None:
         """Leave the projection alone from here: DuckDB's thread limit restored (``threads``: as it was),
-        then ``events`` set (``released``, and ``halted`` when the loop never ran)."""
+        then ``released`` set."""
         if threads is not None:
             # Best effort: a projection that just failed must not hide the run's own error.
             with contextlib.suppress(Exception):
                 self._projection.limit_threads(threads)
-        for event in events:
-            if event is not None:
-                event.set()
+        if released is not None:
+            released.set()
 
     def _caught_up(self, targets: Mapping[int, int] | None) -> bool:
         if targets is None:
@@ -381,9 +382,9 @@ class Projector:
             self._projection.fetched(batches)
             writer.apply(batches)
 
-    def _writer(self, tally: Tally, prompt: threading.Event | None = None) -> Writer:
+    def _writer(self, tally: Tally, prompt: threading.Event | None = None, gate: StageGate | None = None) -> Writer:
         """Who commits the run's polls: on this thread as they come, or staged for readers first (each
-        as soon as it is queued while ``prompt`` is set)."""
+        as soon as it is queued while ``prompt`` is set); none once ``gate`` closed."""
         o = self._options
         if o.stage_reads:
             return StagedWriter(
@@ -393,8 +394,9 @@ class Projector:
                 max_queued_records=QUEUED_POLLS * o.max_poll_records,
                 commit_interval=o.commit_interval,
                 prompt=prompt,
+                gate=gate,
             )
-        return DirectWriter(self._topic, tally)
+        return DirectWriter(self._topic, tally, gate)
 
     def _restart(self, feed: Feed, writer: Writer) -> None:
         """Fetch again from the applied offsets, once what was fetched before is committed."""

@@ -25,7 +25,7 @@ from throughline.projector.feed.poller import (
     ProjectorOptions,
     open_consumer,
 )
-from throughline.projector.feed.worker import WorkerFeed, WorkerProcess, open_feed, spawn_worker
+from throughline.projector.feed.worker import WorkerFeed, WorkerProcess, open_feed, spawn_worker, spawn_worker_ahead
 
 __all__ = [
     "DEFAULT_MAX_POLL_RECORDS",
@@ -40,4 +40,5 @@ __all__ = [
     "open_consumer",
     "open_feed",
     "spawn_worker",
+    "spawn_worker_ahead",
 ]

@@ -25,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -93,6 +95,29 @@ def spawn_worker() -> WorkerProcess:
     finally:
         os.close(write_fd)  # the child's copy is the only writer: its death is our EOF
     return WorkerProcess(proc, read_fd)
+
+
+def spawn_worker_ahead(timeout: float = 30.0) -> WorkerProcess:
+    """``spawn_worker`` for a run that starts later, on another thread (``serve``'s rebuild starts the new
+    file's worker while its replay still holds that file, so that the worker's imports are not inside
+    the hand-over). The worker dies when the *thread* that started it ends (``PDEATHSIG``), so it is
+    started from a thread of its own that lives as long as the worker does."""
+    box: queue.Queue[WorkerProcess | BaseException] = queue.Queue()
+
+    def keep() -> None:
+        try:
+            worker = spawn_worker()
+        except BaseException as exc:  # handed to the caller
+            box.put(exc)
+            return
+        box.put(worker)
+        worker.proc.wait()
+
+    threading.Thread(target=keep, name="throughline-fetch-worker-ahead", daemon=True).start()
+    got = box.get(timeout=timeout)
+    if isinstance(got, BaseException):
+        raise got
+    return got
 
 
 class WorkerFeed:

@@ -13,7 +13,7 @@ from projector_histories import TOPIC, Entry, entries_log, turn
 
 from throughline.core.repair import RepairRecord
 from throughline.projector.exceptions import ProjectionStorageError
-from throughline.projector.pipeline import StagedWriter
+from throughline.projector.pipeline import StagedWriter, StageGate
 from throughline.projector.store import DuckProjection, LogRecord, PreparedBatch
 from throughline.projector.tally import ProgressUpdate, Tally
 from throughline.schemas.codec import encode_turn
@@ -172,3 +172,46 @@ def test_a_prompt_has_each_poll_committed_without_waiting_for_the_interval(proje
         assert projection.applied_offsets() == {0: 6}
     finally:
         writer.close()
+
+
+def test_once_its_gate_closed_a_writer_makes_nothing_more_readable(projection: DuckProjection) -> None:
+    gate = StageGate()
+    updates: list[ProgressUpdate] = []
+    tally = Tally(projection, updates.append, None, {0: 0}, time.monotonic())
+    writer = StagedWriter(projection, TOPIC, tally, max_queued_records=1000, commit_interval=30.0, gate=gate)
+    try:
+        writer.apply(poll(projection, records(0, 2)))
+        assert gate.close(1.0)
+        assert projection.readable_offsets() == {0: 2}  # what readers saw is final
+        writer.apply(poll(projection, records(2, 3)))  # a poll the stopping run returned with: dropped
+        first = turn(turn_id="t0")
+        repair = RepairRecord(first.project_sha256, first.source_sha256, "accepted")
+        writer.apply(poll(projection, entries_log([Entry(repair, 0, 5, repair.project_sha256)])))  # unstaged: too
+        assert projection.readable_offsets() == {0: 2} and head_length(projection) == 2
+        writer.drain()  # what was staged is still committed
+        assert projection.applied_offsets() == {0: 2} and sum(u.batch.records for u in updates) == 2
+    finally:
+        writer.close()
+
+
+def test_a_gate_closes_once_the_poll_it_admitted_is_readable() -> None:
+    gate = StageGate()
+    admitted, staged = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def stage() -> None:
+        with gate.admitting() as open_:
+            seen.append(open_)
+            admitted.set()
+            time.sleep(0.2)  # staging the poll in hand
+            staged.set()
+
+    thread = threading.Thread(target=stage)
+    thread.start()
+    assert admitted.wait(5)
+    assert not gate.close(0.01)  # not within a bound shorter than the staging
+    assert gate.close(5) and staged.is_set()
+    with gate.admitting() as open_:
+        assert not open_
+    thread.join(5)
+    assert seen == [True]

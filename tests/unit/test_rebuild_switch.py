@@ -189,6 +189,7 @@ def test_a_pause_commits_what_was_staged_and_holds_the_next_run_until_resume() -
     loop, _ = _thread(lambda: live(stop))
     time.sleep(0.1)
     assert live.pause(BOUND)
+    assert live.wait_left(BOUND)  # the run returned: it committed what it staged
     assert runs == [("first", True)]
     time.sleep(0.3)
     assert runs == [("first", True)]  # held while paused
@@ -219,6 +220,7 @@ def test_a_run_handed_over_is_the_live_projector_and_nothing_new_starts() -> Non
     time.sleep(0.1)
     assert started == [("first", True), ("second", False)]  # beside the live run, counting nothing yet
     assert live.pause(BOUND)
+    assert live.wait_left(BOUND)
     assert ended == [("first", True)] and not standby.ended
     live.resume(second, standby)
     time.sleep(0.3)
@@ -230,14 +232,17 @@ def test_a_run_handed_over_is_the_live_projector_and_nothing_new_starts() -> Non
     assert ended == [("first", True), ("second", False)]
 
 
-def test_a_pause_is_over_once_the_run_halted_and_the_old_file_is_left_once_it_released() -> None:
-    committing, closing = threading.Event(), threading.Event()
+def test_a_pause_is_over_once_the_runs_gate_closed_and_the_old_file_is_left_once_it_released() -> None:
+    polling, committing, closing = threading.Event(), threading.Event(), threading.Event()
     started: list[str] = []
+    admitted: list[bool] = []
 
     def run(projection: Handle, events: RunEvents) -> None:
         started.append(projection.name)
+        polling.wait(BOUND)  # a fetch in flight: the loop notices its stop only when it returns
+        with events.gate.admitting() as open_:
+            admitted.append(open_)  # the poll it returned with: dropped, what readers saw is final
         assert events.stop.wait(BOUND)
-        events.halted.set()  # its loop ended: what its readers saw is final
         committing.wait(BOUND)  # committing what it staged, slowly
         events.released.set()  # the projection is left alone from here
         closing.wait(BOUND)  # closing its own fetch worker and log clients, slowly
@@ -248,8 +253,10 @@ def test_a_pause_is_over_once_the_run_halted_and_the_old_file_is_left_once_it_re
     time.sleep(0.1)
     paused_at = time.monotonic()
     assert live.pause(BOUND)
-    assert time.monotonic() - paused_at < BOUND / 2 and loop.is_alive()  # it did not wait for the commit
+    assert time.monotonic() - paused_at < BOUND / 2 and loop.is_alive()  # nor for its fetch, nor its commit
+    polling.set()
     assert not live.wait_left(0.1)  # still committing: the old file must stay open
+    assert admitted == [False]
     committing.set()
     assert live.wait_left(BOUND) and loop.is_alive()  # left, though still closing its clients
     live.resume()  # a switch attempt that failed: the live run starts again, once the last one returned
@@ -269,7 +276,6 @@ def test_the_old_run_failing_after_the_switch_is_not_the_live_projectors_failure
     def run(projection: Handle, events: RunEvents) -> None:
         assert events.stop.wait(BOUND)
         if projection.name == "first":
-            events.halted.set()
             time.sleep(0.2)  # its last commit to the old file, which fails after the switch
             raise RuntimeError("the old file's disk is full")
 
@@ -384,6 +390,26 @@ class CappedHandle(Handle):
         super().advance(partition, min(offset, self.cap))
 
 
+class ThreadReplay:
+    """The rebuild's replay in memory: ``project`` over ``handle`` on a thread (``ReplayProcess``'s part)."""
+
+    def __init__(self, handle: Handle, project: Callable[[Handle, threading.Event], object]) -> None:
+        self.handle = handle
+        self._runner = RunThread(lambda events: project(handle, events.stop), name="replay")
+
+    def start(self) -> None:
+        self._runner.start()
+
+    def offsets(self) -> dict[int, int]:
+        return self.handle.applied_offsets()
+
+    def raise_failure(self) -> None:
+        self._runner.raise_failure()
+
+    def stop(self, timeout: float) -> None:
+        self._runner.stop(timeout)
+
+
 def _rebuild(
     tmp_path: Path,
     live_handle: Handle,
@@ -413,16 +439,22 @@ def _rebuild(
         for _ in range(10_000):
             if events.stop.wait(0.01):
                 return
-            projection.advance(0, projection.applied.get(0, 0) + 1)
+            with events.gate.admitting() as admitted:
+                if admitted:
+                    projection.advance(0, projection.applied.get(0, 0) + 1)
 
     runs: list[tuple[str, threading.Event]] = []  # every live run (its file, its ``counted``), in order
     live = PausableProjector(run_live, live_handle)
     opened: list[Handle] = []
 
-    def open_new(path: Path) -> Handle:
+    def replay(path: Path) -> ThreadReplay:
         Path(path).write_bytes(b"new")
         opened.append(new_handle())
-        return opened[-1]
+        return ThreadReplay(opened[-1], project)
+
+    def open_new(path: Path) -> Handle:
+        assert Path(path).read_bytes() == b"new"
+        return opened[-1]  # the file the replay wrote
 
     settings = RebuildSettings(close_enough=5, switch_timeout=5.0, drain_timeout=5.0, attempts=2, poll=0.01)
     rebuild = Rebuild(
@@ -430,7 +462,7 @@ def _rebuild(
         reads=reads,
         live=live,
         open_new=open_new,
-        project=project,
+        replay=replay,
         stopping=threading.Event(),
         settings=settings,
     )
@@ -489,7 +521,7 @@ def test_a_failed_rebuild_leaves_the_live_file_serving_and_removes_the_new_one(t
         assert rebuild.join(BOUND)
         status = rebuild.status()
         assert status.phase == "failed" and "the log went away" in (status.error or "")
-        assert reads.current is old and not old.closed and opened[0].closed
+        assert reads.current is old and not old.closed
         assert not files.rebuilt.exists() and not files.switched() and files.db.read_bytes() == b"old"
         before = old.applied[0]
         time.sleep(0.2)

@@ -15,8 +15,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from throughline.projector.pipeline import StageGate
 from throughline.serve.exceptions import RebuildRefusedError
 
 _log = logging.getLogger("throughline.serve.rebuild")
@@ -37,22 +38,25 @@ class RunEvents:
 
     ``stop`` ends it; ``commit`` (set before ``stop``) has it commit what it staged for readers before it
     returns; it counts what it applies into ``/metrics`` while ``counted`` is set (a run started beside
-    the live one, over a rebuilt file, counts only once it took over); it sets ``started`` once it checked
-    the log and opened its feed, ``halted`` once its loop ended (it stages nothing more: the offsets its
-    readers saw are final, though it may still commit what it staged), and ``released`` once it touches
-    its projection no more (what is left is closing its own fetch worker and log clients).
+    the live one, over a rebuilt file, counts only once it took over); once ``gate`` is closed it makes
+    nothing more readable (the offsets its readers saw are final, though it may still commit what it
+    staged; closed after ``stop``: it drops what it is handed); it sets ``started`` once it checked the
+    log and opened its feed, and ``released`` once it touches its projection no more (what is left is
+    closing its own fetch worker and log clients). ``ahead``: what was started ahead for the run (a fetch
+    worker process, ``spawn_worker_ahead``), which the run takes over.
     """
 
     stop: threading.Event = field(default_factory=threading.Event)
     commit: threading.Event = field(default_factory=threading.Event)
     counted: threading.Event = field(default_factory=threading.Event)
+    gate: StageGate = field(default_factory=StageGate)
     started: threading.Event = field(default_factory=threading.Event)
-    halted: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
+    ahead: Any = None
 
     def ended(self) -> None:
-        """The run returned (or never ran): every event it owes is set."""
-        self.halted.set()
+        """The run returned (or never ran): it makes nothing readable any more, and leaves its projection."""
+        self.gate.close(RUN_STOP_TIMEOUT)
         self.released.set()
 
     @classmethod
@@ -150,10 +154,11 @@ class PausableProjector(Generic[H]):
     until ``resume`` names the projection it goes on with, and, optionally, the run already going on
     over it (``standby``), which the loop then follows instead of starting one.
 
-    A pause is over once the run *halted* (``RunEvents.halted``: it stages nothing more, so what its
-    readers saw is final), not once it returned: committing what it staged, then closing its fetch worker
-    and log clients (tens to hundreds of milliseconds on a busy machine) go on beside the switch, which
-    closes the old file only once the run released it (``wait_left``).
+    A pause is over once the run's gate closed (``RunEvents.gate``: it makes nothing more readable, so
+    what its readers saw is final: a poll staged at most, 1-2 ms), not once its loop noticed (only when
+    its poll returns, up to a fetch's wait) nor once it returned: committing what it staged, then closing
+    its fetch worker and log clients (tens to hundreds of milliseconds on a busy machine) go on beside the
+    switch, which closes the old file only once the run released it (``wait_left``).
 
     One owner: the projection, whether the loop is paused, the run in progress (its events) and a run
     handed over but not picked up yet are this object's, changed under its lock.
@@ -176,12 +181,16 @@ class PausableProjector(Generic[H]):
         with self._cond:
             return self._projection
 
-    def standby(self, projection: H, also_stop: threading.Event) -> RunThread:
+    def standby(self, projection: H, also_stop: threading.Event, ahead: Any = None) -> RunThread:
         """Start a live run over ``projection`` beside the run in progress, on a thread of its own (so that
         it is warm when a switch hands it over: ``resume(projection, run)``); it counts nothing into
-        ``/metrics`` until its ``events.counted`` is set. The caller stops it unless it hands it over."""
+        ``/metrics`` until its ``events.counted`` is set; it takes over ``ahead`` (``RunEvents.ahead``).
+        The caller stops it unless it hands it over."""
         runner = RunThread(
-            lambda events: self._run(projection, events), name="throughline-standby-projector", also_stop=also_stop
+            lambda events: self._run(projection, events),
+            name="throughline-standby-projector",
+            also_stop=also_stop,
+            events=RunEvents(ahead=ahead),
         )
         runner.start()
         return runner
@@ -238,8 +247,8 @@ class PausableProjector(Generic[H]):
                 self._cond.notify_all()
 
     def pause(self, timeout: float) -> bool:
-        """End the run in progress (what it staged is committed) and hold the next; ``True`` once it halted
-        within ``timeout``: the offsets its readers saw are final (it may still be committing them)."""
+        """End the run in progress (what it staged is committed) and hold the next; ``True`` once its gate
+        closed within ``timeout``: the offsets its readers saw are final (it may still be committing them)."""
         with self._cond:
             self._paused = True
             self._pauses += 1
@@ -248,7 +257,7 @@ class PausableProjector(Generic[H]):
                 return True
             events.commit.set()
             events.stop.set()
-        return events.halted.wait(timeout)
+        return events.gate.close(timeout)
 
     def wait_left(self, timeout: float) -> bool:
         """Wait (bounded) until the run the last pause ended touches its projection no more (what it

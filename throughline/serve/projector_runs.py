@@ -1,6 +1,6 @@
 """The projector runs ``serve`` starts: the live one (``live_run``, alone or as a group member through
 ``projector_loop``; a rebuild's new file gets one too before its switch), a rebuild's replay
-(``rebuild_run``), and the progress callback that counts what they apply into ``/metrics``
+(``rebuild_replay``: a child process), and the progress callback that counts what they apply into ``/metrics``
 (``metered_progress``). ``service`` and ``pausable`` own the threads that run them.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from throughline.serve.metrics import ServeMetrics
@@ -20,9 +21,7 @@ if TYPE_CHECKING:
     from throughline.projector.member_boot import CutFetcher
     from throughline.projector.runner import ProgressUpdate
     from throughline.serve.pausable import LiveRun
-
-#: The rebuild's replay's poll timeout (seconds): how long it may take to stop for the new file's live run.
-REBUILD_POLL_TIMEOUT = 0.05
+    from throughline.serve.rebuild import Replay
 
 
 def projector_loop(
@@ -62,9 +61,9 @@ def live_run(
     """One run of the live projector over a projection, driven by its ``RunEvents`` (``PausableProjector``'s
     run): until ``stop``; ``commit`` set, what it staged for readers is committed before it returns; what
     it applies counts into ``/metrics`` while ``counted`` is set (a rebuild's run that becomes the live
-    one: until the switch, those records are counted by the live run over the old file); ``started`` is
-    set as its loop begins, ``halted`` as it ends (what readers saw is final), ``released`` once it leaves
-    the projection alone."""
+    one: until the switch, those records are counted by the live run over the old file); once ``gate``
+    closed it makes nothing more readable; ``started`` is set as its loop begins, ``released`` once it
+    leaves the projection alone; ``ahead``: its fetch worker, when one was started ahead."""
     from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
@@ -78,7 +77,8 @@ def live_run(
             commit_queued=events.commit,
             released=events.released,
             running=events.started,
-            halted=events.halted,
+            gate=events.gate,
+            worker=events.ahead,
         )
 
     return run
@@ -96,20 +96,17 @@ def _counted_when(
     return gated
 
 
-def rebuild_run(
-    servers: list[str], topic: str, kafka_config: KafkaClientConfig | None = None
-) -> Callable[[Any, threading.Event], object]:
-    """The rebuild's projector over its new file, until its stop: nobody reads that file yet, so nothing
-    is staged for readers (each poll is one transaction, as ``replay``)."""
-    from throughline.projector.runner import Projector, ProjectorOptions
+def rebuild_replay(
+    servers: list[str], topic: str, kafka_config: KafkaClientConfig | None = None, *, sync_commits: bool = False
+) -> Callable[[Path], Replay]:
+    """The rebuild's replay into its new file: a projector in a child process at a lower CPU priority
+    (``ReplayProcess``); nobody reads that file yet, so nothing is staged for readers."""
+    from throughline.projector.rebuild_replay import ReplayProcess
 
-    # Short polls: the new file's live run starts once this projector stopped (not inside the pause).
-    options = ProjectorOptions(poll_timeout=REBUILD_POLL_TIMEOUT)
+    def replay(path: Path) -> Replay:
+        return ReplayProcess(path, servers, topic, kafka_config=kafka_config, sync_commits=sync_commits)
 
-    def run(projection: Any, stop: threading.Event) -> object:
-        return Projector(projection, servers, topic, options=options, kafka_config=kafka_config).run(stop=stop)
-
-    return run
+    return replay
 
 
 def metered_progress(metrics: ServeMetrics) -> Callable[[ProgressUpdate], None]:

@@ -45,7 +45,7 @@ from throughline.serve.auth import BearerAuth
 from throughline.serve.exceptions import BindFailedError, ProjectorFailedError, RebuildRefusedError
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
-from throughline.serve.projector_runs import live_run, projector_loop, rebuild_run
+from throughline.serve.projector_runs import live_run, projector_loop, rebuild_replay
 from throughline.serve.rebuild import PausableProjector, Rebuild, rebuild_metrics
 from throughline.serve.security import (
     KeyWatcher,
@@ -287,6 +287,7 @@ def run_service(
     """Run ``throughline serve`` until a signal (returns 0) or a projector failure (raises its error);
     ``announce`` is given the URL once the server accepts requests (the command prints it)."""
     from throughline.log import DEFAULT_PARTITIONS, KafkaLog, TopicWatch, ensure_topic
+    from throughline.projector.feed import spawn_worker_ahead
     from throughline.projector.rebuild_files import RebuildFiles
     from throughline.projector.store import DuckProjection
 
@@ -385,9 +386,10 @@ def run_service(
                 reads=reads,
                 live=live,
                 open_new=open_projection,
-                project=rebuild_run(servers, settings.topic, kafka_config),
+                replay=rebuild_replay(servers, settings.topic, kafka_config, sync_commits=options.sync_commits),
                 stopping=stopping,
                 on_status=rebuild_metrics(metrics),
+                start_ahead=spawn_worker_ahead,
             )
             stack.callback(rebuild.join, DEFAULT_GRACEFUL_TIMEOUT)
         elif options.projector:
