@@ -124,6 +124,7 @@ class StagedWriter:
         commit_interval: float = 0.0,
         prompt: threading.Event | None = None,
         gate: StageGate | None = None,
+        staging: threading.Event | None = None,
     ) -> None:
         self._projection = projection
         self._topic = topic
@@ -134,6 +135,9 @@ class StagedWriter:
         # soon as it is queued (the writer wakes at each one), not after ``commit_interval``.
         self._prompt = prompt
         self._gate = gate or StageGate()
+        # Cleared while nobody reads the projection yet (``serve``'s rebuild: the new file's run before
+        # its switch): each poll is then committed as it comes, folded once instead of twice.
+        self._staging = staging
         self._cond = threading.Condition()
         self._queue: list[Sequence[PreparedBatch]] = []
         self._queued = 0  # records queued or being committed
@@ -146,9 +150,10 @@ class StagedWriter:
 
     def apply(self, batches: Sequence[PreparedBatch]) -> None:
         """Stage one poll (readers see it now) and queue it for the writer; raise the writer's error. A poll
-        handed over once the gate closed is dropped (the run is stopping)."""
+        holding a repair, or any while ``staging`` is clear, is committed here instead, after the queue. A
+        poll handed over once the gate closed is dropped (the run is stopping)."""
         self.raise_pending()
-        if not stageable(batches):
+        if not stageable(batches) or (self._staging is not None and not self._staging.is_set()):
             self.drain()
             with self._gate.admitting() as admitted:
                 if admitted:

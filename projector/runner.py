@@ -246,6 +246,7 @@ class Projector:
         running: threading.Event | None = None,
         gate: StageGate | None = None,
         worker: WorkerProcess | None = None,
+        staging: threading.Event | None = None,
     ) -> RunSummary:
         """Consume and apply until ``stop`` is set (or, with ``until_caught_up``, until every partition's
         applied offset reaches the end offset it had when the run started).
@@ -263,7 +264,8 @@ class Projector:
         Raises ``LogRewoundError``/``LogTruncatedError`` when the log is not the projection's log,
         ``TopicMissingError`` when the topic does not exist at start, ``BrokerUnavailableError`` when no
         broker answers. ``worker``: a fetch worker started ahead for this run (``spawn_worker_ahead``),
-        which the run owns from here.
+        which the run owns from here. With ``stage_reads``, ``staging`` clear: each poll is committed as it
+        comes, not staged (nobody reads the projection yet), until it is set.
         """
         started = time.monotonic()
         stop = stop or threading.Event()
@@ -286,7 +288,7 @@ class Projector:
                 threads = self._projection.limit_threads((os.cpu_count() or 2) - 1)
             targets = dict(ends) if until_caught_up else None
             tally = Tally(self._projection, progress, targets, start_offsets, started)
-            writer = self._writer(tally, commit_queued, gate)
+            writer = self._writer(tally, commit_queued, gate, staging)
             log.info(
                 "projecting topic %s (id %s, %d partitions) from %s",
                 self._topic,
@@ -382,9 +384,16 @@ class Projector:
             self._projection.fetched(batches)
             writer.apply(batches)
 
-    def _writer(self, tally: Tally, prompt: threading.Event | None = None, gate: StageGate | None = None) -> Writer:
-        """Who commits the run's polls: on this thread as they come, or staged for readers first (each
-        as soon as it is queued while ``prompt`` is set); none once ``gate`` closed."""
+    def _writer(
+        self,
+        tally: Tally,
+        prompt: threading.Event | None = None,
+        gate: StageGate | None = None,
+        staging: threading.Event | None = None,
+    ) -> Writer:
+        """Who commits the run's polls: on this thread as they come, or staged for readers first while
+        ``staging`` is set (each as soon as it is queued while ``prompt`` is set); none once ``gate``
+        closed."""
         o = self._options
         if o.stage_reads:
             return StagedWriter(
@@ -395,6 +404,7 @@ class Projector:
                 commit_interval=o.commit_interval,
                 prompt=prompt,
                 gate=gate,
+                staging=staging,
             )
         return DirectWriter(self._topic, tally, gate)
 

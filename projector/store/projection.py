@@ -108,13 +108,20 @@ class DuckProjection:
 
     def close(self) -> None:
         """Close the projection (idempotent). Wakes every waiter."""
+        self._close(checkpoint=True)
+
+    def discard(self) -> None:
+        """``close``, without DuckDB's checkpoint at shutdown: for a file removed next (a rebuild's old file)."""
+        self._close(checkpoint=False)
+
+    def _close(self, *, checkpoint: bool) -> None:
         with self._reads.cond:
             if self._closed:
                 return
             self._closed = True
             self._reads.close()
         self._staging.close()
-        self._file.close()
+        self._file.close(checkpoint=checkpoint)
 
     def retire(self) -> None:
         """Wake every waiter and refuse new reads, as ``close`` does, while the projector in this process

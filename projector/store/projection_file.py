@@ -7,6 +7,7 @@ staging for readers and the waits, and hears of each commit through a ``CommitLi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import OrderedDict
@@ -203,8 +204,10 @@ class ProjectionFile:
         finally:
             cur.close()
 
-    def close(self) -> None:
-        """Close the file (idempotent): the read cursors first, then the writer's, after a write under way."""
+    def close(self, *, checkpoint: bool = True) -> None:
+        """Close the file (idempotent): the read cursors first, then the writer's, after a write under way.
+        ``checkpoint=False``: without DuckDB's checkpoint at shutdown (a file removed next: writing its WAL
+        into it would only take a core, and for a large WAL seconds); what it committed stays in its WAL."""
         if self.closed:
             return
         self.closed = True
@@ -213,7 +216,10 @@ class ProjectionFile:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
-            if self._durability is not None:
+            if not checkpoint and not self._read_only:
+                with contextlib.suppress(duckdb.Error):
+                    self._con.execute("PRAGMA disable_checkpoint_on_shutdown")
+            elif self._durability is not None:
                 self._durability.before_close(self._con)
             self._con.close()
         if not self._read_only:

@@ -215,3 +215,24 @@ def test_a_gate_closes_once_the_poll_it_admitted_is_readable() -> None:
         assert not open_
     thread.join(5)
     assert seen == [True]
+
+
+def test_while_staging_is_clear_each_poll_is_committed_as_it_comes(projection: DuckProjection) -> None:
+    staging = threading.Event()  # nobody reads the projection yet (a rebuild's new file before its switch)
+    updates: list[ProgressUpdate] = []
+    tally = Tally(projection, updates.append, None, {0: 0}, time.monotonic())
+    writer = StagedWriter(projection, TOPIC, tally, max_queued_records=1000, commit_interval=30.0, staging=staging)
+    try:
+        writer.apply(poll(projection, records(0, 2)))
+        assert projection.applied_offsets() == {0: 2} and len(updates) == 1  # committed before apply returned
+        writer.apply(poll(projection, records(2, 3)))
+        assert projection.applied_offsets() == {0: 5} and len(updates) == 2
+        staging.set()  # readers from here: staged at once, committed on the writer's interval
+        writer.apply(poll(projection, records(5, 1)))
+        writer.drain()  # the first commit after a quiet spell goes at once; the next waits the interval
+        writer.apply(poll(projection, records(6, 2)))
+        assert projection.readable_offsets() == {0: 8} and projection.applied_offsets() == {0: 6}
+        writer.drain()
+        assert projection.applied_offsets() == {0: 8} and head_length(projection) == 8
+    finally:
+        writer.close()

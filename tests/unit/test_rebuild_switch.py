@@ -90,6 +90,7 @@ class Handle:
             self.cond.notify_all()
 
     retire = close  # in memory, nothing is left to close after it
+    discard = close
 
 
 def _thread(target: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -314,6 +315,20 @@ def test_a_retired_projection_wakes_its_waits_and_refuses_reads_until_it_closes(
     DuckProjection.open(path, topic="t").close()  # DuckDB's lock on the file is gone
 
 
+def test_a_discarded_projection_closes_without_writing_its_wal_into_the_file(tmp_path: Path) -> None:
+    from throughline.projector.store import DuckProjection, wal_path
+
+    closed, discarded = tmp_path / "closed.duckdb", tmp_path / "discarded.duckdb"
+    DuckProjection.open(closed, topic="t").close()
+    projection = DuckProjection.open(discarded, topic="t")  # its schema, committed: in its WAL
+    wal = wal_path(discarded).stat().st_size
+    projection.discard()
+    assert not wal_path(closed).exists()  # checkpointed as it closed
+    assert wal_path(discarded).stat().st_size == wal > 0  # the old file of a switch: removed next, as it is
+    with DuckProjection.open(discarded, topic="t") as reopened:  # still a consistent file (its WAL replayed)
+        assert reopened.topic == "t"
+
+
 def test_the_failure_of_a_run_handed_over_is_the_live_projectors() -> None:
     fail = threading.Event()
 
@@ -488,7 +503,7 @@ def test_a_rebuild_catches_up_pauses_switches_and_resumes_on_the_new_file(tmp_pa
         assert status.phase == "switched", status
         new = opened[0]
         assert reads.current is new and live.projection is new and old.closed and not new.closed
-        assert new.checkpoints == 2  # once as its replay handed over, once after the switch
+        assert new.checkpoints == 1  # as its replay handed over; not after the switch (reads wait for one)
         # One run on the new file: the one started before the pause, counting from the switch on.
         assert [name for name, _ in runs] == ["old", "new"]
         assert runs[1][1].is_set()

@@ -43,7 +43,8 @@ class RunEvents:
     staged; closed after ``stop``: it drops what it is handed); it sets ``started`` once it checked the
     log and opened its feed, and ``released`` once it touches its projection no more (what is left is
     closing its own fetch worker and log clients). ``ahead``: what was started ahead for the run (a fetch
-    worker process, ``spawn_worker_ahead``), which the run takes over.
+    worker process, ``spawn_worker_ahead``), which the run takes over. ``serving`` is set while readers
+    read its projection (its polls are staged for them); clear, it commits each poll as it comes.
     """
 
     stop: threading.Event = field(default_factory=threading.Event)
@@ -52,6 +53,7 @@ class RunEvents:
     gate: StageGate = field(default_factory=StageGate)
     started: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
+    serving: threading.Event = field(default_factory=lambda: _set(threading.Event()))
     ahead: Any = None
 
     def ended(self) -> None:
@@ -65,6 +67,11 @@ class RunEvents:
         events = cls(stop=stop or threading.Event())
         events.counted.set()
         return events
+
+
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
 
 
 class LiveRun(Protocol[H_contra]):
@@ -184,13 +191,14 @@ class PausableProjector(Generic[H]):
     def standby(self, projection: H, also_stop: threading.Event, ahead: Any = None) -> RunThread:
         """Start a live run over ``projection`` beside the run in progress, on a thread of its own (so that
         it is warm when a switch hands it over: ``resume(projection, run)``); it counts nothing into
-        ``/metrics`` until its ``events.counted`` is set; it takes over ``ahead`` (``RunEvents.ahead``).
-        The caller stops it unless it hands it over."""
+        ``/metrics`` until its ``events.counted`` is set, stages nothing for readers until its
+        ``events.serving`` is set, and takes over ``ahead`` (``RunEvents.ahead``). The caller stops it
+        unless it hands it over."""
         runner = RunThread(
             lambda events: self._run(projection, events),
             name="throughline-standby-projector",
             also_stop=also_stop,
-            events=RunEvents(ahead=ahead),
+            events=RunEvents(ahead=ahead, serving=threading.Event()),
         )
         runner.start()
         return runner

@@ -63,7 +63,8 @@ def live_run(
     it applies counts into ``/metrics`` while ``counted`` is set (a rebuild's run that becomes the live
     one: until the switch, those records are counted by the live run over the old file); once ``gate``
     closed it makes nothing more readable; ``started`` is set as its loop begins, ``released`` once it
-    leaves the projection alone; ``ahead``: its fetch worker, when one was started ahead."""
+    leaves the projection alone; ``ahead``: its fetch worker, when one was started ahead; while
+    ``serving`` is clear it commits each poll as it comes instead of staging it for readers."""
     from throughline.projector.runner import Projector, ProjectorOptions
 
     progress = metered_progress(metrics)
@@ -79,6 +80,7 @@ def live_run(
             running=events.started,
             gate=events.gate,
             worker=events.ahead,
+            staging=events.serving,
         )
 
     return run

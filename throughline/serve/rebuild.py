@@ -25,8 +25,9 @@ log) of the live one, the switch (docs/design.md, "Rebuilding without downtime")
 6. the waits still on the old handle go on on the new one (``retire``), and the live projector resumes
    with the new file's run, already going on (``PausableProjector.resume`` adopts it: nothing starts
    inside the pause); then (outside the pause) that run counts into ``/metrics`` once its commits
-   passed ``A``, the old handle closes once its reads are done and the old run left it, its file goes,
-   and the new file is checkpointed (synced).
+   passed ``A``, the old handle closes once its reads are done and the old run left it (without a
+   checkpoint: its file goes next). The new file is not checkpointed here (reads wait for a checkpoint):
+   its commits since the replay's close reach the disk at its next one, as every commit of ``serve``.
 
 One owner for each piece of state: the rebuild's phase and figures are this object's (published as a
 frozen ``RebuildStatus``), the current handle is the ``SwitchableProjection``'s, the live projector's
@@ -401,6 +402,9 @@ class Rebuild(Generic[H]):
         goes on)."""
         s = self._settings
         self._publish(phase="switching")
+        # Caught up (each poll committed as it came, folded once): from here its polls are staged as the
+        # live run's are, so that it can be level with what the live file's readers see.
+        runner.events.serving.set()
         aligned = self._align(new)
         paused_at = time.monotonic()
         if not self._live.pause(s.pause_timeout):
@@ -437,9 +441,8 @@ class Rebuild(Generic[H]):
                 _log.error("rebuild: reads on the old file still in flight after %gs; closing it", s.drain_timeout)
             if not self._live.wait_left(RUN_STOP_TIMEOUT):
                 raise RebuildRefusedError(f"the old live run did not leave its file within {RUN_STOP_TIMEOUT:g}s")
-            old.close()
+            old.discard()  # no checkpoint of its WAL into a file removed next
             self._files.remove_old()
-            new.checkpoint()
         except Exception as exc:  # the next start removes the old file (the marker names the new one)
             _log.error("rebuild: after the switch: %s (the next start finishes it)", exc)
         self._offsets(new.applied_offsets)

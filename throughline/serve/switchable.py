@@ -47,6 +47,10 @@ class SwitchableHandle(Projection, Protocol):
         """Wake the waits on the handle and refuse new reads; its writer may still finish (``close`` later)."""
         ...
 
+    def discard(self) -> None:
+        """``close``, writing nothing more into the file (it is removed next)."""
+        ...
+
 
 H = TypeVar("H", bound=SwitchableHandle)
 
