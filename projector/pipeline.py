@@ -145,6 +145,9 @@ class StagedWriter:
         self._draining = False
         self._closed = False
         self._error: BaseException | None = None
+        # Its stored turn keys fill now, while the run starts (or, not serving yet, catches up): not beside
+        # the first polls readers wait for.
+        projection.prepare_staging()
         self._thread = threading.Thread(target=self._run, name="throughline-writer", daemon=True)
         self._thread.start()
 

@@ -396,6 +396,11 @@ class DuckProjection:
         self._file.require_writable()
         return self._staging.stage(self._file.connection, topic, batches, self._file.source_cache)
 
+    def prepare_staging(self) -> None:
+        """Ready ``stage`` before the first poll (``staging.Stager.prepare``), from the thread that stages."""
+        self._file.require_writable()
+        self._staging.prepare(self._file.connection)
+
     def unstage(self) -> None:
         """Drop every staged layer (their commit failed): reads see the committed projection only."""
         self._reads.drop()

@@ -236,3 +236,15 @@ def test_while_staging_is_clear_each_poll_is_committed_as_it_comes(projection: D
         assert projection.applied_offsets() == {0: 8} and head_length(projection) == 8
     finally:
         writer.close()
+
+
+def test_a_staged_writer_fills_the_stored_turn_keys_before_its_first_poll(projection: DuckProjection) -> None:
+    writer, _ = writer_for(projection)
+    try:
+        keys = projection._staging.stored_keys  # filled by a scan of turn_ids, from the writer's start
+        deadline = time.monotonic() + 10
+        while not keys.ready and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert keys.ready  # nothing was staged: the scan did not wait for a poll
+    finally:
+        writer.close()
