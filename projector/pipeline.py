@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Union
 
-from throughline.projector.prepare import PreparedBatch, merge_polls
+from throughline.projector.prepare import PreparedBatch, merge_polls, split_poll
 from throughline.projector.store import DuckProjection, stageable
 from throughline.projector.tally import Tally
 
@@ -51,6 +51,8 @@ DRAIN_TIMEOUT = 600.0
 _WAKE_S = 0.1  # waits wake at least this often to look for the writer's error
 #: ``serve``'s bound on what waits for the writer, in polls of ``max_poll_records`` (see above).
 QUEUED_POLLS = 4
+#: Records a transaction commits at most while nobody reads the projection yet (``staging`` clear).
+UNREAD_SLICE = 64
 
 
 class StageGate:
@@ -156,11 +158,21 @@ class StagedWriter:
         holding a repair, or any while ``staging`` is clear, is committed here instead, after the queue. A
         poll handed over once the gate closed is dropped (the run is stopping)."""
         self.raise_pending()
-        if not stageable(batches) or (self._staging is not None and not self._staging.is_set()):
+        if not stageable(batches):
             self.drain()
             with self._gate.admitting() as admitted:
                 if admitted:
                     self._tally.apply(self._topic, batches)
+            return
+        if self._staging is not None and not self._staging.is_set():
+            # Nobody reads it yet (a rebuild's new file catching up in serve's process): committed in
+            # slices, so that no transaction of a large poll holds the reads' cores and lock for long.
+            self.drain()
+            for part in split_poll(batches, UNREAD_SLICE):
+                with self._gate.admitting() as admitted:
+                    if not admitted:
+                        return
+                    self._tally.apply(self._topic, part)
             return
         with self._gate.admitting() as admitted:
             if not admitted:

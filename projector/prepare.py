@@ -166,6 +166,23 @@ def merge_polls(polls: Sequence[Sequence[PreparedBatch]]) -> list[PreparedBatch]
     return [PreparedBatch(p, tuple(items), end) for p, (items, end) in parts.items()]
 
 
+def split_poll(batches: Sequence[PreparedBatch], most: int) -> list[list[PreparedBatch]]:
+    """A poll as consecutive smaller ones of at most ``most`` records each (one partition each): what the
+    feed would have delivered with a smaller ``max_poll_records``. A part's ``next_offset`` is the next
+    part's first offset (the offsets between hold no record), the last part's the batch's own."""
+    parts: list[list[PreparedBatch]] = []
+    for b in batches:
+        if len(b.items) <= most:
+            parts.append([b])
+            continue
+        for first in range(0, len(b.items), most):
+            chunk = b.items[first : first + most]
+            rest = first + most
+            end = b.items[rest].offset if rest < len(b.items) else b.next_offset
+            parts.append([PreparedBatch(b.partition, chunk, end)])
+    return parts
+
+
 def _rebuild_batch(
     partition: int,
     columns: tuple[tuple[Any, ...], ...],

@@ -13,7 +13,7 @@ from projector_histories import TOPIC, Entry, entries_log, turn
 
 from throughline.core.repair import RepairRecord
 from throughline.projector.exceptions import ProjectionStorageError
-from throughline.projector.pipeline import StagedWriter, StageGate
+from throughline.projector.pipeline import UNREAD_SLICE, StagedWriter, StageGate
 from throughline.projector.store import DuckProjection, LogRecord, PreparedBatch
 from throughline.projector.tally import ProgressUpdate, Tally
 from throughline.schemas.codec import encode_turn
@@ -227,13 +227,17 @@ def test_while_staging_is_clear_each_poll_is_committed_as_it_comes(projection: D
         assert projection.applied_offsets() == {0: 2} and len(updates) == 1  # committed before apply returned
         writer.apply(poll(projection, records(2, 3)))
         assert projection.applied_offsets() == {0: 5} and len(updates) == 2
+        writer.apply(poll(projection, records(5, 2 * UNREAD_SLICE + 1)))  # a catch-up: in bounded transactions
+        assert projection.applied_offsets() == {0: 6 + 2 * UNREAD_SLICE} and len(updates) == 5
+        assert max(u.batch.records for u in updates) == UNREAD_SLICE
         staging.set()  # readers from here: staged at once, committed on the writer's interval
-        writer.apply(poll(projection, records(5, 1)))
+        n = 6 + 2 * UNREAD_SLICE
+        writer.apply(poll(projection, records(n, 1)))
         writer.drain()  # the first commit after a quiet spell goes at once; the next waits the interval
-        writer.apply(poll(projection, records(6, 2)))
-        assert projection.readable_offsets() == {0: 8} and projection.applied_offsets() == {0: 6}
+        writer.apply(poll(projection, records(n + 1, 2)))
+        assert projection.readable_offsets() == {0: n + 3} and projection.applied_offsets() == {0: n + 1}
         writer.drain()
-        assert projection.applied_offsets() == {0: 8} and head_length(projection) == 8
+        assert projection.applied_offsets() == {0: n + 3} and head_length(projection) == n + 3
     finally:
         writer.close()
 

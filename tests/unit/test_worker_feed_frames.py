@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from throughline.projector.feed import FeedSpec, FetchWorkerError, ProjectorOptions, WorkerFeed, WorkerProcess
 from throughline.projector.feed.frames import frame_bytes
-from throughline.projector.prepare import InvalidBatchError, PreparedBatch, RefusedRecord, merge_polls
+from throughline.projector.prepare import InvalidBatchError, PreparedBatch, RefusedRecord, merge_polls, split_poll
 
 
 def _batch(partition: int, offsets: list[int], next_offset: int | None = None) -> PreparedBatch:
@@ -110,6 +110,26 @@ def test_merged_polls_are_the_poll_that_holds_them_all(polls_spec: list[list[tup
     merged = merge_polls(polls)
     assert _offsets(merged) == expected
     assert len({b.partition for b in merged}) == len(merged)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12), st.integers(0, 2)), max_size=3),
+    st.integers(1, 5),
+)
+def test_a_split_poll_is_consecutive_polls_of_at_most_so_many_records(
+    spec: list[tuple[int, int, int]], most: int
+) -> None:
+    """What a feed with a smaller ``max_poll_records`` would have delivered: merged back, the same poll."""
+    poll = []
+    for partition, count, skipped in {p: (p, c, s) for p, c, s in spec}.values():
+        offsets = list(range(10, 10 + 2 * count, 2))  # every other offset holds no record
+        poll.append(_batch(partition, offsets, 10 + 2 * count + skipped))
+    parts = split_poll(poll, most)
+    assert all(len(part) == 1 and len(part[0].items) <= most for part in parts)
+    assert _offsets(merge_polls(parts)) == _offsets(poll) if parts else poll == []
+    for before, after in zip(parts, parts[1:], strict=False):  # one partition's parts follow each other
+        if before[0].partition == after[0].partition:
+            assert before[0].next_offset == after[0].items[0].offset
 
 
 def test_polls_out_of_order_are_refused() -> None:
