@@ -6,12 +6,13 @@ or core taken from the reads), while the live file keeps answering every read an
 following the log. Once the new file is within ``close_enough`` records (or ``close_lag`` seconds of the
 log) of the live one, the switch (docs/design.md, "Rebuilding without downtime"):
 
-1. the replay stops (its file committed and closed), the new file is opened here and a live run starts over the new file beside the live projector (``standby``:
-   staged for readers, the live run's settings, counting nothing into ``/metrics`` yet); the rebuild
-   waits until it fetches (its loop began, its fetch worker delivered) and follows the log as closely
-   as the live one (it reached what the live file's readers saw ``warm_lag`` seconds before), then
-   (bounded by ``align_timeout``) for an instant when it has made readable all the live file's
-   readers see;
+1. the replay stops (its file committed and closed), the new file is opened here and a live run starts
+   over it beside the live projector (``standby``: the live run's settings, its fetch worker started
+   ahead, counting nothing into ``/metrics`` yet, and staging nothing: nobody reads it, so it commits
+   what it catches up as it comes); the rebuild waits until it fetches (its loop began, its fetch
+   worker delivered) and follows the log as closely as the live one (it reached what the live file's
+   readers saw ``warm_lag`` seconds before); then it stages for readers, and the rebuild waits (bounded
+   by ``align_timeout``) for an instant when it has made readable all the live file's readers see;
 2. the live projector pauses (``PausableProjector.pause``): its gate closes (``StageGate``), so the
    offsets the live file's readers see stop at ``A`` at once, whether or not its loop is waiting for a
    fetch (it commits what it staged, then closes its own clients, beside what follows);
@@ -124,7 +125,7 @@ class RebuildSettings:
     close_lag: float = 0.15  # or seconds of the log (at a high rate): the new file's live run catches up the rest
     warm_lag: float = 0.05  # seconds of the log the new file's live run may be behind the live one before aligning
     align_timeout: float = 1.0  # bound on waiting for an instant the new file's run is level with the live one
-    pause_timeout: float = 60.0  # bound on the live projector committing its staged polls and returning
+    pause_timeout: float = 60.0  # bound on the live projector's gate closing (a poll being made readable)
     switch_timeout: float = 30.0  # bound on the pause: the new file reaches the live offsets within it; and on warming
     drain_timeout: float = 30.0  # bound on the reads in flight on the old handle after the switch
     attempts: int = 5  # switch attempts before the rebuild gives up (the live file keeps serving)
