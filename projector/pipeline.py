@@ -158,17 +158,13 @@ class StagedWriter:
         holding a repair, or any while ``staging`` is clear, is committed here instead, after the queue. A
         poll handed over once the gate closed is dropped (the run is stopping)."""
         self.raise_pending()
-        if not stageable(batches):
+        unread = self._staging is not None and not self._staging.is_set()
+        if unread or not stageable(batches):
             self.drain()
-            with self._gate.admitting() as admitted:
-                if admitted:
-                    self._tally.apply(self._topic, batches)
-            return
-        if self._staging is not None and not self._staging.is_set():
-            # Nobody reads it yet (a rebuild's new file catching up in serve's process): committed in
-            # slices, so that no transaction of a large poll holds the reads' cores and lock for long.
-            self.drain()
-            for part in split_poll(batches, UNREAD_SLICE):
+            # A repair is committed whole; nobody reads it yet (a rebuild's new file catching up in serve's
+            # process): in slices, so that no transaction of a large poll holds the reads' cores for long.
+            parts = split_poll(batches, UNREAD_SLICE) if stageable(batches) else [batches]
+            for part in parts:
                 with self._gate.admitting() as admitted:
                     if not admitted:
                         return
