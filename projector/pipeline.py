@@ -51,8 +51,11 @@ DRAIN_TIMEOUT = 600.0
 _WAKE_S = 0.1  # waits wake at least this often to look for the writer's error
 #: ``serve``'s bound on what waits for the writer, in polls of ``max_poll_records`` (see above).
 QUEUED_POLLS = 4
-#: Records a transaction commits at most while nobody reads the projection yet (``staging`` clear).
-UNREAD_SLICE = 64
+#: Records a transaction commits at most while nobody reads the projection yet (``staging`` clear). Each
+#: transaction has a fixed cost (tens of milliseconds on two busy cores): with 64, a rebuild's catch-up of
+#: ~1,500 records in ``serve`` took 1.2-1.5 s and slowed the reads all along; with polls packed up to
+#: 1,000, 0.5-0.6 s (docs/benchmarks.md, "9. Reads during a rebuild's switch").
+UNREAD_SLICE = 1_000
 
 
 class StageGate:
@@ -162,7 +165,7 @@ class StagedWriter:
         if unread or not stageable(batches):
             self.drain()
             # A repair is committed whole; nobody reads it yet (a rebuild's new file catching up in serve's
-            # process): in slices, so that no transaction of a large poll holds the reads' cores for long.
+            # process): in bounded transactions, so that none of a large poll holds the reads' cores for long.
             parts = split_poll(batches, UNREAD_SLICE) if stageable(batches) else [batches]
             for part in parts:
                 with self._gate.admitting() as admitted:

@@ -167,19 +167,30 @@ def merge_polls(polls: Sequence[Sequence[PreparedBatch]]) -> list[PreparedBatch]
 
 
 def split_poll(batches: Sequence[PreparedBatch], most: int) -> list[list[PreparedBatch]]:
-    """A poll as consecutive smaller ones of at most ``most`` records each (one partition each): what the
-    feed would have delivered with a smaller ``max_poll_records``. A part's ``next_offset`` is the next
-    part's first offset (the offsets between hold no record), the last part's the batch's own."""
-    parts: list[list[PreparedBatch]] = []
+    """A poll as consecutive smaller ones of at most ``most`` records each: what the feed would have
+    delivered with a smaller ``max_poll_records``. A partition's batch longer than ``most`` is cut (a
+    part's ``next_offset`` is the next part's first offset: the offsets between hold no record; the last
+    part's is the batch's own); the pieces are then packed in order, several partitions to a part while
+    they fit, so that no more parts (transactions) come out than the bound asks for."""
+    pieces: list[PreparedBatch] = []
     for b in batches:
         if len(b.items) <= most:
-            parts.append([b])
+            pieces.append(b)
             continue
         for first in range(0, len(b.items), most):
             chunk = b.items[first : first + most]
             rest = first + most
             end = b.items[rest].offset if rest < len(b.items) else b.next_offset
-            parts.append([PreparedBatch(b.partition, chunk, end)])
+            pieces.append(PreparedBatch(b.partition, chunk, end))
+    parts: list[list[PreparedBatch]] = []
+    room = 0
+    for piece in pieces:
+        fits = parts and len(piece.items) <= room and all(b.partition != piece.partition for b in parts[-1])
+        if not fits:
+            parts.append([])
+            room = most
+        parts[-1].append(piece)
+        room -= len(piece.items)
     return parts
 
 

@@ -125,11 +125,18 @@ def test_a_split_poll_is_consecutive_polls_of_at_most_so_many_records(
         offsets = list(range(10, 10 + 2 * count, 2))  # every other offset holds no record
         poll.append(_batch(partition, offsets, 10 + 2 * count + skipped))
     parts = split_poll(poll, most)
-    assert all(len(part) == 1 and len(part[0].items) <= most for part in parts)
+    assert all(sum(len(b.items) for b in part) <= most for part in parts)
+    assert all(len({b.partition for b in part}) == len(part) for part in parts)  # each part a poll
     assert _offsets(merge_polls(parts)) == _offsets(poll) if parts else poll == []
-    for before, after in zip(parts, parts[1:], strict=False):  # one partition's parts follow each other
-        if before[0].partition == after[0].partition:
-            assert before[0].next_offset == after[0].items[0].offset
+    pieces = [b for part in parts for b in part]
+    for before, after in zip(pieces, pieces[1:], strict=False):  # one partition's pieces follow each other
+        if before.partition == after.partition:
+            assert before.next_offset == after.items[0].offset
+    for part, following in zip(parts, parts[1:], strict=False):  # packed: the next piece did not fit
+        first = following[0]
+        assert sum(len(b.items) for b in part) + len(first.items) > most or any(
+            b.partition == first.partition for b in part
+        )
 
 
 def test_polls_out_of_order_are_refused() -> None:
