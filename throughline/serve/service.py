@@ -46,7 +46,7 @@ from throughline.serve.exceptions import BindFailedError, ProjectorFailedError, 
 from throughline.serve.http_protocol import http_protocol
 from throughline.serve.metrics import ServeMetrics
 from throughline.serve.projector_runs import live_run, projector_loop, rebuild_replay
-from throughline.serve.rebuild import PausableProjector, Rebuild, rebuild_metrics
+from throughline.serve.rebuild import PausableProjector, Rebuild, SpareAhead, rebuild_metrics
 from throughline.serve.security import (
     KeyWatcher,
     TlsOptions,
@@ -381,6 +381,11 @@ def run_service(
             live = PausableProjector(live_run(servers, settings.topic, metrics, kafka_config), projection)
             projector = ProjectorThread(live, on_exit=request_stop)
             state = projector
+            # The new file's fetch worker, started now rather than with a rebuild (docs/design.md,
+            # "Rebuilding without downtime"); stopped after any rebuild ended (callbacks run last first).
+            spare = SpareAhead(spawn_worker_ahead)
+            stack.callback(spare.close)
+            spare.prepare()
             rebuild = Rebuild(
                 files=files,
                 reads=reads,
@@ -389,7 +394,7 @@ def run_service(
                 replay=rebuild_replay(servers, settings.topic, kafka_config, sync_commits=options.sync_commits),
                 stopping=stopping,
                 on_status=rebuild_metrics(metrics),
-                start_ahead=spawn_worker_ahead,
+                start_ahead=spare,
             )
             stack.callback(rebuild.join, DEFAULT_GRACEFUL_TIMEOUT)
         elif options.projector:
