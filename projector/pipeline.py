@@ -54,7 +54,7 @@ QUEUED_POLLS = 4
 #: Records a transaction commits at most while nobody reads the projection yet (``staging`` clear). Each
 #: transaction has a fixed cost (tens of milliseconds on two busy cores): with 64, a rebuild's catch-up of
 #: ~1,500 records in ``serve`` took 1.2-1.5 s and slowed the reads all along; with polls packed up to
-#: 1,000, 0.5-0.6 s (docs/benchmarks.md, "9. Reads during a rebuild's switch").
+#: 1,000, 0.6-0.7 s (docs/benchmarks.md, "9. Reads during a rebuild's switch").
 UNREAD_SLICE = 1_000
 
 
