@@ -14,6 +14,10 @@ would sit beside a file of another name, and a crash would leave it behind). The
 keeps its name while ``serve`` runs, and is moved to ``DB`` when no handle holds it: by ``finish``, when
 ``serve`` stops, and by ``recover`` when it starts (after a crash). Each step of both is safe to repeat
 after a crash at any instant: the marker is removed last.
+
+The replay also leaves ``DB.rebuild.keys`` when it stops (``turn_keys_of``: the turn keys it kept, for
+``serve`` to adopt rather than scan, ``projector.store.stored_keys``); ``serve`` removes it once it
+opened the file, and a start removes it with an unfinished rebuild.
 """
 
 from __future__ import annotations
@@ -33,6 +37,19 @@ log = logging.getLogger(__name__)
 
 REBUILD_SUFFIX = ".rebuild"
 SWITCHED_SUFFIX = ".rebuild.switched"
+KEYS_SUFFIX = ".keys"
+
+
+def turn_keys_of(path: Path) -> Path:
+    """Where a rebuild's replay hands the turn keys of the file ``path`` over to ``serve``."""
+    return path.with_name(path.name + KEYS_SUFFIX)
+
+
+def remove_turn_keys(path: Path) -> None:
+    """Remove the hand-over of ``path``'s turn keys (and a partial one), if any."""
+    keys = turn_keys_of(path)
+    for leftover in (keys, keys.with_name(keys.name + ".tmp")):
+        leftover.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +78,7 @@ class RebuildFiles:
         if found:
             log.warning("removing %s, left by a rebuild that did not switch", " and ".join(found))
         remove_db_files(self.rebuilt)
+        remove_turn_keys(self.rebuilt)
 
     def mark_switched(self) -> None:
         """Make ``rebuilt`` the projection, durably (its content must be checkpointed first)."""
@@ -91,6 +109,7 @@ class RebuildFiles:
             os.replace(self.rebuilt, self.db)
             sync_directory(self.db.parent)
             log.warning("the rebuilt projection is now %s", self.db)
+        remove_turn_keys(self.rebuilt)
         self.marker.unlink()
         sync_directory(self.db.parent)
 

@@ -12,7 +12,9 @@ The child is ``python -m throughline.projector.rebuild_replay``. It reads its sp
 builtins and a ``KafkaClientConfig``) from stdin, folds the topic into the file with the projector
 (``Projector.run``, from the file's applied offsets) and writes one JSON line to stdout at most every
 ``REPORT_EVERY`` seconds: ``{"applied": {partition: offset}}``; then, when it stopped, ``{"applied": ...,
-"done": true}`` once the file is committed and closed, or ``{"error": "..."}``. It stops when its stdin
+"done": true}`` once the file is committed and closed, or ``{"error": "..."}``. A new file's turn keys are
+kept in memory as it commits, and written to ``turn_keys_of(path)`` before the file closes, for ``serve``
+to adopt rather than scan (``projector.store.stored_keys``). It stops when its stdin
 reaches its end (the parent closed it, or died), and dies with its parent (``PDEATHSIG``).
 """
 
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from throughline.projector.exceptions import ReplayProcessError
+from throughline.projector.rebuild_files import turn_keys_of
 
 #: The module the child runs with ``python -m``.
 REPLAY_MODULE = "throughline.projector.rebuild_replay"
@@ -66,6 +69,7 @@ class ReplayProcess:
     ) -> None:
         self._spec = {
             "path": str(path),
+            "keys": str(turn_keys_of(path)),
             "servers": list(servers),
             "topic": topic,
             "kafka_config": kafka_config,
@@ -213,11 +217,17 @@ def replay_main() -> int:
 
         options = ProjectorOptions(poll_timeout=REPLAY_POLL_TIMEOUT)
         with DuckProjection.open(spec["path"], topic=spec["topic"], sync_commits=spec["sync_commits"]) as projection:
+            kept = projection.keep_turn_keys()
             _report(out, applied=_as_json(projection.applied_offsets()))
             Projector(
                 projection, spec["servers"], spec["topic"], options=options, kafka_config=spec["kafka_config"]
             ).run(stop=stop, progress=progress)
             applied = projection.applied_offsets()
+            if kept:
+                try:
+                    projection.save_turn_keys(Path(spec["keys"]))
+                except OSError as exc:  # serve scans turn_ids for them instead
+                    logging.getLogger(REPLAY_MODULE).warning("the turn keys are not handed over: %s", exc)
         _report(out, applied=_as_json(applied), done=True)
         return 0
     except Exception as exc:  # the parent reports it (the rebuild fails; the live file keeps serving)

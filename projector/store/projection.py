@@ -401,6 +401,24 @@ class DuckProjection:
         self._file.require_writable()
         self._staging.prepare(self._file.connection)
 
+    def keep_turn_keys(self) -> bool:
+        """Keep the stored turn keys in memory from here on when the file holds no turn yet (a new file: no
+        scan, ``StoredTurnKeys.start_empty``), to hand them to the next process (``save_turn_keys``);
+        ``False``: the file has turns (nothing kept). Before the first commit."""
+        self._file.require_writable()
+        return self._staging.stored_keys.start_empty(self._file.connection)
+
+    def save_turn_keys(self, path: Path) -> bool:
+        """Write the kept turn keys to ``path`` for the next process to open this file (``adopt_turn_keys``),
+        after the last commit; ``False`` when none are kept."""
+        return self._staging.stored_keys.save(self._file.connection, path, self.applied_offsets())
+
+    def adopt_turn_keys(self, path: Path) -> bool:
+        """Take the turn keys the last process saved to ``path`` instead of scanning ``turn_ids`` for them, if
+        they are exact for the file as it is (``StoredTurnKeys.adopt``); before ``prepare_staging``."""
+        self._file.require_writable()
+        return self._staging.stored_keys.adopt(self._file.connection, path, self.applied_offsets())
+
     def unstage(self) -> None:
         """Drop every staged layer (their commit failed): reads see the committed projection only."""
         self._reads.drop()

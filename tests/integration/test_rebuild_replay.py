@@ -1,6 +1,6 @@
 """A rebuild's replay in its child process (``ReplayProcess``) against a real broker: it folds the topic into
 the file while reporting its applied offsets, lowers its own CPU priority, lets the file go once it says it
-is done (the same tables a replay in process gives), and a failure in the child reaches the parent as a
+is done (the same tables a replay in process gives) with its turn keys handed over, and a failure in the child reaches the parent as a
 typed error with the child's own message."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from test_serve import produce, turn
 
 from throughline.projector.exceptions import ReplayProcessError
+from throughline.projector.rebuild_files import turn_keys_of
 from throughline.projector.rebuild_replay import ReplayProcess
 from throughline.projector.runner import Projector
 from throughline.projector.store import DuckProjection
@@ -53,6 +54,9 @@ def test_the_replay_child_folds_the_topic_reports_it_and_lets_the_file_go(kafka_
     with DuckProjection.open(path, topic=topic) as rebuilt:  # the child let the file go (DuckDB's lock)
         assert sum(rebuilt.applied_offsets().values()) == TURNS
         digests = rebuilt.table_digests()
+        # It kept the new file's turn keys and handed them over: adopted, no scan of turn_ids needed.
+        assert rebuilt.adopt_turn_keys(turn_keys_of(path))
+        assert rebuilt._staging.stored_keys.ready
     with DuckProjection.open(tmp_path / "in-process.duckdb", topic=topic) as fresh:
         assert Projector(fresh, kafka_bootstrap, topic).run(until_caught_up=True).caught_up
         assert fresh.table_digests() == digests

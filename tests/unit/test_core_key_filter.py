@@ -64,3 +64,50 @@ def test_threads_adding_at_once_lose_no_key() -> None:
     for t in threads:
         t.join(timeout=60)
     assert all(f.may_contain(k) for ks in parts for k in ks)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(keys16, max_size=300), st.integers(1, 64), st.lists(keys16, max_size=50))
+def test_a_filter_carried_as_bytes_answers_the_same(keys: list[bytes], capacity: int, others: list[bytes]) -> None:
+    f = KeyFilter(capacity)
+    f.add_many(keys)
+    g = KeyFilter.from_bytes(f.to_bytes())
+    assert g.count == f.count and g.size_bytes == f.size_bytes
+    assert all(g.may_contain(k) for k in keys)
+    assert [g.may_contain(k) for k in others] == [f.may_contain(k) for k in others]
+    g.add_many(others)  # it goes on growing as the original would
+    assert all(g.may_contain(k) for k in [*keys, *others])
+    assert g.to_bytes() != f.to_bytes() or not others
+
+
+def test_the_bytes_of_a_filter_are_pinned() -> None:
+    # Format 1 (FORMAT): a rebuild's replay and the serve that adopts its filter may be different builds.
+    f = KeyFilter(1)
+    f.add_many(_digests("golden", 3))  # a second filter after the first key
+    data = f.to_bytes()
+    assert data[:11] == b"TLKF\x01\x08\x20" + (2).to_bytes(4, "little")  # 8 hashes, 32 bits a key, 2 filters
+    assert data[11:28] == (1).to_bytes(8, "little") + (1).to_bytes(8, "little") + bytes([13])
+    assert len(data) == 11 + 2 * 17 + 2 * 1024
+    assert hashlib.sha256(data).hexdigest() == GOLDEN_FILTER_SHA256
+
+
+GOLDEN_FILTER_SHA256 = "d73db4c889679e4b579e2c4d70b5d482c811daacae2a36659940eb3d7e142a1b"
+
+
+@pytest.mark.parametrize(
+    ("mangle", "message"),
+    [
+        (lambda b: b[:5], "shorter than its header"),
+        (lambda b: b"XXXX" + b[4:], "wrong magic"),
+        (lambda b: b[:4] + b"\x02" + b[5:], "format 2"),
+        (lambda b: b[:5] + b"\x07" + b[6:], "7 hashes"),
+        (lambda b: b[:-1], "cut short"),
+        (lambda b: b + b"\x00", "1 more bytes"),
+        (lambda b: b[:7] + (0).to_bytes(4, "little") + b[11:], "without filters"),
+    ],
+)
+def test_bytes_of_anything_else_are_refused(mangle, message: str) -> None:  # type: ignore[no-untyped-def]
+    f = KeyFilter(1)
+    f.add_many(_digests("bad", 3))
+    with pytest.raises(ValueError, match=message):
+        KeyFilter.from_bytes(mangle(f.to_bytes()))

@@ -8,11 +8,16 @@ maybe present (no false negatives); a key never added is reported present with a
 last, so that the rate stays bounded however many keys arrive.
 
 Adding is safe from several threads (a lock); asking needs none, because bits are only ever set.
+
+``to_bytes`` and ``from_bytes`` carry a filter between processes (a rebuild's replay hands the filter it
+kept to ``serve``, which would otherwise rebuild it key by key in Python): ``FORMAT`` is the byte layout,
+version ``FORMAT_VERSION``.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 import threading
 from collections.abc import Iterable
 
@@ -20,6 +25,14 @@ from collections.abc import Iterable
 BITS_PER_KEY = 32
 HASHES = 8
 MIN_KEY_BYTES = 16
+
+#: ``to_bytes``: a header (magic, format version, ``HASHES``, ``BITS_PER_KEY``, the number of filters),
+#: then each filter's capacity, keys added and log2 of its bits, followed by its bits; little-endian.
+FORMAT = "<4sBBBI then, per filter, <QQB and 2**(log2_bits - 3) bytes"
+FORMAT_VERSION = 1
+_MAGIC = b"TLKF"
+_HEADER = struct.Struct("<4sBBBI")
+_FILTER = struct.Struct("<QQB")
 
 
 class _Bits:
@@ -77,6 +90,58 @@ class KeyFilter:
                     bits[position >> 3] |= 1 << (position & 7)
                 current.count += 1
 
+    def to_bytes(self) -> bytes:
+        """The filter as bytes (``FORMAT``); ``from_bytes`` gives back one that answers the same."""
+        with self._lock:
+            parts = [_HEADER.pack(_MAGIC, FORMAT_VERSION, HASHES, BITS_PER_KEY, len(self._filters))]
+            for f in self._filters:
+                parts.append(_FILTER.pack(f.capacity, f.count, f.mask.bit_length()))
+                parts.append(bytes(f.bits))
+        return b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> KeyFilter:
+        """The filter ``to_bytes`` wrote; ``ValueError`` for anything else (another format, version or
+        hashing, or bytes cut short or trailing)."""
+        view = memoryview(data)
+        if len(view) < _HEADER.size:
+            raise ValueError("not a key filter: shorter than its header")
+        magic, version, hashes, bits_per_key, count = _HEADER.unpack_from(view)
+        if magic != _MAGIC:
+            raise ValueError("not a key filter: wrong magic")
+        if (version, hashes, bits_per_key) != (FORMAT_VERSION, HASHES, BITS_PER_KEY):
+            raise ValueError(
+                f"a key filter of format {version} ({hashes} hashes, {bits_per_key} bits a key): "
+                f"this reads format {FORMAT_VERSION} ({HASHES} hashes, {BITS_PER_KEY} bits a key)"
+            )
+        if count < 1:
+            raise ValueError("a key filter without filters")
+        filters: list[_Bits] = []
+        at = _HEADER.size
+        for _ in range(count):
+            if len(view) < at + _FILTER.size:
+                raise ValueError("a key filter cut short")
+            capacity, added, log2_bits = _FILTER.unpack_from(view, at)
+            at += _FILTER.size
+            if capacity < 1 or not 13 <= log2_bits <= 60:
+                raise ValueError(f"a key filter of {capacity} keys in 2**{log2_bits} bits")
+            size = 1 << (log2_bits - 3)
+            if len(view) < at + size:
+                raise ValueError("a key filter cut short")
+            bits = _Bits.__new__(_Bits)
+            bits.bits = bytearray(view[at : at + size])
+            bits.mask = (1 << log2_bits) - 1
+            bits.capacity = capacity
+            bits.count = added
+            filters.append(bits)
+            at += size
+        if at != len(view):
+            raise ValueError(f"a key filter followed by {len(view) - at} more bytes")
+        out = cls.__new__(cls)
+        out._filters = filters
+        out._lock = threading.Lock()
+        return out
+
     def add(self, key: bytes) -> None:
         """Add one key."""
         self.add_many((key,))
@@ -106,4 +171,4 @@ class KeyFilter:
         return f"KeyFilter({self.count} keys, {len(self._filters)} filters, {self.size_bytes} bytes)"
 
 
-__all__ = ["BITS_PER_KEY", "HASHES", "MIN_KEY_BYTES", "KeyFilter"]
+__all__ = ["BITS_PER_KEY", "FORMAT", "FORMAT_VERSION", "HASHES", "MIN_KEY_BYTES", "KeyFilter"]

@@ -288,7 +288,7 @@ def run_service(
     ``announce`` is given the URL once the server accepts requests (the command prints it)."""
     from throughline.log import DEFAULT_PARTITIONS, KafkaLog, TopicWatch, ensure_topic
     from throughline.projector.feed import spawn_worker_ahead
-    from throughline.projector.rebuild_files import RebuildFiles
+    from throughline.projector.rebuild_files import RebuildFiles, remove_turn_keys, turn_keys_of
     from throughline.projector.store import DuckProjection
 
     _configure_logging(options.log_level)
@@ -335,6 +335,19 @@ def run_service(
             return DuckProjection.open(
                 str(path), read_only=read_only, topic=settings.topic, sync_commits=options.sync_commits
             )
+
+        def open_rebuilt(path: Path) -> DuckProjection:
+            # With the turn keys its replay kept: a scan of them here would take the GIL from the reads
+            # while the new file catches up (docs/design.md, "Rebuilding without downtime").
+            rebuilt = open_projection(path)
+            try:
+                rebuilt.adopt_turn_keys(turn_keys_of(path))
+            except BaseException:
+                rebuilt.close()
+                raise
+            finally:
+                remove_turn_keys(path)
+            return rebuilt
 
         # A rebuild a crash interrupted: finished (it had switched) or removed (it had not), before opening.
         files = RebuildFiles(Path(settings.db))
@@ -390,7 +403,7 @@ def run_service(
                 files=files,
                 reads=reads,
                 live=live,
-                open_new=open_projection,
+                open_new=open_rebuilt,
                 replay=rebuild_replay(servers, settings.topic, kafka_config, sync_commits=options.sync_commits),
                 stopping=stopping,
                 on_status=rebuild_metrics(metrics),
