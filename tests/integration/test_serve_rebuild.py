@@ -20,7 +20,7 @@ import pytest
 from test_serve import READ_PATH, Serve, produce, turn
 
 from throughline.producers.producer import TurnProducer
-from throughline.projector.rebuild_files import RebuildFiles
+from throughline.projector.rebuild_files import RebuildFiles, turn_keys_of
 from throughline.projector.runner import Projector
 from throughline.projector.store import DuckProjection
 
@@ -163,6 +163,8 @@ def test_every_read_through_a_rebuild_switch_is_ok(kafka_bootstrap: str, tmp_pat
         assert "reads switched to" in serve.stderr()
         files = RebuildFiles(db)
         assert files.switched() and files.rebuilt.exists() and not db.exists()  # the old file went at the switch
+        # The replay's turn keys were handed over and adopted (serve logs why when it scans instead).
+        assert not turn_keys_of(files.rebuilt).exists() and "turn keys handed over" not in serve.stderr()
         metrics = serve.metrics(token=TOKEN)
         assert 'throughline_rebuild_phase{phase="switched"} 1' in metrics
         assert serve.request("POST", REBUILD_PATH, token=TOKEN)[0] == 409  # one switch per run
