@@ -4,13 +4,13 @@ are transcript-shaped text, as the item claims, not random bytes."""
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import subprocess
 import sys
 import zlib
 from pathlib import Path
+
+from support.bench_run import failure, run_bench
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # the bench package lives beside the tests, not in the installed package
@@ -37,17 +37,8 @@ def test_the_bodies_are_transcript_shaped_text() -> None:
 
 
 def test_the_compression_item_prints_every_codec(kafka_bootstrap: str) -> None:
-    env = dict(os.environ, THROUGHLINE_TEST_BOOTSTRAP_SERVERS=kafka_bootstrap)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "compression", "--turns", "300", "--repeat", "1"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]  # 1: a target missed
+    proc = run_bench(["bench", "compression", "--turns", "300", "--repeat", "1"], bootstrap=kafka_bootstrap)
+    assert proc.returncode in (0, 1), failure(proc)  # 1: a target missed
     out = proc.stdout
     assert "## 7. Compression" in out and "python -m bench compression --turns 300 --repeat 1" in out
     for codec in CODECS:

@@ -6,27 +6,17 @@ bench itself fails when the member's log says otherwise) and prints its section;
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support.bench_run import failure, run_bench
 
 
 def test_the_member_join_item_times_both_paths(kafka_bootstrap: str, tmp_path: Path) -> None:
-    env = dict(os.environ, THROUGHLINE_TEST_BOOTSTRAP_SERVERS=kafka_bootstrap)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "member-join", "--quick", "--workdir", str(tmp_path / "work")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    proc = run_bench(
+        ["bench", "member-join", "--quick", "--workdir", str(tmp_path / "work")], bootstrap=kafka_bootstrap
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, failure(proc)
     out = proc.stdout
     assert "## 10. A member joining: from a peer's snapshot against from offset 0" in out
     assert "python -m bench member-join --quick" in out

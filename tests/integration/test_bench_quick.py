@@ -4,23 +4,17 @@ contract promises about reads under steady ingest, never how fast anything is.""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support.bench_run import failure, run_bench
 
 
 def _quick_bench(kafka_bootstrap: str, tmp_path: Path, only: str, timeout: float) -> str:
     """Run ``python -m bench --quick --only ONLY`` against the session's broker; return the report."""
     report = tmp_path / "benchmarks.md"
-    env = dict(os.environ, THROUGHLINE_TEST_BOOTSTRAP_SERVERS=kafka_bootstrap)
-    proc = subprocess.run(
+    proc = run_bench(
         [
-            sys.executable,
-            "-m",
             "bench",
             "--quick",
             "--only",
@@ -32,13 +26,10 @@ def _quick_bench(kafka_bootstrap: str, tmp_path: Path, only: str, timeout: float
             "--workdir",
             str(tmp_path / "work"),
         ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+        bootstrap=kafka_bootstrap,
         timeout=timeout,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, failure(proc)
     return report.read_text(encoding="utf-8")
 
 
@@ -133,14 +124,8 @@ def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
         (["--compare", "milestones", "--projects", "1"], "ms CPU", same_heads),
         (["--compare", "parsed"], "ms CPU", equal),
     ):
-        proc = subprocess.run(
-            [sys.executable, "-m", "bench.small_writes", "--rounds", "2", *extra],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        proc = run_bench(["bench.small_writes", "--rounds", "2", *extra], timeout=180)
+        assert proc.returncode == 0, failure(proc)
         assert "| 1 |" in proc.stdout and verdict in proc.stdout
         assert unit in proc.stdout.splitlines()[0]
 
@@ -148,14 +133,8 @@ def test_small_writes_bench_runs_both_write_paths_to_equal_tables() -> None:
 def test_busy_reads_bench_reads_ok_beside_a_writer_both_ways() -> None:
     """``python -m bench.busy_reads``: first pages beside a busy writer with quiet views stopped at BEGIN
     (as before) and at COMMIT (as now), alternated; every read answers ok (exit 1 otherwise)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.busy_reads", "--rounds", "1", "--seconds", "0.5"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_bench(["bench.busy_reads", "--rounds", "1", "--seconds", "0.5"], timeout=180)
+    assert proc.returncode == 0, failure(proc)
     rows = re.findall(r"^\| at (BEGIN|COMMIT) \| ([\d,]+) \|", proc.stdout, flags=re.M)
     assert [way for way, _ in rows] == ["BEGIN", "COMMIT"] and all(int(n.replace(",", "")) > 0 for _, n in rows), (
         proc.stdout

@@ -7,24 +7,16 @@ is asserted (the p99 figure is the standalone run's, in docs/benchmarks.md)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support.bench_run import failure, run_bench
 
 
 def test_the_rebuild_switch_item_switches_and_every_read_is_ok(kafka_bootstrap: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.rebuild_switch", "--bootstrap-servers", kafka_bootstrap]
-        + ["--rate", "300", "--projects", "8", "--seconds", "6", "--repeat", "1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    proc = run_bench(
+        ["bench.rebuild_switch", "--bootstrap-servers", kafka_bootstrap]
+        + ["--rate", "300", "--projects", "8", "--seconds", "6", "--repeat", "1"]
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, failure(proc)
     cells = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [c["rebuild"] for c in cells] == [False, True, False], proc.stdout[-3000:]
     for c in cells:

@@ -11,4 +11,5 @@
   undecodable positions), which ``integration/projector_env.fold_topic`` and the fuzz tests compare with.
 - ``support.cursor``: ``cursor_length``.
 - ``support.wire``: the read wire's field sets from docs/spec.md#read-wire (``READ_FIELDS``).
+- ``support.bench_run``: running a bench module as a person does, for the bench smoke tests (``run_bench``).
 """
