@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from throughline.projector.exceptions import ReplayProcessError
-from throughline.projector.rebuild_files import turn_keys_of
 
 #: The module the child runs with ``python -m``.
 REPLAY_MODULE = "throughline.projector.rebuild_replay"
@@ -69,7 +68,6 @@ class ReplayProcess:
     ) -> None:
         self._spec = {
             "path": str(path),
-            "keys": str(turn_keys_of(path)),
             "servers": list(servers),
             "topic": topic,
             "kafka_config": kafka_config,
@@ -204,6 +202,7 @@ def replay_main() -> int:
     stop = threading.Event()
     threading.Thread(target=_watch_stdin, args=(stop,), name="throughline-replay-stop", daemon=True).start()
     try:
+        from throughline.projector.rebuild_files import turn_keys_of
         from throughline.projector.runner import ProgressUpdate, Projector, ProjectorOptions
         from throughline.projector.store import DuckProjection
 
@@ -225,7 +224,7 @@ def replay_main() -> int:
             applied = projection.applied_offsets()
             if kept:
                 try:
-                    projection.save_turn_keys(Path(spec["keys"]))
+                    projection.save_turn_keys(turn_keys_of(Path(spec["path"])))
                 except OSError as exc:  # serve scans turn_ids for them instead
                     logging.getLogger(REPLAY_MODULE).warning("the turn keys are not handed over: %s", exc)
         _report(out, applied=_as_json(applied), done=True)

@@ -83,17 +83,13 @@ class StoredTurnKeys:
         """
         if self._filter is not None:
             return
-        cur = cursor(con)
-        try:
-            rows = cur.execute("SELECT count(*) FROM turn_ids").fetchall()
-        except duckdb.Error:
-            cur.close()
-            raise
-        stored = int(rows[0][0]) if rows else 0
+        stored = _stored_rows(con)
         # Room for a quarter more before a second filter (each filter's bits are a power of two, so
         # this is 4-8 bytes a stored key).
         self._filter = KeyFilter(max(_MIN_CAPACITY, stored + stored // 4))
-        self._thread = threading.Thread(target=self._fill, args=(cur,), name="throughline-turn-keys", daemon=True)
+        self._thread = threading.Thread(
+            target=self._fill, args=(cursor(con),), name="throughline-turn-keys", daemon=True
+        )
         self._thread.start()
 
     def start_empty(self, con: duckdb.DuckDBPyConnection) -> bool:

@@ -104,6 +104,7 @@ GOLDEN_FILTER_SHA256 = "d73db4c889679e4b579e2c4d70b5d482c811daacae2a36659940eb3d
         (lambda b: b[:-1], "cut short"),
         (lambda b: b + b"\x00", "1 more bytes"),
         (lambda b: b[:7] + (0).to_bytes(4, "little") + b[11:], "without filters"),
+        (lambda b: b[:11] + (1 << 50).to_bytes(8, "little") + b[19:], r"keys in 2\*\*13 bits"),  # not allocated
     ],
 )
 def test_bytes_of_anything_else_are_refused(mangle, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -35,13 +35,18 @@ _HEADER = struct.Struct("<4sBBBI")
 _FILTER = struct.Struct("<QQB")
 
 
+def _log2_bits(capacity: int) -> int:
+    """Log2 of the bits of a filter for ``capacity`` keys."""
+    return max(13, math.ceil(math.log2(max(1, capacity) * BITS_PER_KEY)))
+
+
 class _Bits:
     """One Bloom filter of ``2**log2_bits`` bits for at most ``capacity`` keys."""
 
     __slots__ = ("bits", "capacity", "count", "mask")
 
     def __init__(self, capacity: int) -> None:
-        log2_bits = max(13, math.ceil(math.log2(max(1, capacity) * BITS_PER_KEY)))
+        log2_bits = _log2_bits(capacity)
         self.bits = bytearray(1 << (log2_bits - 3))
         self.mask = (1 << log2_bits) - 1
         self.capacity = capacity
@@ -123,15 +128,13 @@ class KeyFilter:
                 raise ValueError("a key filter cut short")
             capacity, added, log2_bits = _FILTER.unpack_from(view, at)
             at += _FILTER.size
-            if capacity < 1 or not 13 <= log2_bits <= 60:
+            if capacity < 1 or log2_bits != _log2_bits(capacity):  # a filter's size follows from its capacity
                 raise ValueError(f"a key filter of {capacity} keys in 2**{log2_bits} bits")
             size = 1 << (log2_bits - 3)
             if len(view) < at + size:
                 raise ValueError("a key filter cut short")
-            bits = _Bits.__new__(_Bits)
-            bits.bits = bytearray(view[at : at + size])
-            bits.mask = (1 << log2_bits) - 1
-            bits.capacity = capacity
+            bits = _Bits(capacity)
+            bits.bits[:] = view[at : at + size]
             bits.count = added
             filters.append(bits)
             at += size
